@@ -1,0 +1,3 @@
+module github.com/golib/lease
+
+go 1.26.6
