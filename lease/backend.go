@@ -1,0 +1,102 @@
+package lease
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the contract a lease store implements: four operations, each
+// one atomic operation in the backend. It is to Client what driver.Conn is
+// to sql.DB: key and policy validation, retries, timeouts, local deadlines,
+// observations and managed renewal live in Client, never in a Backend.
+//
+// A Backend must be safe for concurrent use. leasetest.RunBackendSuite
+// checks every rule below; passing it is the definition of a correct
+// backend.
+//
+// # Errors
+//
+// Every method returns one of:
+//
+//   - nil: the operation was applied;
+//   - a *NotAcquiredError (Acquire) or a *LostError (Renew, Release): the
+//     backend answered and refused, and nothing changed;
+//   - an error matching ErrIndeterminate (see Indeterminate): the request
+//     may have reached the backend and may have been applied (a timeout, or a
+//     connection lost after sending);
+//   - any other error: the backend provably did not apply the request (for
+//     example, the connection could not be opened), or a configuration
+//     problem such as a missing permission.
+//
+// A context that ends before the reply arrives is reported as an
+// indeterminate error that wraps the context's error, unless the request
+// provably was not sent.
+type Backend interface {
+	// Acquire grants the lease on r.Key to the acquisition r.Nonce if the
+	// key is free (never acquired, released, or expired on the backend's
+	// clock), and returns a token strictly greater than every token issued
+	// for r.Key before. The lease then expires r.TTL after the backend
+	// applied the request, on the backend's clock.
+	//
+	// Acquire must be idempotent for one nonce: if the lease is currently
+	// held by r.Nonce, Acquire extends it by r.TTL and returns the same
+	// token, so that a retry after an indeterminate attempt resolves it.
+	//
+	// If another acquisition holds the key, Acquire returns a
+	// *NotAcquiredError with the holder's owner string, token and remaining
+	// time.
+	Acquire(ctx context.Context, r AcquireRequest) (Token, error)
+
+	// Renew extends the lease of acquisition a to ttl from now on the
+	// backend's clock, keeping its token, if a (key, nonce and token) is
+	// still current and not expired. Otherwise it returns a *LostError with
+	// Reason Expired (a still shows as the last acquisition, or there is no
+	// record) or Superseded (another acquisition holds or held the key
+	// since).
+	Renew(ctx context.Context, a Acquisition, ttl time.Duration) error
+
+	// Release ends acquisition a if it is still current and not expired,
+	// so the key is free at once. It never lowers the key's token. If a is
+	// not current it returns a *LostError as Renew does. If a.Token is 0,
+	// the acquisition is identified by key and nonce alone (the client uses
+	// this to clean up after an indeterminate Acquire).
+	Release(ctx context.Context, a Acquisition) error
+
+	// Inspect returns the key's current state as the backend sees it. It
+	// never returns the holder's nonce. A key that is free has Held false;
+	// Token is then the last token issued, if the backend still knows it.
+	Inspect(ctx context.Context, key string) (Record, error)
+}
+
+// AcquireRequest is what Client passes to Backend.Acquire.
+type AcquireRequest struct {
+	Key   string
+	Owner string
+	// Nonce is a random, unguessable string unique to this acquisition. It
+	// is the acquisition's secret: backends store it but never return it,
+	// log it or put it in an error.
+	Nonce string
+	TTL   time.Duration
+}
+
+// Acquisition identifies one acquisition to Backend.Renew and
+// Backend.Release.
+type Acquisition struct {
+	Key   string
+	Owner string
+	Nonce string
+	Token Token
+}
+
+// Record is a key's state as reported by Backend.Inspect.
+type Record struct {
+	Key string
+	// Held reports whether an acquisition holds the key now.
+	Held bool
+	// Owner and Token describe the holder when Held is true.
+	Owner string
+	Token Token
+	// Remaining is the holder's remaining time on the backend's clock when
+	// the backend answered.
+	Remaining time.Duration
+}

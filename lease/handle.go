@@ -1,0 +1,167 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A Handle is one acquisition of a lease. Its key, owner and token never
+// change; its local deadline moves forward with each renewal. A Handle is
+// safe for concurrent use.
+//
+// The lease does not stop work by itself when it ends: pass Token (or
+// Snapshot) to every protected write so that the storage can reject a stale
+// holder, and stop work when Deadline passes or Managed reports a loss.
+type Handle struct {
+	c      *Client
+	key    string
+	nonce  string
+	token  Token
+	policy Policy
+
+	mu       sync.Mutex
+	deadline time.Time
+	released bool
+	managed  *Managed
+}
+
+// Key returns the leased key.
+func (h *Handle) Key() string { return h.key }
+
+// Owner returns the owner string of the client that acquired the lease.
+func (h *Handle) Owner() string { return h.c.owner }
+
+// Token returns the fencing token of this acquisition.
+func (h *Handle) Token() Token { return h.token }
+
+// Policy returns the policy the lease was acquired with.
+func (h *Handle) Policy() Policy { return h.policy }
+
+// Deadline returns the local deadline: the instant, on the client's clock,
+// after which the holder must assume the lease is gone. It is the send time
+// of the last successful acquire or renew request plus TTL − SafetyMargin,
+// so it is never later than the backend's expiry as long as the client's
+// clock does not run slower than the backend's by more than the margin.
+func (h *Handle) Deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
+}
+
+// Snapshot returns the acquisition's coordinates for fences and guards.
+func (h *Handle) Snapshot() Snapshot {
+	return Snapshot{Key: h.key, Owner: h.c.owner, Token: h.token, Deadline: h.Deadline()}
+}
+
+func (h *Handle) acquisition() Acquisition {
+	return Acquisition{Key: h.key, Owner: h.c.owner, Nonce: h.nonce, Token: h.token}
+}
+
+// Renew extends the lease by its TTL on the backend's clock, keeping the
+// token, and moves the local deadline to the request's send time plus
+// TTL − SafetyMargin. The call is bounded by ctx and OperationTimeout.
+//
+// It returns a *LostError (matching ErrLost) if the backend says this
+// acquisition is no longer current, or if the handle was released (then
+// the error also matches ErrReleased); an error matching ErrIndeterminate
+// if the outcome is unknown (the local deadline then stays where it was);
+// or another backend error, after which nothing changed.
+func (h *Handle) Renew(ctx context.Context) error {
+	return h.renew(ctx, false)
+}
+
+// renew renews the lease; with capped, the call is also bounded by the
+// local deadline, so that a managed renewer never acts as holder past it.
+func (h *Handle) renew(ctx context.Context, capped bool) error {
+	clock, o := h.c.clock, h.policy.o
+	h.mu.Lock()
+	released, deadline := h.released, h.deadline
+	h.mu.Unlock()
+	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token}
+	if released {
+		return &LostError{Key: h.key, Token: h.token, Reason: Expired, Err: ErrReleased}
+	}
+	sent := clock.Now()
+	timeout := o.OperationTimeout
+	if left := deadline.Sub(sent); capped && left < timeout {
+		timeout = left
+	}
+	octx, cancel := context.WithTimeout(ctx, timeout)
+	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
+	cancel()
+	info.Latency = clock.Now().Sub(sent)
+	if err != nil {
+		info.Err = wrapOp("renew", h.key, err)
+		h.c.obs.Observe(&RenewFailed{info})
+		return info.Err
+	}
+	h.mu.Lock()
+	if d := sent.Add(h.policy.LocalLifetime()); d.After(h.deadline) {
+		h.deadline = d
+	}
+	h.mu.Unlock()
+	h.c.obs.Observe(&Renewed{info})
+	return nil
+}
+
+// Validate asks the backend whether this acquisition still holds the lease.
+// It returns nil if so, a *LostError if not, or the backend's error.
+// A nil result is already history when it returns: use a fence, not
+// Validate, to protect a write.
+func (h *Handle) Validate(ctx context.Context) error {
+	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
+	r, err := h.c.b.Inspect(octx, h.key)
+	cancel()
+	if err != nil {
+		return wrapOp("validate", h.key, err)
+	}
+	switch {
+	case r.Held && r.Token == h.token && r.Owner == h.c.owner:
+		return nil
+	case r.Token > h.token || r.Held && r.Token != h.token:
+		return &LostError{Key: h.key, Token: h.token, Reason: Superseded}
+	default:
+		return &LostError{Key: h.key, Token: h.token, Reason: Expired}
+	}
+}
+
+// Release ends this acquisition on the backend, so the key is free at once,
+// and stops managed renewal (without a loss event). The call is bounded by
+// ctx and OperationTimeout; to release during shutdown when ctx may already
+// be cancelled, pass context.WithoutCancel(ctx).
+//
+// It returns nil if the backend released the lease; a *LostError if the
+// acquisition was already gone (expired, superseded, or released before,
+// the last also matching ErrReleased); an error matching ErrIndeterminate if
+// the outcome is unknown, in which case the lease may stay held until its
+// TTL passes; or another backend error, after which the lease stays held
+// until its TTL passes (the handle is released locally either way and
+// cannot be renewed).
+func (h *Handle) Release(ctx context.Context) error {
+	h.mu.Lock()
+	already := h.released
+	h.released = true
+	if h.managed != nil {
+		// Under the lock and before the backend call, so that a renewal
+		// refused because of this release is never mistaken for a loss.
+		h.managed.cancel(ErrReleased)
+	}
+	h.mu.Unlock()
+	if already {
+		return &LostError{Key: h.key, Token: h.token, Reason: Expired, Err: ErrReleased}
+	}
+	clock := h.c.clock
+	start := clock.Now()
+	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
+	err := h.c.b.Release(octx, h.acquisition())
+	cancel()
+	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: clock.Now().Sub(start)}
+	if err != nil {
+		info.Err = wrapOp("release", h.key, err)
+		h.c.obs.Observe(&ReleaseFailed{info})
+		return info.Err
+	}
+	h.c.obs.Observe(&Released{info})
+	return nil
+}

@@ -1,0 +1,142 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Managed renews a Handle's lease in the background and says when it is
+// lost. Create one with Handle.StartManaged. Its methods are safe for
+// concurrent use.
+//
+// It renews every RenewEvery (shortened by up to 20% of jitter). A renewal
+// that fails with a transient error is retried every Retry until the local
+// deadline; the lease is lost the moment the backend says this acquisition
+// is no longer current, or when the local deadline passes without a
+// confirmed renewal. On loss, and only then, Managed records the error
+// (Err), closes Lost, cancels Context with the error as its cause and emits
+// a Lost event.
+type Managed struct {
+	h      *Handle
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	done   chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+// StartManaged starts renewing the lease in the background and returns the
+// renewer. The renewer stops when ctx ends, when Stop is called, when the
+// handle is released, or when the lease is lost. A Handle has at most one
+// renewer: later calls return the first. On a released handle the renewer
+// is returned already stopped.
+func (h *Handle) StartManaged(ctx context.Context) *Managed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.managed != nil {
+		return h.managed
+	}
+	m := &Managed{h: h, lost: make(chan struct{}), done: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancelCause(ctx)
+	h.managed = m
+	if h.released {
+		m.cancel(ErrReleased)
+		close(m.done)
+		return m
+	}
+	go m.run()
+	return m
+}
+
+// Lost returns a channel that is closed when the lease is lost. It is not
+// closed by Stop or Release. Successive calls return the same channel.
+func (m *Managed) Lost() <-chan struct{} { return m.lost }
+
+// Context returns a context that is cancelled when the renewer stops: with
+// a cause wrapping ErrLost on loss, ErrStopped after Stop, ErrReleased after
+// Release, or the cause of the context given to StartManaged. Run the work
+// the lease protects under it.
+func (m *Managed) Context() context.Context { return m.ctx }
+
+// Err returns the *LostError that ended the lease, or nil if the lease was
+// not lost. Once set it never changes.
+func (m *Managed) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Handle returns the handle being renewed.
+func (m *Managed) Handle() *Handle { return m.h }
+
+// Stop stops renewing and waits, bounded by ctx, for an in-flight renewal
+// to finish. It does not release the lease: call Handle.Release for that
+// (before or after Stop; both orders work). It returns ctx's error if the
+// wait was cut short, the loss error if the lease was lost before Stop, and
+// nil otherwise. Stop may be called more than once.
+func (m *Managed) Stop(ctx context.Context) error {
+	m.cancel(ErrStopped)
+	select {
+	case <-m.done:
+		return m.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done returns a channel that is closed when the renewal goroutine has
+// exited, for whatever reason.
+func (m *Managed) Done() <-chan struct{} { return m.done }
+
+func (m *Managed) run() {
+	defer close(m.done)
+	h, clock, o := m.h, m.h.c.clock, m.h.policy.o
+	wait := jitter(o.RenewEvery)
+	var last error // the last transient error
+	for {
+		t := clock.NewTimer(wait)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if !clock.Now().Before(h.Deadline()) {
+			m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
+			return
+		}
+		err := h.renew(m.ctx, true)
+		if m.ctx.Err() != nil {
+			return // stopped or released while renewing: not a loss
+		}
+		var lost *LostError
+		switch {
+		case err == nil:
+			wait, last = jitter(o.RenewEvery), nil
+		case errors.As(err, &lost):
+			m.lose(err)
+			return
+		default:
+			last = err
+			left := h.Deadline().Sub(clock.Now())
+			if left <= 0 {
+				m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: err})
+				return
+			}
+			wait = min(jitter(o.Retry), left)
+		}
+	}
+}
+
+func (m *Managed) lose(err error) {
+	m.mu.Lock()
+	m.err = err
+	m.mu.Unlock()
+	h := m.h
+	h.c.obs.Observe(&Lost{EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Err: err}})
+	close(m.lost)
+	m.cancel(err)
+}

@@ -1,0 +1,134 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// PolicyOptions configure a Policy. The zero value of every field except TTL
+// means its default; negative values are invalid. Pass it to NewPolicy.
+type PolicyOptions struct {
+	// TTL is how long the backend keeps the lease without a renewal,
+	// measured on the backend's clock. Required; at least 10ms and at most
+	// 24h. Backends keep whole milliseconds and round up.
+	TTL time.Duration
+
+	// RenewEvery is how often Managed renews the lease. Default TTL/3.
+	RenewEvery time.Duration
+
+	// SafetyMargin is subtracted from the TTL to compute the local deadline,
+	// to absorb a difference in clock rates between client and backend.
+	// Default TTL/6. Must be less than TTL.
+	SafetyMargin time.Duration
+
+	// OperationTimeout bounds every single backend call. Default the
+	// smaller of TTL/10 and 5s.
+	OperationTimeout time.Duration
+
+	// Retry is the pause between two attempts of Acquire, and between two
+	// renewal attempts after a transient error. Attempts are jittered by up
+	// to ±20%. Default the smaller of 100ms and TTL/20.
+	Retry time.Duration
+
+	// Wait is how long Acquire keeps trying while the lease is held by
+	// someone else or the backend fails. Default 0: Acquire makes a single
+	// attempt, like TryAcquire.
+	Wait time.Duration
+
+	// MaxAttempts caps the number of attempts Acquire makes within Wait.
+	// Default 0: no cap other than Wait. A value above 1 requires Wait > 0.
+	MaxAttempts int
+}
+
+// A Policy is a validated, immutable set of PolicyOptions with defaults
+// applied. The zero Policy is not valid; build one with NewPolicy.
+type Policy struct {
+	o PolicyOptions
+}
+
+// Limits on TTL.
+const (
+	MinTTL = 10 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// NewPolicy applies defaults to o and validates every field and the rules
+// between them:
+//
+//   - TTL is between MinTTL and MaxTTL;
+//   - RenewEvery, SafetyMargin, OperationTimeout, Retry, Wait and
+//     MaxAttempts are not negative;
+//   - SafetyMargin < TTL;
+//   - RenewEvery + Retry + 2×OperationTimeout ≤ TTL − SafetyMargin: a
+//     renewal started on schedule can time out and still leave time for one
+//     retry before the local deadline;
+//   - MaxAttempts > 1 requires Wait > 0.
+//
+// The error wraps ErrInvalidPolicy and names the field, its value and the
+// rule.
+func NewPolicy(o PolicyOptions) (Policy, error) {
+	bad := func(format string, args ...any) (Policy, error) {
+		return Policy{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...)
+	}
+	if o.TTL < MinTTL || o.TTL > MaxTTL {
+		return bad("TTL (%v) must be between %v and %v", o.TTL, MinTTL, MaxTTL)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RenewEvery", o.RenewEvery},
+		{"SafetyMargin", o.SafetyMargin},
+		{"OperationTimeout", o.OperationTimeout},
+		{"Retry", o.Retry},
+		{"Wait", o.Wait},
+	} {
+		if f.v < 0 {
+			return bad("%s (%v) must not be negative", f.name, f.v)
+		}
+	}
+	if o.MaxAttempts < 0 {
+		return bad("MaxAttempts (%d) must not be negative", o.MaxAttempts)
+	}
+	if o.RenewEvery == 0 {
+		o.RenewEvery = o.TTL / 3
+	}
+	if o.SafetyMargin == 0 {
+		o.SafetyMargin = o.TTL / 6
+	}
+	if o.OperationTimeout == 0 {
+		o.OperationTimeout = min(o.TTL/10, 5*time.Second)
+	}
+	if o.Retry == 0 {
+		o.Retry = min(100*time.Millisecond, o.TTL/20)
+	}
+	if o.SafetyMargin >= o.TTL {
+		return bad("SafetyMargin (%v) must be less than TTL (%v)", o.SafetyMargin, o.TTL)
+	}
+	if need, have := o.RenewEvery+o.Retry+2*o.OperationTimeout, o.TTL-o.SafetyMargin; need > have {
+		return bad("RenewEvery (%v) + Retry (%v) + 2×OperationTimeout (%v) = %v must not exceed TTL−SafetyMargin (%v), so that a renewal that times out can still be retried before the local deadline",
+			o.RenewEvery, o.Retry, o.OperationTimeout, need, have)
+	}
+	if o.MaxAttempts > 1 && o.Wait == 0 {
+		return bad("MaxAttempts (%d) above 1 requires Wait > 0", o.MaxAttempts)
+	}
+	return Policy{o: o}, nil
+}
+
+// Options returns the options with defaults applied.
+func (p Policy) Options() PolicyOptions { return p.o }
+
+// TTL returns the policy's TTL.
+func (p Policy) TTL() time.Duration { return p.o.TTL }
+
+// LocalLifetime returns TTL − SafetyMargin: how long after sending an
+// acquire or renew request the client considers the lease its own.
+func (p Policy) LocalLifetime() time.Duration { return p.o.TTL - p.o.SafetyMargin }
+
+func (p Policy) valid() bool { return p.o.TTL != 0 }
+
+func (p Policy) String() string {
+	o := p.o
+	return fmt.Sprintf("Policy{TTL: %v, RenewEvery: %v, SafetyMargin: %v, OperationTimeout: %v, Retry: %v, Wait: %v, MaxAttempts: %d}",
+		o.TTL, o.RenewEvery, o.SafetyMargin, o.OperationTimeout, o.Retry, o.Wait, o.MaxAttempts)
+}
