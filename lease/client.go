@@ -118,6 +118,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		lastErr  error
 		unsure   bool // some attempt may have been applied
 		attempts int
+		released <-chan struct{} // from a ReleaseWatcher, if any
 	)
 	for {
 		attempts++
@@ -149,10 +150,22 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			break
 		}
 		pause := jitter(o.Retry)
+		var na *NotAcquiredError
+		if errors.As(err, &na) && na.Remaining > 0 && na.Remaining < pause {
+			pause = na.Remaining // the holder's lease ends sooner than the next retry
+		}
 		if c.clock.Now().Add(pause).After(waitUntil) {
 			break
 		}
-		if err := sleep(ctx, c.clock, pause); err != nil {
+		if released == nil && errors.Is(err, ErrNotAcquired) {
+			if w, ok := c.b.(ReleaseWatcher); ok {
+				if ch, stop, werr := w.WatchReleases(ctx, key); werr == nil {
+					released = ch
+					defer stop()
+				}
+			}
+		}
+		if err := sleep(ctx, c.clock, pause, released); err != nil {
 			lastErr = err
 			break
 		}
@@ -187,16 +200,18 @@ func jitter(d time.Duration) time.Duration {
 	return d - time.Duration(mrand.Int64N(int64(d)/5+1))
 }
 
-// sleep waits for d on clock, or until ctx ends, whose cause it returns.
-func sleep(ctx context.Context, clock Clock, d time.Duration) error {
+// sleep waits for d on clock, or for a value on wake (which may be nil),
+// or until ctx ends, whose cause it returns.
+func sleep(ctx context.Context, clock Clock, d time.Duration, wake <-chan struct{}) error {
 	t := clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-t.C():
-		return nil
+	case <-wake:
 	}
+	return nil
 }
 
 func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
