@@ -182,8 +182,13 @@ func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, sta
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.o.OperationTimeout)
 		rerr := c.b.Release(rctx, a)
 		cancel()
-		if rerr != nil && !errors.Is(rerr, ErrLost) {
+		switch {
+		case rerr != nil && !errors.Is(rerr, ErrLost):
 			err = Indeterminate(fmt.Errorf("%w (and releasing what an unanswered attempt may have acquired failed: %w)", err, rerr))
+		case errors.Is(err, ErrIndeterminate):
+			// The release settled it: whatever the attempt did is undone.
+			// Keep the text, drop the claim that the outcome is unknown.
+			err = fmt.Errorf("not acquired; an unanswered attempt was undone: %v", err)
 		}
 	}
 	err = wrapOp("acquire", a.Key, err)

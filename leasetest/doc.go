@@ -1,0 +1,23 @@
+// Package leasetest helps test code that uses leases, and backends that
+// store them.
+//
+// # Fake clock
+//
+// FakeClock is a lease.Clock whose time moves only when a test says so.
+// Give the same FakeClock to a lease.Client and to the memory backend and
+// every deadline, retry and renewal becomes deterministic.
+//
+// # Conformance suite
+//
+// RunBackendSuite checks that a lease.Backend keeps the contract documented
+// on lease.Backend: one winner among concurrent acquirers, tokens that only
+// go up, renew and release that refuse any acquisition but the current
+// one, expiry decided by the backend, cancellation that never reads as
+// success. Every backend of this module runs it, and so can a third party's:
+//
+//	func TestConformance(t *testing.T) {
+//		leasetest.RunBackendSuite(t, leasetest.Suite{
+//			NewBackend: func(t *testing.T) lease.Backend { return newMyBackend(t) },
+//		})
+//	}
+package leasetest
