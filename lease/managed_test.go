@@ -1,0 +1,342 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golib/lease/backends/memory"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// faulty wraps a backend and, while fail is set, fails renewals with it.
+type faulty struct {
+	lease.Backend
+	fail   atomic.Pointer[error]
+	renews atomic.Int64
+}
+
+func (f *faulty) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	f.renews.Add(1)
+	if p := f.fail.Load(); p != nil {
+		return *p
+	}
+	return f.Backend.Renew(ctx, a, ttl)
+}
+
+func (f *faulty) failWith(err error) { f.fail.Store(&err) }
+
+// recorder collects observed events.
+type recorder struct {
+	mu     sync.Mutex
+	events []lease.Event
+}
+
+func (r *recorder) Observe(e lease.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) count(match func(lease.Event) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if match(e) {
+			n++
+		}
+	}
+	return n
+}
+
+func isLost(e lease.Event) bool    { _, ok := e.(*lease.Lost); return ok }
+func isRenewed(e lease.Event) bool { _, ok := e.(*lease.Renewed); return ok }
+
+type fixture struct {
+	clock *leasetest.FakeClock
+	store *memory.Store
+	b     *faulty
+	obs   *recorder
+	c     *lease.Client
+	p     lease.Policy
+}
+
+// newFixture returns a client on a memory backend sharing one fake clock,
+// with TTL 30s, RenewEvery 10s, SafetyMargin 5s, Retry 1s.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{clock: leasetest.NewFakeClock(epoch), obs: &recorder{}}
+	f.store = memory.New(memory.Options{Clock: f.clock})
+	f.b = &faulty{Backend: f.store}
+	var err error
+	f.c, err = lease.NewClient(f.b, lease.ClientOptions{Owner: "test", Clock: f.clock, Observer: f.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p, err = lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, RenewEvery: 10 * time.Second, SafetyMargin: 5 * time.Second, Retry: time.Second, OperationTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) acquire(t *testing.T) *lease.Handle {
+	t.Helper()
+	h, err := f.c.Acquire(context.Background(), "k", f.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// step waits for the renewer to sleep, then advances the clock by d.
+func (f *fixture) step(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.clock.WaitForTimers(ctx, 1); err != nil {
+		t.Fatalf("the renewer never went to sleep: %v", err)
+	}
+	f.clock.Advance(d)
+}
+
+func TestManagedRenewsOnCadence(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	// RenewEvery 10s, shortened by at most 20% jitter: in 100s there are
+	// between 10 and 12 renewals.
+	for range 100 {
+		f.step(t, time.Second)
+	}
+	f.step(t, 0) // let the last renewal finish
+	n := f.obs.count(isRenewed)
+	if n < 10 || n > 12 {
+		t.Fatalf("%d renewals in 100s with RenewEvery 10s, want 10 to 12", n)
+	}
+	if got, want := h.Deadline(), f.clock.Now().Add(h.Policy().LocalLifetime()); got.After(want) || got.Before(want.Add(-10*time.Second)) {
+		t.Fatalf("deadline %v, want within 10s before %v", got, want)
+	}
+	r, _ := f.store.Inspect(context.Background(), "k")
+	if !r.Held || r.Token != h.Token() {
+		t.Fatalf("lease not held after 100s of managed renewal: %+v", r)
+	}
+}
+
+func TestManagedRetriesTransientErrorsThenLosesAtDeadline(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	deadline := h.Deadline() // epoch + 25s
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	transient := errors.New("connection refused")
+	f.b.failWith(transient)
+	for f.clock.Now().Before(deadline) {
+		select {
+		case <-m.Lost():
+			t.Fatalf("lost at %v, before the local deadline %v", f.clock.Now().Sub(epoch), deadline.Sub(epoch))
+		default:
+		}
+		f.step(t, 500*time.Millisecond)
+	}
+	select {
+	case <-m.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost after the local deadline passed")
+	}
+	if n := f.b.renews.Load(); n < 10 {
+		t.Fatalf("%d renewal attempts between RenewEvery and the deadline with Retry 1s, want at least 10", n)
+	}
+	var le *lease.LostError
+	if err := m.Err(); !errors.As(err, &le) || le.Reason != lease.DeadlinePassed || !errors.Is(err, transient) {
+		t.Fatalf("Err() = %v, want a *LostError (local deadline passed) wrapping the transient error", err)
+	}
+	if cause := context.Cause(m.Context()); !errors.Is(cause, lease.ErrLost) {
+		t.Fatalf("Context cause = %v, want ErrLost", cause)
+	}
+	if n := f.obs.count(isLost); n != 1 {
+		t.Fatalf("%d Lost events, want 1", n)
+	}
+	if err := m.Stop(context.Background()); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Stop after loss = %v, want the loss", err)
+	}
+}
+
+func TestManagedRecoversFromTransientErrors(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	f.b.failWith(errors.New("timeout"))
+	for range 14 { // 14s: the first renewal at 8–10s fails, retries follow
+		f.step(t, time.Second)
+	}
+	f.b.fail.Store(nil)
+	for range 5 {
+		f.step(t, time.Second)
+	}
+	f.step(t, 0)
+	select {
+	case <-m.Lost():
+		t.Fatalf("lost: %v", m.Err())
+	default:
+	}
+	if want := epoch.Add(14 * time.Second).Add(h.Policy().LocalLifetime()); h.Deadline().Before(want) {
+		t.Fatalf("deadline %v not extended past %v by the recovered renewal", h.Deadline(), want)
+	}
+}
+
+func TestManagedLosesAtOnceWhenBackendSaysLost(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	f.b.failWith(&lease.LostError{Key: "k", Token: h.Token(), Reason: lease.Superseded})
+	f.step(t, 10*time.Second) // the first renewal
+	select {
+	case <-m.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost although the backend said so")
+	}
+	if n := f.b.renews.Load(); n != 1 {
+		t.Fatalf("%d renewal attempts, want 1: a loss is not retried", n)
+	}
+	if f.clock.Now().After(h.Deadline()) {
+		t.Fatal("test broken: the deadline passed")
+	}
+	var le *lease.LostError
+	if !errors.As(m.Err(), &le) || le.Reason != lease.Superseded {
+		t.Fatalf("Err() = %v, want superseded", m.Err())
+	}
+}
+
+func TestManagedStop(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	m := h.StartManaged(context.Background())
+	if m2 := h.StartManaged(context.Background()); m2 != m {
+		t.Fatal("a second StartManaged started a second renewer")
+	}
+	f.step(t, 10*time.Second)
+	if err := m.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop = %v, want nil", err)
+	}
+	if err := m.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop = %v, want nil", err)
+	}
+	if cause := context.Cause(m.Context()); !errors.Is(cause, lease.ErrStopped) {
+		t.Fatalf("Context cause after Stop = %v, want ErrStopped", cause)
+	}
+	select {
+	case <-m.Lost():
+		t.Fatal("Lost closed by Stop")
+	default:
+	}
+	// Stop does not release.
+	if err := h.Validate(context.Background()); err != nil {
+		t.Fatalf("Validate after Stop = %v; Stop must not release", err)
+	}
+	if n := f.obs.count(isLost); n != 0 {
+		t.Fatalf("%d Lost events after Stop, want 0", n)
+	}
+}
+
+func TestManagedReleaseBeforeAndAfterStop(t *testing.T) {
+	for _, releaseFirst := range []bool{true, false} {
+		f := newFixture(t)
+		h := f.acquire(t)
+		m := h.StartManaged(context.Background())
+		f.step(t, 10*time.Second)
+		ctx := context.Background()
+		var relErr, stopErr error
+		if releaseFirst { // defer m.Stop; defer h.Release — as in the README
+			relErr = h.Release(ctx)
+			stopErr = m.Stop(ctx)
+		} else {
+			stopErr = m.Stop(ctx)
+			relErr = h.Release(ctx)
+		}
+		if relErr != nil || stopErr != nil {
+			t.Fatalf("releaseFirst=%v: Release = %v, Stop = %v; want nil, nil", releaseFirst, relErr, stopErr)
+		}
+		if n := f.obs.count(isLost); n != 0 {
+			t.Fatalf("releaseFirst=%v: %d Lost events, want 0", releaseFirst, n)
+		}
+		if r, _ := f.store.Inspect(ctx, "k"); r.Held {
+			t.Fatalf("releaseFirst=%v: still held after Release", releaseFirst)
+		}
+		want := lease.ErrStopped
+		if releaseFirst {
+			want = lease.ErrReleased
+		}
+		if cause := context.Cause(m.Context()); !errors.Is(cause, want) {
+			t.Fatalf("releaseFirst=%v: Context cause = %v, want %v", releaseFirst, cause, want)
+		}
+	}
+}
+
+func TestManagedStopsWithParentContext(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	m := h.StartManaged(ctx)
+	cause := errors.New("shutting down")
+	cancel(cause)
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("renewer still running after its context ended")
+	}
+	if got := context.Cause(m.Context()); got != cause {
+		t.Fatalf("Context cause = %v, want %v", got, cause)
+	}
+	if m.Err() != nil {
+		t.Fatalf("Err() = %v after the parent ended, want nil", m.Err())
+	}
+}
+
+func TestManagedOnReleasedHandle(t *testing.T) {
+	f := newFixture(t)
+	h := f.acquire(t)
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m := h.StartManaged(context.Background())
+	<-m.Done()
+	if !errors.Is(context.Cause(m.Context()), lease.ErrReleased) {
+		t.Fatalf("cause = %v, want ErrReleased", context.Cause(m.Context()))
+	}
+}
+
+func TestManagedClockJumpPastDeadline(t *testing.T) {
+	// A client clock that jumps forward past the local deadline (a
+	// suspended VM) must lose the lease, never act on it.
+	f := newFixture(t)
+	h := f.acquire(t)
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	f.step(t, time.Hour)
+	select {
+	case <-m.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost after the clock jumped past the deadline")
+	}
+	var le *lease.LostError
+	if !errors.As(m.Err(), &le) || le.Reason != lease.DeadlinePassed {
+		t.Fatalf("Err() = %v, want local deadline passed", m.Err())
+	}
+	if n := f.b.renews.Load(); n != 0 {
+		t.Fatalf("%d renewals attempted after the deadline, want 0", n)
+	}
+}
