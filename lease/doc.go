@@ -1,0 +1,45 @@
+// Package lease gives a process a fenced, time-bounded lease on a key: "only
+// one of us does X at a time, and a stale one can never corrupt data".
+//
+// It imports only the standard library. Leases live in a Backend: the
+// Valkey and PostgreSQL backends of this module coordinate replicas, and
+// the memory backend serves tests and single-process programs.
+//
+// # Model
+//
+// A Client acquires leases for one owner (a name such as
+// "billing-worker/host-1"). Acquire returns a Handle for one acquisition,
+// with a fencing Token that the backend issued: strictly greater than every
+// token issued for that key before. The backend alone decides when a lease
+// expires, on its own clock. The client keeps a conservative local
+// deadline (Handle.Deadline): the time the acquiring request was sent plus
+// TTL − SafetyMargin, so network delay can only make the client's view
+// shorter than the backend's.
+//
+// Policy holds the timings: TTL, renewal cadence, safety margin, retry
+// pause, how long Acquire waits, and the timeout of each backend call.
+// NewPolicy validates them as a whole.
+//
+// # Renewal and loss
+//
+// Handle.StartManaged renews in the background. Its Managed value closes
+// Lost and cancels Context (with a cause wrapping ErrLost) the moment the
+// backend says the acquisition is gone, or the local deadline passes
+// without a confirmed renewal. Run the protected work under Context.
+//
+// # What a lease does not do
+//
+// A lease does not stop work that outlives it: a process paused by garbage
+// collection, a VM migration or SIGSTOP wakes up still "holding" a lease
+// that has expired. Pass Handle.Token (or Handle.Snapshot) to every
+// protected write and let the storage reject a token lower than the last
+// one it accepted; packages fence and cache do that for PostgreSQL and
+// Valkey.
+//
+// # Errors
+//
+// Failure to acquire is a *NotAcquiredError (ErrNotAcquired) naming the
+// holder. A *LostError (ErrLost) says the acquisition is no longer current
+// and why. ErrIndeterminate means the outcome of a request is unknown.
+// Cancellation never reads as success.
+package lease
