@@ -3,11 +3,16 @@ module github.com/golib/lease
 go 1.26.6
 
 require (
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/valkey-io/valkey-go v1.0.79
+	go.uber.org/goleak v1.3.0
+)
+
+require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.13.0 // indirect
-	github.com/valkey-io/valkey-go v1.0.79 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

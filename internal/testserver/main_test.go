@@ -1,0 +1,12 @@
+package testserver_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/golib/lease/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testserver.Main(m))
+}

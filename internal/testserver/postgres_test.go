@@ -1,0 +1,138 @@
+package testserver_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/golib/lease/internal/testserver"
+)
+
+func connect(ctx context.Context, t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func queryString(ctx context.Context, t *testing.T, conn *pgx.Conn, sql string) string {
+	t.Helper()
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func TestSharedPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testserver.Postgres(t)
+	ctx := t.Context()
+	conn := connect(ctx, t, pg.URL())
+	if got := queryString(ctx, t, conn, "SELECT 1::text"); got != "1" {
+		t.Errorf("SELECT 1 = %q", got)
+	}
+	version := queryString(ctx, t, conn, "SHOW server_version")
+	t.Logf("shared PostgreSQL %s", version)
+	if os.Getenv("LEASE_POSTGRES_URL") == "" && !strings.HasPrefix(version, "15") {
+		t.Errorf("server_version = %q; want PostgreSQL 15", version)
+	}
+	if got := queryString(ctx, t, conn, "SHOW fsync"); got != "off" {
+		t.Errorf("fsync = %q; want off", got)
+	}
+}
+
+func TestSharedPostgresNewDatabase(t *testing.T) {
+	t.Parallel()
+	pg := testserver.Postgres(t)
+	ctx := t.Context()
+	var names []string
+	for range 2 {
+		conn := connect(ctx, t, pg.NewDatabase(t))
+		names = append(names, queryString(ctx, t, conn, "SELECT current_database()"))
+		if _, err := conn.Exec(ctx, "CREATE TABLE t (id int)"); err != nil {
+			t.Fatalf("CREATE TABLE: %v", err)
+		}
+	}
+	if names[0] == names[1] || !strings.Contains(names[0], "newdatabase") {
+		t.Errorf("databases %q: want two, named after the test", names)
+	}
+
+	// The databases are dropped when the test ends, even with open connections.
+	t.Run("dropped", func(t *testing.T) {
+		var name string
+		t.Run("create", func(t *testing.T) {
+			conn := connect(ctx, t, pg.NewDatabase(t))
+			name = queryString(ctx, t, conn, "SELECT current_database()")
+		})
+		admin := connect(ctx, t, pg.URL())
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil || n != 0 {
+			t.Errorf("database %s after its test: count %d, %v; want dropped", name, n, err)
+		}
+	})
+}
+
+func TestPostgresStopImmediateStart(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	ctx := t.Context()
+	url := srv.NewDatabase(t)
+	conn := connect(ctx, t, url)
+	t.Logf("dedicated PostgreSQL %s at %s, pid %d", queryString(ctx, t, conn, "SHOW server_version"), srv.URL(), srv.PID())
+	if _, err := conn.Exec(ctx, "CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'committed')"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+
+	pid := srv.PID()
+	srv.StopImmediate()
+	if srv.PID() != 0 {
+		t.Errorf("PID after StopImmediate = %d; want 0", srv.PID())
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Errorf("Ping after StopImmediate succeeded; want the connection cut")
+	}
+	srv.Start()
+	if got := srv.PID(); got == 0 || got == pid {
+		t.Errorf("PID after Start = %d; want a new postmaster (was %d)", got, pid)
+	}
+	conn = connect(ctx, t, url)
+	if got := queryString(ctx, t, conn, "SELECT v FROM kv WHERE k = 'a'"); got != "committed" {
+		t.Errorf("after StopImmediate and Start: v = %q; want the committed row", got)
+	}
+}
+
+func TestPostgresPauseResume(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	ctx := t.Context()
+	conn := connect(ctx, t, srv.URL())
+
+	srv.Pause()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := conn.Ping(short)
+	cancel()
+	if err == nil {
+		t.Errorf("Ping to a paused server succeeded")
+	}
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pgx.Connect(short, srv.URL())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("connect to a paused server: %v; want %v", err, context.DeadlineExceeded)
+	}
+
+	srv.Resume()
+	conn = connect(ctx, t, srv.URL())
+	if err := conn.Ping(ctx); err != nil {
+		t.Errorf("Ping after Resume: %v", err)
+	}
+}
