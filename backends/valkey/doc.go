@@ -1,0 +1,89 @@
+// Package valkey is a lease.Backend on Valkey (and Redis 7 or newer), built
+// on the application's own valkey-go client: standalone, sentinel or
+// cluster. Import it as leasevalkey, so that valkey keeps naming valkey-go:
+//
+//	import (
+//		valkey "github.com/valkey-io/valkey-go"
+//
+//		"github.com/golib/lease/lease"
+//		leasevalkey "github.com/golib/lease/backends/valkey"
+//	)
+//
+//	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+//	...
+//	store, err := leasevalkey.New(client, leasevalkey.Options{})
+//	...
+//	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "billing-worker/" + hostname})
+//
+// The Store never closes the client.
+//
+// # One round trip per operation
+//
+// Acquire, Renew, Release and Inspect are each one Lua script, run with
+// EVALSHA (falling back to EVAL once after a server restart or failover
+// forgot the script). The scripts are loaded so that the server computes
+// their hash. Mutating scripts are never retried by valkey-go: a transport
+// retry could run a script that was already applied, and only lease.Client
+// knows when a retry is safe.
+//
+// # Server-side expiry
+//
+// Only the server's clock decides when a lease has expired: the scripts
+// read it with TIME and the client never sends a timestamp. A TTL is kept in
+// whole milliseconds, rounded up.
+//
+// # Keys
+//
+// Each lease key has one Valkey hash, its record, named
+//
+//	<Prefix>{<escaped key>}
+//
+// where the escaped key is the lease key with '%', '{' and '}' replaced by
+// %25, %7B and %7D. The braces are a hash tag: the record, and the shard
+// channel <Prefix>{<escaped key>}:released on which Release announces that
+// the key is free, live in one hash slot, and no lease key can name
+// another key's record or move it to another slot. The record holds the
+// fields token (the last token issued), owner, nonce (the holder's secret)
+// and expires (microseconds since the Unix epoch on the server's clock; 0
+// once released). It is never deleted and never expires, so the last token
+// is kept across releases and expiries; Inspect reports it for a free key.
+// A record takes about 150 bytes plus the key and owner strings.
+//
+// # Tokens
+//
+// A token is max(last token + 1, server time in microseconds), so tokens of
+// a key keep rising even when the record is lost (a restart without
+// persistence, a failover to a replica that missed writes), as long as the
+// server's clock does not step back. They stay below 2^53 until the year
+// 2255.
+//
+// # Guards
+//
+// Store.Guard returns the coordinates of an acquisition for writes that must
+// happen only while it is current. Such a write, run as a Lua script in the
+// record's hash slot (its keys carry the same {…} hash tag as
+// guard.Guard.Record), is allowed if HMGET record token owner expires
+// returns the guard's token and owner and an expiry later than TIME in
+// microseconds. It must never read the nonce field.
+//
+// # Errors
+//
+// Errors from the server (a missing ACL permission, a replica that is read
+// only, a cluster that is down) mean the operation was not applied, and say
+// so. A transport error or a context that ended after the request may have
+// been written is reported as lease.Indeterminate; a connection that could
+// not be opened is not. Errors never contain a holder's nonce.
+//
+// # Server settings
+//
+// Call Store.Check at start-up: it reports an eviction policy other than
+// noeviction (which could evict a held lease) and a server older than 7.0.
+// Persistence (appendonly yes with appendfsync everysec or always) keeps
+// leases across restarts; without it a restart frees every lease at once,
+// and tokens still never go back. ACL users need the commands EVALSHA,
+// EVALSHA_RO, EVAL, EVAL_RO, SCRIPT LOAD and (for release notifications)
+// SSUBSCRIBE and SUNSUBSCRIBE, read and write access to the keys
+// <Prefix>*, and the shard channels <Prefix>*. ACL credentials and TLS are
+// options of the valkey-go client (ClientOption.Username, Password,
+// TLSConfig).
+package valkey

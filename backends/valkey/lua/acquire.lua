@@ -1,0 +1,41 @@
+#!lua
+-- acquire: grant the lease recorded in the hash KEYS[1] to one acquisition.
+--
+-- KEYS[1]  the lease record: a hash that is never deleted, with the fields
+--          token    the last token issued for the key (decimal)
+--          owner    the owner string of the last acquisition
+--          nonce    the secret of the last acquisition
+--          expires  when the last acquisition ends, in microseconds since
+--                   the Unix epoch on this server's clock (0 once released)
+-- ARGV[1]  owner
+-- ARGV[2]  nonce
+-- ARGV[3]  TTL in microseconds
+--
+-- Returns the token (an integer) when the lease is granted or, for the same
+-- nonce, extended; or {token, owner, remaining microseconds} of the current
+-- holder when another acquisition holds the lease.
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(r[1]) or 0
+local expires = tonumber(r[3]) or 0
+if expires > now then
+  if r[2] ~= ARGV[2] then
+    return {last, r[4], expires - now}
+  end
+  -- The same acquisition asks again (a retry after an unanswered attempt):
+  -- extend it and return its token.
+  redis.call('HSET', rec, 'expires', string.format('%d', now + tonumber(ARGV[3])))
+  return last
+end
+-- Never below the last token, and never below the clock, so that tokens keep
+-- rising even after the record was lost (a restart without persistence, a
+-- failover to a replica that missed writes).
+local token = math.max(last + 1, now)
+redis.call('HSET', rec,
+  'token', string.format('%d', token),
+  'owner', ARGV[1],
+  'nonce', ARGV[2],
+  'expires', string.format('%d', now + tonumber(ARGV[3])))
+return token

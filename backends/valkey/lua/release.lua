@@ -1,0 +1,28 @@
+#!lua
+-- release: end one acquisition of the lease recorded in the hash KEYS[1]
+-- (see acquire.lua for its fields), keeping the token so that it never goes
+-- back, and announce the release on a shard channel.
+--
+-- KEYS[1]  the lease record
+-- ARGV[1]  nonce
+-- ARGV[2]  token (decimal), or "0" to identify the acquisition by nonce alone
+-- ARGV[3]  the shard channel to announce the release on (same hash slot)
+--
+-- Returns 1 if released, 2 if the acquisition had already ended (or the
+-- record is gone), 3 if another acquisition holds or held the lease since.
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires')
+if not r[1] then
+  return 2
+end
+if r[2] ~= ARGV[1] or (ARGV[2] ~= '0' and r[1] ~= ARGV[2]) then
+  return 3
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if tonumber(r[3]) <= now then
+  return 2
+end
+redis.call('HSET', rec, 'expires', '0')
+redis.call('SPUBLISH', ARGV[3], r[1])
+return 1

@@ -1,0 +1,26 @@
+#!lua
+-- renew: extend one acquisition of the lease recorded in the hash KEYS[1]
+-- (see acquire.lua for its fields).
+--
+-- KEYS[1]  the lease record
+-- ARGV[1]  nonce
+-- ARGV[2]  token (decimal)
+-- ARGV[3]  TTL in microseconds
+--
+-- Returns 1 if renewed, 2 if the acquisition expired (or the record is
+-- gone), 3 if another acquisition holds or held the lease since.
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires')
+if not r[1] then
+  return 2
+end
+if r[2] ~= ARGV[1] or r[1] ~= ARGV[2] then
+  return 3
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if tonumber(r[3]) <= now then
+  return 2
+end
+redis.call('HSET', rec, 'expires', string.format('%d', now + tonumber(ARGV[3])))
+return 1

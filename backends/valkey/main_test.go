@@ -1,0 +1,75 @@
+package valkey_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+	"go.uber.org/goleak"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	code := testserver.Main(m)
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakOptions ignore the harness's process spawner, which lives as long as
+// the test binary by design.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
+}
+
+// newClient returns a valkey-go client for the servers at addrs, closed
+// when t ends.
+func newClient(t testing.TB, addrs ...string) valkey.Client {
+	t.Helper()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("valkey.NewClient(%v): %v", addrs, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+var prefixes atomic.Int64
+
+// newStore returns a Store on c with a prefix of its own.
+func newStore(t testing.TB, c valkey.Client) *leasevalkey.Store {
+	t.Helper()
+	s, err := leasevalkey.New(c, leasevalkey.Options{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
+	if err != nil {
+		t.Fatalf("leasevalkey.New: %v", err)
+	}
+	return s
+}
+
+// standalone returns a client for the package's shared standalone server.
+func standalone(t testing.TB) valkey.Client {
+	t.Helper()
+	return newClient(t, testserver.Valkey(t).Addr())
+}
+
+// cluster returns a client for the package's shared 3-primary cluster.
+func cluster(t testing.TB) valkey.Client {
+	t.Helper()
+	return newClient(t, testserver.ValkeyCluster(t).Addrs()...)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,203 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/guard"
+	"github.com/golib/lease/lease"
+)
+
+// Options configure a Store. The zero value is valid.
+type Options struct {
+	// Prefix starts the name of every key and channel the Store uses, so
+	// that leases can share a server with other data and ACL rules can
+	// name them (~lease:* and &lease:*). Default DefaultPrefix ("lease:").
+	// It must not contain '{' or '}', which would break the hash tag that
+	// keeps each lease in one hash slot. Stores that share a prefix on the
+	// same server share their leases.
+	Prefix string
+}
+
+// Store is a lease.Backend on Valkey. It is safe for concurrent use. The
+// zero value is not usable; call New.
+type Store struct {
+	client valkey.Client
+	prefix string
+
+	mu      sync.Mutex
+	watches map[string]*watch // by release channel; see watch.go
+}
+
+var (
+	_ lease.Backend        = (*Store)(nil)
+	_ lease.ReleaseWatcher = (*Store)(nil)
+)
+
+// New returns a Store that keeps leases on the server (or cluster) behind
+// client. It fails if client is nil or o is invalid; it does not talk to
+// the server (see Check). The Store never closes client.
+func New(client valkey.Client, o Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("leasevalkey: New: nil client")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("leasevalkey: New: Prefix %q must not contain '{' or '}'", o.Prefix)
+	}
+	return &Store{client: client, prefix: o.Prefix}, nil
+}
+
+// Prefix returns the prefix of the Store's keys and channels.
+func (s *Store) Prefix() string { return s.prefix }
+
+// RecordKey returns the name of the hash that records key's lease. It is
+// meant for operators and for scripts that guard writes (see Guard); the
+// record's fields are described in the package documentation.
+func (s *Store) RecordKey(key string) string { return recordKey(s.prefix, key) }
+
+// Guard returns the coordinates of the acquisition snap in this Store, for
+// writes that must happen only while it is current. It fails if snap is
+// not a valid snapshot.
+func (s *Store) Guard(snap lease.Snapshot) (guard.Guard, error) {
+	if !snap.Valid() {
+		return guard.Guard{}, fmt.Errorf("leasevalkey: Guard: snapshot of key %q has no token", snap.Key)
+	}
+	return guard.New(guard.Valkey, recordKey(s.prefix, snap.Key), snap)
+}
+
+// micros returns d in whole microseconds, rounded up to whole milliseconds:
+// the precision a TTL is kept in.
+func micros(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(ms)*1000, 10)
+}
+
+// validate checks the key before any I/O.
+func validate(op, key string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return fmt.Errorf("leasevalkey: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Acquire implements lease.Backend.
+func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	const op = "acquire"
+	if err := validate(op, r.Key); err != nil {
+		return 0, err
+	}
+	if r.TTL <= 0 {
+		return 0, fmt.Errorf("leasevalkey: %s: TTL %v is not positive", op, r.TTL)
+	}
+	if ctx.Err() != nil {
+		return 0, beforeSend(ctx, op)
+	}
+	res := acquireScript.Exec(ctx, s.client,
+		[]string{recordKey(s.prefix, r.Key)},
+		[]string{r.Owner, r.Nonce, micros(r.TTL)})
+	msg, err := res.ToMessage()
+	if err != nil {
+		return 0, classify(op, err)
+	}
+	if tok, err := msg.AsInt64(); err == nil {
+		return lease.Token(tok), nil
+	}
+	// Held by another acquisition: {token, owner, remaining µs}.
+	held, err := msg.ToArray()
+	if err != nil || len(held) != 3 {
+		return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %v", op, msg))
+	}
+	tok, _ := held[0].AsInt64()
+	owner, _ := held[1].ToString()
+	left, _ := held[2].AsInt64()
+	return 0, &lease.NotAcquiredError{Key: r.Key, Holder: owner, Token: lease.Token(tok), Remaining: time.Duration(left) * time.Microsecond}
+}
+
+// Renew implements lease.Backend.
+func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	const op = "renew"
+	if err := validate(op, a.Key); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("leasevalkey: %s: TTL %v is not positive", op, ttl)
+	}
+	if ctx.Err() != nil {
+		return beforeSend(ctx, op)
+	}
+	res := renewScript.Exec(ctx, s.client,
+		[]string{recordKey(s.prefix, a.Key)},
+		[]string{a.Nonce, a.Token.String(), micros(ttl)})
+	return outcome(op, a, res)
+}
+
+// Release implements lease.Backend.
+func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
+	const op = "release"
+	if err := validate(op, a.Key); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return beforeSend(ctx, op)
+	}
+	rec := recordKey(s.prefix, a.Key)
+	res := releaseScript.Exec(ctx, s.client,
+		[]string{rec},
+		[]string{a.Nonce, a.Token.String(), releaseChannel(rec)})
+	return outcome(op, a, res)
+}
+
+// outcome reads the reply of the renew and release scripts.
+func outcome(op string, a lease.Acquisition, res valkey.ValkeyResult) error {
+	n, err := res.AsInt64()
+	if err != nil {
+		return classify(op, err)
+	}
+	switch n {
+	case outcomeDone:
+		return nil
+	case outcomeExpired:
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
+	case outcomeSuperseded:
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
+	}
+	return lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %d", op, n))
+}
+
+// Inspect implements lease.Backend.
+func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
+	const op = "inspect"
+	if err := validate(op, key); err != nil {
+		return lease.Record{}, err
+	}
+	if ctx.Err() != nil {
+		return lease.Record{}, beforeSend(ctx, op)
+	}
+	res := inspectScript.Exec(ctx, s.client, []string{recordKey(s.prefix, key)}, nil)
+	vals, err := res.ToArray()
+	if err != nil {
+		return lease.Record{}, classify(op, err)
+	}
+	if len(vals) != 3 {
+		return lease.Record{}, fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals))
+	}
+	rec := lease.Record{Key: key}
+	if tok, err := vals[0].AsInt64(); err == nil {
+		rec.Token = lease.Token(tok)
+	}
+	if owner, err := vals[1].ToString(); err == nil {
+		left, _ := vals[2].AsInt64()
+		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(left)*time.Microsecond
+	}
+	return rec, nil
+}
