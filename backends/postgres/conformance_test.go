@@ -1,0 +1,56 @@
+package postgres_test
+
+import (
+	"testing"
+
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasetest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{})
+	leasetest.RunBackendSuite(t, leasetest.Suite{
+		NewBackend: func(*testing.T) lease.Backend { return s },
+	})
+}
+
+func TestConformanceUnlogged(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{Schema: "leases unlogged", Table: "Lease \"Table\"", Unlogged: true})
+	leasetest.RunBackendSuite(t, leasetest.Suite{
+		NewBackend: func(*testing.T) lease.Backend { return s },
+	})
+}
+
+// TestConformanceExecModes runs the suite with each of pgx's query exec
+// modes, as a connection pooler in transaction mode needs some of them.
+func TestConformanceExecModes(t *testing.T) {
+	t.Parallel()
+	url := newDatabase(t)
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec,
+		pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, url, func(c *pgxpool.Config) {
+				c.ConnConfig.DefaultQueryExecMode = mode
+				c.ConnConfig.StatementCacheCapacity = 0
+				c.ConnConfig.DescriptionCacheCapacity = 0
+				if mode == pgx.QueryExecModeCacheDescribe {
+					c.ConnConfig.DescriptionCacheCapacity = 64
+				}
+			})
+			s := newStore(t, pool, leasepostgres.Options{})
+			leasetest.RunBackendSuite(t, leasetest.Suite{
+				NewBackend: func(*testing.T) lease.Backend { return s },
+			})
+		})
+	}
+}

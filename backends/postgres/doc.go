@@ -1,0 +1,124 @@
+// Package postgres is a lease.Backend on a PostgreSQL table, built on
+// pgx v5. Import it as leasepostgres:
+//
+//	import leasepostgres "github.com/golib/lease/backends/postgres"
+//
+//	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil { ... }
+//	store, err := leasepostgres.New(pool, leasepostgres.Options{})
+//	...
+//	defer store.Close()
+//	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "billing-worker/" + hostname})
+//
+// New takes the application's own *pgxpool.Pool (or a *pgx.Conn, or a
+// pgx.Tx) and never closes it.
+//
+// # The table
+//
+// Leases live in one table, public.leases by default (Options.Schema and
+// Options.Table choose another; names are always quoted, so any name is
+// safe). It has one row per key that was ever acquired:
+//
+//	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz
+//
+// Rows are never deleted: release sets expires_at to now, so that the
+// key's last token stays known and the next one is greater.
+//
+// # Migrations
+//
+// Migrate creates and upgrades the table, safely when several replicas call
+// it at the same time (a transaction-scoped advisory lock, and a versions
+// table named Table + "_migrations"). Teams that run their own migration
+// tool can apply the same versioned files instead: Migrations returns them
+// in golang-migrate's layout, GooseMigrations in goose's; both are written
+// for the default table public.leases.
+//
+// # Operations
+//
+// Each operation is one SQL statement (the files are in the queries
+// directory of this package), so it is atomic without an explicit
+// transaction and costs one round trip:
+//
+//   - Acquire is an INSERT ... ON CONFLICT DO UPDATE that takes the row
+//     over only when it has expired, or extends it for the same
+//     acquisition (so a retried acquire is idempotent), and otherwise
+//     returns the holder, its token and its remaining time;
+//   - Renew and Release update the row only if it still shows the exact
+//     acquisition (key, secret nonce, token) and has not expired; when
+//     they refuse, the same statement says whether the acquisition expired
+//     or was superseded;
+//   - Inspect reads the row.
+//
+// Expiry is decided by the database's clock (clock_timestamp()), never the
+// client's. A TTL is kept in whole milliseconds, rounded up.
+//
+// # Tokens
+//
+// A new token is greatest(previous token + 1, microseconds since 1970 on
+// the database's clock), stored as bigint. So tokens of a key always grow,
+// also after the table was lost or restored from an older backup, as long
+// as the database's clock does not step back; and they stay below 2^53
+// (until the year 2255), so they survive JSON and Lua numbers exactly.
+//
+// # UNLOGGED tables
+//
+// With Options.Unlogged, Migrate makes the table UNLOGGED: its changes
+// skip the write-ahead log, which makes acquire and release cheaper. The
+// price: after a crash of the database server (or a failover to a
+// replica, which never has the table's rows) the table is empty, so every
+// holder is forgotten and another process may acquire a lease whose
+// holder still works. Fencing still holds, because the new token is
+// seeded from the clock and so is greater than the forgotten one: a fenced
+// write of the old holder is rejected. Use it when fencing protects the
+// work and an occasional double run after a crash is acceptable.
+//
+// # Fast hand-over
+//
+// Release also calls pg_notify in the same statement, and the Store
+// implements lease.ReleaseWatcher: a Client.Acquire waiting for a key
+// listens (LISTEN, on one connection taken from the pool and shared by
+// every waiter of the Store) and tries again as soon as the key is
+// released, instead of at its next retry. Polling every Retry stays the
+// fallback, so a lost notification only costs time. Store.Close gives the
+// listener's connection back. Options.DisableNotify turns this off.
+//
+// # Errors
+//
+// Errors follow lease.Backend: a *pgconn.PgError means the statement
+// failed and was rolled back, so the error is plain (nothing was
+// applied); a serialization failure or deadlock says it is safe to retry;
+// a missing table or privilege reads as a configuration error. A timeout,
+// a cancelled context or a connection lost after the statement was sent
+// is lease.ErrIndeterminate: the statement may have committed. Errors never
+// contain the acquisition's nonce or the connection string.
+//
+// A statement that waits for a row lock (for example behind a long guarded
+// transaction) is bounded by the Client's OperationTimeout through its
+// context. pgx's default reaction to a context that ends mid-statement is
+// to close the connection, and the server may still finish the statement:
+// hence indeterminate. To have the server cancel it instead, set
+// pgconn.Config.BuildContextWatcherHandler to a
+// pgconn.CancelRequestContextWatcherHandler.
+//
+// # Connection poolers
+//
+// The statements need no session state: no session advisory lock, no
+// temporary table, no SET. They work through PgBouncer in transaction (or
+// statement) mode, provided pgx does not rely on named prepared statements
+// living on one server connection: set
+//
+//	config.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // or QueryExecModeCacheDescribe, QueryExecModeSimpleProtocol
+//
+// (or use PgBouncer 1.21 or later with max_prepared_statements). Every
+// parameter is cast in the SQL, so every exec mode works. LISTEN does need
+// a session: behind a pooler in transaction mode, give Options.ListenPool
+// a small pool that connects to PostgreSQL directly, or set
+// Options.DisableNotify.
+//
+// # Guards
+//
+// Store.Guard returns the coordinates of an acquisition in this Store's
+// table, and CheckGuard checks them inside a transaction with SELECT ...
+// FOR SHARE: if the record still shows the acquisition, no other
+// acquisition can take the lease until the transaction ends, so writes in
+// that transaction happen under the lease.
+package postgres

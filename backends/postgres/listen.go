@@ -1,0 +1,218 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Tuning of the release listener.
+const (
+	// listenIdle is how long the listener keeps its connection after the
+	// last watcher stopped, before it gives it back to the pool.
+	listenIdle = 30 * time.Second
+	// listenBackoffMin and listenBackoffMax bound the pause before the
+	// listener tries again after losing its connection.
+	listenBackoffMin = 50 * time.Millisecond
+	listenBackoffMax = 2 * time.Second
+	// cleanupTimeout bounds the UNLISTEN run before the connection goes
+	// back to the pool.
+	cleanupTimeout = time.Second
+)
+
+// errNoListener is returned by WatchReleases when the Store cannot listen.
+var errNoListener = errors.New("postgres: release notifications are disabled or there is no pool to listen on; waiters poll")
+
+// watchers is the set of active watches of one Store, by key, and the
+// state of the listener goroutine that serves them.
+type watchers struct {
+	byKey   map[string]map[*watch]struct{}
+	n       int
+	running bool               // a listener goroutine serves them
+	cancel  context.CancelFunc // stops that goroutine
+	wg      sync.WaitGroup     // every listener goroutine, also those exiting
+}
+
+type watch struct{ c chan struct{} }
+
+// wake sends a value on w.c unless one is already pending.
+func (w *watch) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// WatchReleases implements lease.ReleaseWatcher with LISTEN/NOTIFY: the
+// channel receives a value when a Release of key commits. It also receives
+// one whenever the listener (re)starts listening, since a release may have
+// gone unseen while it was not. All watches of a Store share one listener,
+// which holds one connection from the pool while any watch is active (and
+// for a short while after), and gives it back at Close.
+//
+// It returns an error, and Client.Acquire then polls, if notifications are
+// disabled, if there is no pool to listen on (see Options.ListenPool), or
+// after Close. It never blocks: the listener connects in the background.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if s.channel == "" || s.lisPool == nil {
+		return nil, nil, errNoListener
+	}
+	w := &watch{c: make(chan struct{}, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, errors.New("postgres: WatchReleases: the Store is closed")
+	}
+	if s.w.byKey == nil {
+		s.w.byKey = make(map[string]map[*watch]struct{})
+	}
+	set := s.w.byKey[key]
+	if set == nil {
+		set = make(map[*watch]struct{})
+		s.w.byKey[key] = set
+	}
+	set[w] = struct{}{}
+	s.w.n++
+	if !s.w.running {
+		lctx, cancel := context.WithCancel(context.Background())
+		s.w.running, s.w.cancel = true, cancel
+		s.w.wg.Add(1)
+		go s.listen(lctx)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if set := s.w.byKey[key]; set != nil {
+				delete(set, w)
+				if len(set) == 0 {
+					delete(s.w.byKey, key)
+				}
+			}
+			s.w.n--
+		})
+	}
+	return w.c, stop, nil
+}
+
+// wakeKey wakes the watches of key; wakeAll wakes every watch.
+func (s *Store) wakeKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.w.byKey[key] {
+		w.wake()
+	}
+}
+
+func (s *Store) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range s.w.byKey {
+		for w := range set {
+			w.wake()
+		}
+	}
+}
+
+// idleExit reports whether the listener may exit because no watch is
+// active; if so it marks the listener as stopped, under the lock, so that
+// the next WatchReleases starts a new one.
+func (s *Store) idleExit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w.n > 0 {
+		return false
+	}
+	s.w.running = false
+	s.w.cancel()
+	return true
+}
+
+// stopListener stops the listener goroutine, if any, and waits for every
+// listener goroutine to exit. The caller has set s.closed, so no new one
+// starts.
+func (s *Store) stopListener() {
+	s.mu.Lock()
+	if s.w.running {
+		s.w.cancel()
+		s.w.running = false
+	}
+	s.mu.Unlock()
+	s.w.wg.Wait()
+}
+
+// listen runs the listener until ctx ends or it has been idle for
+// listenIdle: it takes a connection from the pool, LISTENs on the Store's
+// channel and wakes the watches of each key named by a notification. It
+// reconnects, with backoff, when the connection fails.
+func (s *Store) listen(ctx context.Context) {
+	defer s.w.wg.Done()
+	backoff := listenBackoffMin
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if err == nil {
+			return // idle
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenBackoffMax)
+	}
+}
+
+// listenOnce listens on one connection. It returns nil when the listener
+// went idle, and an error when ctx ended or the connection failed.
+func (s *Store) listenOnce(ctx context.Context) error {
+	c, err := s.lisPool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release(c)
+	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	// Releases may have committed before LISTEN took effect.
+	s.wakeAll()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		n, err := c.Conn().WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			s.wakeKey(n.Payload)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case wctx.Err() != nil && !c.Conn().IsClosed():
+			if s.idleExit() {
+				return nil
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// release gives the listener's connection back to the pool without its
+// LISTEN, or closes it if that fails.
+func release(c *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if !c.Conn().IsClosed() {
+		if _, err := c.Exec(ctx, "UNLISTEN *"); err != nil {
+			_ = c.Conn().Close(ctx)
+		}
+	}
+	c.Release()
+}

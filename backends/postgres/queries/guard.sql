@@ -1,0 +1,12 @@
+-- Guard check, run inside the caller's transaction: lock the key's row
+-- FOR SHARE, so that no acquire, renew or release can change it until the
+-- transaction ends, and report whether it still shows acquisition
+-- ($2 owner, $3 token) and has not expired.
+--
+-- $1 key, $2 owner, $3 token.
+-- One row (current, owner, token, held), or no row for an unknown key.
+SELECT l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > clock_timestamp(),
+       l.owner, l.token, l.expires_at > clock_timestamp()
+FROM public.leases AS l
+WHERE l.key = $1::text
+FOR SHARE

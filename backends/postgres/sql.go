@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Default names of the lease table. The embedded migrations and queries are
+// written against them, and Options with empty names mean them.
+const (
+	DefaultSchema = "public"
+	DefaultTable  = "leases"
+)
+
+// Identifier limits: PostgreSQL truncates longer names (NAMEDATALEN − 1),
+// and the versions table of Migrate is named after the lease table with
+// the suffix versionsSuffix.
+const (
+	maxIdentLen    = 63
+	versionsSuffix = "_migrations"
+)
+
+//go:embed queries/*.sql
+var queryFiles embed.FS
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+//go:embed goose/*.sql
+var gooseFiles embed.FS
+
+// Migrations returns the versioned migrations in the file layout of
+// golang-migrate (001_lease.up.sql, 001_lease.down.sql, ...), written for
+// the default table public.leases. Migrate applies the same files with any
+// schema and table name; use Migrations only with a migration tool of your
+// own, and then keep the default names in Options.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded
+	}
+	return sub
+}
+
+// GooseMigrations returns the same migrations as Migrations in the layout
+// of goose: one file per version, with "-- +goose Up" and "-- +goose Down"
+// sections, written for the default table public.leases.
+func GooseMigrations() fs.FS {
+	sub, err := fs.Sub(gooseFiles, "goose")
+	if err != nil {
+		panic(err) // the directory is embedded
+	}
+	return sub
+}
+
+// defaultTable is how the embedded SQL names the lease table. Every
+// mention of the table in the embedded files has exactly this form, and
+// render replaces it.
+var defaultTable = regexp.MustCompile(`\bpublic\.leases\b`)
+
+// render returns sql with the default table name replaced by table, an
+// already quoted qualified name.
+func render(sql, table string) string {
+	return defaultTable.ReplaceAllLiteralString(sql, table)
+}
+
+// names holds the validated, quoted names of one lease table.
+type names struct {
+	schema, table string // as given (unquoted)
+	qualified     string // "schema"."table", quoted
+	versions      string // "schema"."table_migrations", quoted
+}
+
+func newNames(schema, table string) (names, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	for _, f := range []struct {
+		field, v string
+		max      int
+	}{
+		{"Schema", schema, maxIdentLen},
+		{"Table", table, maxIdentLen - len(versionsSuffix)},
+	} {
+		if len(f.v) > f.max {
+			return names{}, fmt.Errorf("postgres: %s %.20q… is %d bytes, longer than the limit of %d", f.field, f.v, len(f.v), f.max)
+		}
+		if strings.ContainsRune(f.v, 0) {
+			return names{}, fmt.Errorf("postgres: %s %q contains a NUL byte", f.field, f.v)
+		}
+	}
+	return names{
+		schema:    schema,
+		table:     table,
+		qualified: pgx.Identifier{schema, table}.Sanitize(),
+		versions:  pgx.Identifier{schema, table + versionsSuffix}.Sanitize(),
+	}, nil
+}
+
+// queries holds the statements of one Store, rendered for its table.
+type queries struct {
+	acquire, renew, release, inspect, guard string
+}
+
+func loadQuery(name, table string) string {
+	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic(err) // the files are embedded
+	}
+	return render(stripComments(string(b)), table)
+}
+
+func newQueries(table string) queries {
+	return queries{
+		acquire: loadQuery("acquire", table),
+		renew:   loadQuery("renew", table),
+		release: loadQuery("release", table),
+		inspect: loadQuery("inspect", table),
+		guard:   loadQuery("guard", table),
+	}
+}
+
+// stripComments drops the lines that are whole "--" comments, so that the
+// statements sent (and shown in pg_stat_activity) are short, and keeps the
+// rest unchanged.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(sql, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSpace(b.String())
+}

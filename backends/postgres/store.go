@@ -1,0 +1,287 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/golib/lease/guard"
+	"github.com/golib/lease/lease"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DB is what a Store runs its statements on: a *pgxpool.Pool, a *pgx.Conn
+// or a pgx.Tx all satisfy it. The Store never closes it, and never begins
+// a transaction on it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// pooled is the part of *pgxpool.Pool that lets a Store take a connection
+// itself, so that a failure to get one is known not to have sent anything,
+// and that gives the release listener its connection.
+type pooled interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Options configure a Store and Migrate. The zero value uses the table
+// public.leases with release notifications on.
+type Options struct {
+	// Schema holds the lease table. Default "public". Any name is allowed
+	// (it is quoted), up to 63 bytes.
+	Schema string
+
+	// Table is the lease table's name. Default "leases". Any name is
+	// allowed (it is quoted), up to 52 bytes: Migrate keeps its versions
+	// in a table named Table + "_migrations" beside it.
+	Table string
+
+	// Unlogged makes Migrate create the table UNLOGGED (or convert an
+	// existing one): no write-ahead log, so acquire and release are
+	// cheaper, but after a crash of the database server, and on a
+	// failover to a replica, the table is empty and every holder is
+	// forgotten. Tokens stay safe for fencing, because they are seeded
+	// from the database's clock. Default false. Only Migrate reads it.
+	Unlogged bool
+
+	// DisableNotify turns off release notifications: Release does not call
+	// pg_notify, and the Store does not implement waiting through LISTEN
+	// (WatchReleases returns an error, so Client.Acquire polls). Set it
+	// when the notifications are not wanted, for example behind a
+	// connection pooler in transaction mode without a ListenPool. Default
+	// false.
+	DisableNotify bool
+
+	// ListenPool is where the release listener takes its one dedicated
+	// connection from, while some Client.Acquire is waiting. Default: the
+	// db given to New, if it is a *pgxpool.Pool; otherwise waiters poll.
+	// Behind a connection pooler in transaction mode, LISTEN needs a pool
+	// that connects to the database directly.
+	ListenPool *pgxpool.Pool
+}
+
+// Store is a lease.Backend on a PostgreSQL table. It is safe for
+// concurrent use. Create it with New; call Close when done to stop the
+// release listener.
+type Store struct {
+	db      DB
+	pool    pooled // db as a pool, or nil
+	names   names
+	q       queries
+	channel string // release notifications, or "" when disabled
+
+	lisPool pooled // where the listener's connection comes from, or nil
+
+	mu     sync.Mutex
+	w      watchers // release watches and their listener
+	closed bool
+}
+
+var (
+	_ lease.Backend        = (*Store)(nil)
+	_ lease.ReleaseWatcher = (*Store)(nil)
+)
+
+// New returns a Store that runs its statements on db, a *pgxpool.Pool, a
+// *pgx.Conn, a pgx.Tx or anything else with their Exec, Query and
+// QueryRow methods. It does no I/O: the table must exist already (see
+// Migrate). The Store never closes db.
+//
+// On a *pgx.Conn or a pgx.Tx, which run one statement at a time, the
+// caller must not use db concurrently with the Store; a pool has no such
+// limit.
+func New(db DB, o Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("postgres: New: nil DB")
+	}
+	n, err := newNames(o.Schema, o.Table)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, names: n, q: newQueries(n.qualified)}
+	s.pool, _ = db.(pooled)
+	if !o.DisableNotify {
+		s.channel = channelName(n.qualified)
+		if o.ListenPool != nil {
+			s.lisPool = o.ListenPool
+		} else {
+			s.lisPool = s.pool
+		}
+	}
+	return s, nil
+}
+
+// channelName returns the LISTEN/NOTIFY channel of a lease table: a short
+// name derived from the quoted qualified table name, so that it fits the
+// 63-byte limit whatever the table is called.
+func channelName(qualified string) string {
+	sum := sha256.Sum256([]byte(qualified))
+	return "lease_released_" + hex.EncodeToString(sum[:8])
+}
+
+// Table returns the quoted, schema-qualified name of the lease table, as
+// it appears in the Store's statements.
+func (s *Store) Table() string { return s.names.qualified }
+
+// Close stops the release listener, if one is running, and returns its
+// connection to the pool. It does not close the DB given to New. Methods
+// other than WatchReleases keep working after Close.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.stopListener()
+	return nil
+}
+
+// queryRow runs one statement and scans its single result row into dest.
+// It reports whether there was a row. Errors are classified.
+func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+	db := s.db
+	if s.pool != nil {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return false, notSent(err)
+		}
+		defer c.Release()
+		db = c
+	}
+	err := db.QueryRow(ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify(err, s.names.qualified)
+	}
+	return true, nil
+}
+
+// ttlMillis converts a TTL to whole milliseconds, rounding up.
+func ttlMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// remaining converts microseconds left, as the statements return them, to
+// a duration that is never negative.
+func remaining(us int64) time.Duration {
+	return max(time.Duration(us)*time.Microsecond, 0)
+}
+
+// Acquire implements lease.Backend in one statement (queries/acquire.sql):
+// an upsert that takes the key's row over only if it has expired on the
+// database's clock, or extends it if r.Nonce holds it, and otherwise
+// returns the holder.
+func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if r.TTL <= 0 {
+		return 0, fmt.Errorf("postgres: acquire: TTL %v is not positive", r.TTL)
+	}
+	var (
+		granted bool
+		token   int64
+		holder  *string
+		left    *int64
+	)
+	ok, err := s.queryRow(ctx, s.q.acquire, []any{r.Key, r.Owner, r.Nonce, ttlMillis(r.TTL)},
+		&granted, &token, &holder, &left)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
+		// Held by an acquisition that committed after this statement's
+		// snapshot was taken: the holder is not known.
+		return 0, &lease.NotAcquiredError{Key: r.Key}
+	case !granted:
+		e := &lease.NotAcquiredError{Key: r.Key, Token: lease.Token(token)}
+		if holder != nil {
+			e.Holder = *holder
+		}
+		if left != nil {
+			e.Remaining = remaining(*left)
+		}
+		return 0, e
+	case token <= 0:
+		return 0, fmt.Errorf("postgres: acquire: table %s returned token %d", s.names.qualified, token)
+	}
+	return lease.Token(token), nil
+}
+
+// Outcomes of renew.sql and release.sql.
+const (
+	outcomeDone       = 0
+	outcomeExpired    = 1
+	outcomeSuperseded = 2
+)
+
+// lost converts the outcome of renew.sql or release.sql to an error.
+func lost(a lease.Acquisition, ok bool, outcome int32) error {
+	switch {
+	case !ok || outcome == outcomeExpired:
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
+	case outcome == outcomeSuperseded:
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
+	case outcome == outcomeDone:
+		return nil
+	}
+	return fmt.Errorf("postgres: unexpected outcome %d", outcome)
+}
+
+// Renew implements lease.Backend in one statement (queries/renew.sql).
+func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("postgres: renew: TTL %v is not positive", ttl)
+	}
+	var outcome int32
+	ok, err := s.queryRow(ctx, s.q.renew, []any{a.Key, a.Nonce, int64(a.Token), ttlMillis(ttl)}, &outcome)
+	if err != nil {
+		return err
+	}
+	return lost(a, ok, outcome)
+}
+
+// Release implements lease.Backend in one statement (queries/release.sql).
+// The row stays, with its expiry set to now, so the token is never reset.
+// Unless notifications are disabled, the statement also notifies waiting
+// acquirers when it commits.
+func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
+	var outcome int32
+	ok, err := s.queryRow(ctx, s.q.release, []any{a.Key, a.Nonce, int64(a.Token), s.channel}, &outcome)
+	if err != nil {
+		return err
+	}
+	return lost(a, ok, outcome)
+}
+
+// Inspect implements lease.Backend in one statement (queries/inspect.sql).
+func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
+	var (
+		held  bool
+		owner string
+		token int64
+		left  int64
+	)
+	rec := lease.Record{Key: key}
+	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left)
+	if err != nil || !ok {
+		return rec, err
+	}
+	rec.Token = lease.Token(token)
+	if held {
+		rec.Held, rec.Owner, rec.Remaining = true, owner, remaining(left)
+	}
+	return rec, nil
+}
+
+// Guard returns the coordinates of the acquisition snap in this Store's
+// table, for a transaction that must write only while that acquisition
+// holds the lease. Check it with CheckGuard inside the transaction.
+func (s *Store) Guard(snap lease.Snapshot) (guard.Guard, error) {
+	return guard.New(guard.Postgres, s.names.qualified, snap)
+}
