@@ -78,7 +78,6 @@ type env struct {
 	t *testing.T
 	s Suite
 	b lease.Backend
-	n atomic.Int64
 }
 
 // key returns a key unique to this subtest.
