@@ -77,7 +77,7 @@ func StartValkeyCluster(t testing.TB, primaries int) *ValkeyClusterServers {
 	}
 	procs, err := startCluster(primaries)
 	if err != nil {
-		unavailable(t, "can't start a dedicated Valkey cluster", err)
+		unavailable(t, "can't start a dedicated Valkey cluster", dedicatedErr(err, envValkeyAddr))
 	}
 	c := &ValkeyClusterServers{}
 	for _, vp := range procs {

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -43,4 +44,13 @@ func needMain(t testing.TB) {
 		t.Fatalf("testserver: shared servers need the package's TestMain to run its tests through testserver.Main:\n" +
 			"\tfunc TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }")
 	}
+}
+
+// dedicatedErr adds to err, from starting a dedicated server, that the server
+// named by env can't stand in for it.
+func dedicatedErr(err error, env string) error {
+	if os.Getenv(env) == "" {
+		return err
+	}
+	return fmt.Errorf("%w (%s is set, but a dedicated server is started here, to be killed or paused)", err, env)
 }

@@ -52,6 +52,8 @@ func stopShared() {
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()
 	}
+	// Dedicated servers went with their tests, so the spawner can go too.
+	stopSpawner()
 	valkeyShared.reset()
 	clusterShared.reset()
 	postgresShared.reset()

@@ -100,7 +100,7 @@ func StartPostgres(t testing.TB) *PostgresServer {
 	t.Helper()
 	pp, err := startPostgresProc(true)
 	if err != nil {
-		unavailable(t, "can't start a dedicated PostgreSQL server", err)
+		unavailable(t, "can't start a dedicated PostgreSQL server", dedicatedErr(err, envPostgresURL))
 	}
 	t.Cleanup(pp.close)
 	return &PostgresServer{t: t, pp: pp}

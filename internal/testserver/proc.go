@@ -244,12 +244,13 @@ func (p *process) lostPort() bool {
 }
 
 // spawner starts every server process from one goroutine locked to its OS
-// thread for the life of the test binary. The parent-death signal fires when
-// the thread that started the child exits, not the process; this thread never
-// exits.
+// thread. The parent-death signal fires when the thread that started the
+// child exits, not the process, so that thread must outlive the servers:
+// [Main] ends it only after stopping them, and leaves no goroutine behind.
 var spawner struct {
-	once sync.Once
+	mu   sync.Mutex // held for a whole spawn, so stopSpawner can't race it
 	reqs chan spawnReq
+	done chan struct{}
 }
 
 type spawnReq struct {
@@ -257,19 +258,40 @@ type spawnReq struct {
 	errc chan error
 }
 
+// spawn starts cmd on the spawner's thread.
 func spawn(cmd *exec.Cmd) error {
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread must outlive the servers
-			for req := range spawner.reqs {
-				req.errc <- req.cmd.Start()
-			}
-		}()
-	})
+	spawner.mu.Lock()
+	defer spawner.mu.Unlock()
+	if spawner.reqs == nil {
+		spawner.reqs, spawner.done = make(chan spawnReq), make(chan struct{})
+		go spawnLoop(spawner.reqs, spawner.done)
+	}
 	errc := make(chan error, 1)
 	spawner.reqs <- spawnReq{cmd, errc}
 	return <-errc
+}
+
+func spawnLoop(reqs <-chan spawnReq, done chan<- struct{}) {
+	defer close(done)
+	// Never unlocked: when this returns, the thread exits with it, which
+	// sends the parent-death signal to any server still running.
+	runtime.LockOSThread()
+	for req := range reqs {
+		req.errc <- req.cmd.Start()
+	}
+}
+
+// stopSpawner ends the spawner's goroutine and thread, if it runs, and waits
+// for it. A later spawn starts a new one.
+func stopSpawner() {
+	spawner.mu.Lock()
+	defer spawner.mu.Unlock()
+	if spawner.reqs == nil {
+		return
+	}
+	close(spawner.reqs)
+	<-spawner.done
+	spawner.reqs, spawner.done = nil, nil
 }
 
 // run runs a command to completion (initdb), as cred's user when cred is set.

@@ -92,7 +92,7 @@ func StartValkey(t testing.TB, opts ValkeyOptions) *ValkeyServer {
 	t.Helper()
 	vp, err := startValkeyProc(valkeyConfig{appendOnly: opts.AppendOnly, extra: slices.Clone(opts.ExtraArgs)})
 	if err != nil {
-		unavailable(t, "can't start a dedicated Valkey server", err)
+		unavailable(t, "can't start a dedicated Valkey server", dedicatedErr(err, envValkeyAddr))
 	}
 	t.Cleanup(vp.close)
 	return &ValkeyServer{t: t, vp: vp}
