@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/lease"
 )
@@ -137,4 +136,3 @@ func TestContextDoneBeforeSending(t *testing.T) {
 		t.Fatalf("Acquire with a cancelled context: %v, want a plain error wrapping context.Canceled", err)
 	}
 }
-
