@@ -1,0 +1,402 @@
+package valkey_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/guard"
+	"github.com/golib/lease/lease"
+)
+
+// acquire acquires key on s with a fresh nonce, failing the test otherwise.
+func acquire(t *testing.T, s *leasevalkey.Store, key, owner string, ttl time.Duration) lease.Acquisition {
+	t.Helper()
+	nonce := rand.Text()
+	tok, err := s.Acquire(ctxT(t), lease.AcquireRequest{Key: key, Owner: owner, Nonce: nonce, TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return lease.Acquisition{Key: key, Owner: owner, Nonce: nonce, Token: tok}
+}
+
+// serverMicros returns the server's clock in microseconds.
+func serverMicros(t *testing.T, c valkey.Client) int64 {
+	t.Helper()
+	vals, err := c.Do(ctxT(t), c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(vals) != 2 {
+		t.Fatalf("TIME: %v %v", vals, err)
+	}
+	sec, _ := strconv.ParseInt(vals[0], 10, 64)
+	usec, _ := strconv.ParseInt(vals[1], 10, 64)
+	return sec*1e6 + usec
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	if _, err := leasevalkey.New(nil, leasevalkey.Options{}); err == nil {
+		t.Error("New(nil client) succeeded")
+	}
+	c := standalone(t)
+	for _, p := range []string{"a{", "}", "x{y}"} {
+		if _, err := leasevalkey.New(c, leasevalkey.Options{Prefix: p}); err == nil {
+			t.Errorf("New(Prefix %q) succeeded", p)
+		}
+	}
+	s, err := leasevalkey.New(c, leasevalkey.Options{})
+	if err != nil {
+		t.Fatalf("New with zero Options: %v", err)
+	}
+	if s.Prefix() != leasevalkey.DefaultPrefix {
+		t.Errorf("New with zero Options: prefix %q, want %q", s.Prefix(), leasevalkey.DefaultPrefix)
+	}
+}
+
+// TestKeysStaySeparate acquires keys made to collide under a naive
+// {prefix:key} layout, and checks that each has its own record, exactly
+// one, named by RecordKey, in the slot its hash tag decides.
+func TestKeysStaySeparate(t *testing.T) {
+	t.Parallel()
+	keys := []string{
+		"a", "a}", "a}:token", "{a}", "{a}:x", "}{", "{", "}", "{}", "a b", " ", "%", "%7D", "a%7Db", "a}b",
+		"ключ/日本語/🔒", "{user1000}.following", strings.Repeat("}", lease.MaxKeyLen),
+	}
+	for _, topo := range []struct {
+		name   string
+		client func(testing.TB) valkey.Client
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			c := topo.client(t)
+			s := newStore(t, c)
+			held := make(map[string]lease.Acquisition)
+			for i, k := range keys {
+				held[k] = acquire(t, s, k, "owner-"+strconv.Itoa(i), time.Minute)
+			}
+			for i, k := range keys {
+				r, err := s.Inspect(ctxT(t), k)
+				if err != nil {
+					t.Fatalf("Inspect(%q): %v", k, err)
+				}
+				if want := "owner-" + strconv.Itoa(i); !r.Held || r.Owner != want || r.Token != held[k].Token {
+					t.Errorf("Inspect(%q) = %+v, want held by %s with token %d", k, r, want, held[k].Token)
+				}
+				rec := s.RecordKey(k)
+				typ, err := c.Do(ctxT(t), c.B().Type().Key(rec).Build()).ToString()
+				if err != nil || typ != "hash" {
+					t.Errorf("TYPE %q = %q, %v; want hash", rec, typ, err)
+				}
+				if topo.name == "cluster" {
+					checkSlot(t, c, k, rec)
+				}
+			}
+			// Nothing but the records exists under the prefix.
+			if topo.name == "standalone" {
+				got := scanKeys(t, c, s.Prefix()+"*")
+				if len(got) != len(keys) {
+					t.Errorf("%d keys under prefix %q, want %d: %q", len(got), s.Prefix(), len(keys), got)
+				}
+			}
+			for _, k := range keys {
+				if err := s.Release(ctxT(t), held[k]); err != nil {
+					t.Errorf("Release(%q): %v", k, err)
+				}
+			}
+		})
+	}
+}
+
+// checkSlot checks that rec lies in the slot of key's escaped form alone.
+func checkSlot(t *testing.T, c valkey.Client, key, rec string) {
+	t.Helper()
+	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
+	slotOf := func(k string) int64 {
+		n, err := c.Do(ctxT(t), c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		return n
+	}
+	if got, want := slotOf(rec), slotOf(esc); got != want {
+		t.Errorf("record of %q is in slot %d, want %d (the slot of its escaped key)", key, got, want)
+	}
+}
+
+func scanKeys(t *testing.T, c valkey.Client, match string) []string {
+	t.Helper()
+	var keys []string
+	cursor := uint64(0)
+	for {
+		e, err := c.Do(ctxT(t), c.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			return keys
+		}
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, standalone(t))
+	for _, k := range []string{"", strings.Repeat("k", 64<<10), "a\x00b", "new\nline", "\xff"} {
+		_, err := s.Acquire(ctxT(t), lease.AcquireRequest{Key: k, Owner: "o", Nonce: "n", TTL: time.Second})
+		if !errors.Is(err, lease.ErrInvalidKey) {
+			t.Errorf("Acquire(%.20q) = %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := s.Inspect(ctxT(t), k); !errors.Is(err, lease.ErrInvalidKey) {
+			t.Errorf("Inspect(%.20q) = %v, want ErrInvalidKey", k, err)
+		}
+	}
+}
+
+// TestTokens checks the token scheme: at least the server's clock in
+// microseconds, above the last token even when that is ahead of the clock,
+// and below 2^53.
+func TestTokens(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	s := newStore(t, c)
+	before := serverMicros(t, c)
+	a := acquire(t, s, "k", "o", time.Minute)
+	if int64(a.Token) < before || a.Token >= 1<<53 {
+		t.Fatalf("token %d, want between the server clock before (%d) and 2^53", a.Token, before)
+	}
+	if err := s.Release(ctxT(t), a); err != nil {
+		t.Fatal(err)
+	}
+	// A counter far ahead of the clock (as after the clock stepped back)
+	// still only goes up by one.
+	ahead := int64(1) << 52
+	if err := c.Do(ctxT(t), c.B().Hset().Key(s.RecordKey("k")).FieldValue().FieldValue("token", strconv.FormatInt(ahead, 10)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	b := acquire(t, s, "k", "o", time.Minute)
+	if int64(b.Token) != ahead+1 {
+		t.Fatalf("token after %d is %d, want %d", ahead, b.Token, ahead+1)
+	}
+	r, err := s.Inspect(ctxT(t), "k")
+	if err != nil || r.Token != b.Token {
+		t.Fatalf("Inspect = %+v, %v; want token %d", r, err, b.Token)
+	}
+}
+
+// TestReleasedRecordKeepsToken checks that Inspect of a released key still
+// reports its last token, from the record that release keeps.
+func TestReleasedRecordKeepsToken(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, standalone(t))
+	a := acquire(t, s, "k", "o", time.Minute)
+	if err := s.Release(ctxT(t), a); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Inspect(ctxT(t), "k")
+	if err != nil || r.Held || r.Owner != "" || r.Token != a.Token {
+		t.Fatalf("Inspect after release = %+v, %v; want free with token %d", r, err, a.Token)
+	}
+}
+
+func TestWrongTypeIsNotApplied(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	s := newStore(t, c)
+	rec := s.RecordKey("k")
+	if err := c.Do(ctxT(t), c.B().Set().Key(rec).Value("not a lease").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Acquire(ctxT(t), lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "secret-nonce", TTL: time.Second})
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "not a hash") {
+		t.Fatalf("Acquire on a string record = %v, want a plain error saying the record is not a hash", err)
+	}
+	if strings.Contains(err.Error(), "secret-nonce") {
+		t.Fatalf("error %q reveals the nonce", err)
+	}
+	if v, _ := c.Do(ctxT(t), c.B().Get().Key(rec).Build()).ToString(); v != "not a lease" {
+		t.Fatalf("record changed to %q", v)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	s := newStore(t, c)
+	lc, err := lease.NewClient(s, lease.ClientOptions{Owner: "guarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	h, err := lc.TryAcquire(ctxT(t), "g}{", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Guard(h.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Kind() != guard.Valkey || g.Record() != s.RecordKey("g}{") || g.Token() != h.Token() || g.Owner() != "guarded" {
+		t.Fatalf("Guard = %+v", g)
+	}
+	// The documented check, as a guarded script would make it.
+	check := valkey.NewLuaScriptReadOnly(`#!lua flags=no-writes
+local r = redis.call('HMGET', KEYS[1], 'token', 'owner', 'expires')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if r[1] == ARGV[1] and r[2] == ARGV[2] and tonumber(r[3]) > now then return 1 end
+return 0`)
+	current := func() int64 {
+		n, err := check.Exec(ctxT(t), c, []string{g.Record()}, []string{g.Token().String(), g.Owner()}).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if current() != 1 {
+		t.Fatal("guard check fails while the lease is held")
+	}
+	if err := h.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if current() != 0 {
+		t.Fatal("guard check passes after release")
+	}
+	if _, err := s.Guard(lease.Snapshot{Key: "k"}); err == nil {
+		t.Fatal("Guard of a snapshot without token succeeded")
+	}
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	for _, topo := range []struct {
+		name   string
+		client func(testing.TB) valkey.Client
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			if err := newStore(t, topo.client(t)).Check(ctxT(t)); err != nil {
+				t.Fatalf("Check on a well-configured server: %v", err)
+			}
+		})
+	}
+}
+
+func TestWatchReleases(t *testing.T) {
+	t.Parallel()
+	for _, topo := range []struct {
+		name   string
+		client func(testing.TB) valkey.Client
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, topo.client(t))
+			a := acquire(t, s, "w{}", "o", time.Minute)
+			ch1, stop1, err := s.WatchReleases(ctxT(t), "w{}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch2, stop2, err := s.WatchReleases(ctxT(t), "w{}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctxT(t), a); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range []<-chan struct{}{ch1, ch2} {
+				select {
+				case <-ch:
+				case <-ctxT(t).Done():
+					t.Fatal("no release notification")
+				}
+			}
+			stop1()
+			stop1() // a second stop is harmless
+			// The subscription outlives the first watcher, not the last.
+			b := acquire(t, s, "w{}", "o", time.Minute)
+			if err := s.Release(ctxT(t), b); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch2:
+			case <-ctxT(t).Done():
+				t.Fatal("no release notification after the other watcher stopped")
+			}
+			stop2()
+			// A new watch after the last one stopped subscribes again.
+			ch3, stop3, err := s.WatchReleases(ctxT(t), "w{}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop3()
+			c := acquire(t, s, "w{}", "o", time.Minute)
+			if err := s.Release(ctxT(t), c); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch3:
+			case <-ctxT(t).Done():
+				t.Fatal("no release notification after resubscribing")
+			}
+		})
+	}
+}
+
+// TestWaitingAcquirerWakesOnRelease runs lease.Client's wait through the
+// watcher: with a Retry far longer than the test, only the notification
+// can hand the lease over.
+func TestWaitingAcquirerWakesOnRelease(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, standalone(t))
+	lc, _ := lease.NewClient(s, lease.ClientOptions{Owner: "o"})
+	hold, _ := lease.NewPolicy(lease.PolicyOptions{TTL: time.Hour})
+	h, err := lc.TryAcquire(ctxT(t), "handover", hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Hour, Retry: 10 * time.Minute, Wait: 20 * time.Minute, OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		h2, err := lc.Acquire(ctxT(t), "handover", wait)
+		if err == nil {
+			err = h2.Release(context.Background())
+		}
+		got <- err
+	}()
+	// Release only once the waiter has seen the lease held and subscribed.
+	c := standalone(t)
+	ctx := ctxT(t)
+	for numSub(t, c, s) == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the waiting Acquire never subscribed to releases")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := h.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiting Acquire: %v", err)
+	}
+}
+
+// numSub returns the number of subscribers to the release channel of the
+// "handover" key.
+func numSub(t *testing.T, c valkey.Client, s *leasevalkey.Store) int64 {
+	t.Helper()
+	vals, err := c.Do(ctxT(t), c.B().PubsubShardnumsub().Channel(s.RecordKey("handover")+":released").Build()).ToArray()
+	if err != nil || len(vals) != 2 {
+		t.Fatalf("PUBSUB SHARDNUMSUB: %v %v", vals, err)
+	}
+	n, _ := vals[1].AsInt64()
+	return n
+}
