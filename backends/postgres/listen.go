@@ -12,9 +12,6 @@ import (
 
 // Tuning of the release listener.
 const (
-	// listenIdle is how long the listener keeps its connection after the
-	// last watcher stopped, before it gives it back to the pool.
-	listenIdle = 30 * time.Second
 	// listenBackoffMin and listenBackoffMax bound the pause before the
 	// listener tries again after losing its connection.
 	listenBackoffMin = 50 * time.Millisecond
@@ -23,6 +20,10 @@ const (
 	// back to the pool.
 	cleanupTimeout = time.Second
 )
+
+// listenIdle is how long the listener keeps its connection after the last
+// watch stopped, before it gives it back to the pool.
+const listenIdle = 30 * time.Second
 
 // errNoListener is returned by WatchReleases when the Store cannot listen.
 var errNoListener = errors.New("postgres: release notifications are disabled or there is no pool to listen on; waiters poll")
@@ -186,7 +187,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	// Releases may have committed before LISTEN took effect.
 	s.wakeAll()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		wctx, cancel := context.WithTimeout(ctx, s.idle)
 		n, err := c.Conn().WaitForNotification(wctx)
 		cancel()
 		switch {

@@ -78,7 +78,8 @@ type Store struct {
 	q       queries
 	channel string // release notifications, or "" when disabled
 
-	lisPool pooled // where the listener's connection comes from, or nil
+	lisPool pooled        // where the listener's connection comes from, or nil
+	idle    time.Duration // listenIdle, or shorter in tests
 
 	mu     sync.Mutex
 	w      watchers // release watches and their listener
@@ -106,7 +107,7 @@ func New(db DB, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, names: n, q: newQueries(n.qualified)}
+	s := &Store{db: db, names: n, q: newQueries(n.qualified), idle: listenIdle}
 	s.pool, _ = db.(pooled)
 	if !o.DisableNotify {
 		s.channel = channelName(n.qualified)

@@ -1,0 +1,196 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/lease"
+)
+
+// receive waits for a value on c, failing the test after a generous time.
+func receive(t *testing.T, what string, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no wake-up", what)
+	}
+}
+
+func watch(t *testing.T, s *leasepostgres.Store, key string) <-chan struct{} {
+	t.Helper()
+	c, stop, err := s.WatchReleases(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("WatchReleases(%q): %v", key, err)
+	}
+	t.Cleanup(stop)
+	return c
+}
+
+// eventually polls cond until it holds, failing the test after a generous
+// time.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 30s", what)
+		}
+	}
+}
+
+func TestWatchReleasesWakesOnRelease(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k1", Owner: "o", Nonce: "n", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, c2 := watch(t, s, "k1"), watch(t, s, "k2")
+	// The listener wakes every watch once it listens: a release may have
+	// gone unseen before.
+	receive(t, "start of listening (k1)", c1)
+	receive(t, "start of listening (k2)", c2)
+	if err := s.Release(ctx, lease.Acquisition{Key: "k1", Nonce: "n", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, "release of k1", c1)
+	select {
+	case <-c2:
+		t.Fatal("the watch of k2 woke up for the release of k1")
+	default:
+	}
+}
+
+// TestOneListenerPerStore: many watches share one connection, which Close
+// gives back to the pool.
+func TestOneListenerPerStore(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), nil)
+	s := newStore(t, pool, leasepostgres.Options{})
+	ctx := ctxT(t)
+	var cs []<-chan struct{}
+	for _, key := range []string{"a", "b", "c", "a", "b", "c"} {
+		c, stop, err := s.WatchReleases(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		receive(t, "start of listening", c)
+	}
+	if n := pool.Stat().AcquiredConns(); n != 1 {
+		t.Fatalf("%d connections taken from the pool, want 1", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("after Close: %d connections taken from the pool, want 0", n)
+	}
+	if _, _, err := s.WatchReleases(ctx, "a"); err == nil {
+		t.Fatal("WatchReleases after Close succeeded")
+	}
+	// The connection came back without its LISTEN.
+	var listening int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_listening_channels()").Scan(&listening); err != nil || listening != 0 {
+		t.Fatalf("a pooled connection listens on %d channels (%v)", listening, err)
+	}
+	// The pool itself still works.
+	if _, err := s.Inspect(ctx, "a"); err != nil {
+		t.Fatalf("Inspect after Close: %v", err)
+	}
+}
+
+// TestListenerGoesIdle: the listener gives its connection back when no
+// watch is left.
+func TestListenerGoesIdle(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), nil)
+	s := newStore(t, pool, leasepostgres.Options{})
+	leasepostgres.SetListenIdle(s, 100*time.Millisecond)
+	c, stop, err := s.WatchReleases(ctxT(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, "start of listening", c)
+	stop()
+	eventually(t, "connection back in the pool", func() bool { return pool.Stat().AcquiredConns() == 0 })
+	// A new watch starts a new listener.
+	receive(t, "start of listening again", watch(t, s, "k"))
+}
+
+// TestListenerReconnects: when its connection is killed, the listener
+// takes another and wakes every watch, since releases may have been
+// missed.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), nil)
+	s := newStore(t, pool, leasepostgres.Options{})
+	ctx := ctxT(t)
+	c := watch(t, s, "k")
+	receive(t, "start of listening", c)
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, "listening again", c)
+	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, lease.Acquisition{Key: "k", Nonce: "n", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, "release after reconnecting", c)
+}
+
+func TestDisableNotify(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{DisableNotify: true})
+	if _, _, err := s.WatchReleases(ctxT(t), "k"); err == nil {
+		t.Fatal("WatchReleases with DisableNotify succeeded")
+	}
+}
+
+// TestWaiterWakesOnRelease: a Client.Acquire waiting for a held key gets
+// it as soon as it is released, long before its next retry (a minute).
+func TestWaiterWakesOnRelease(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), func(c *pgxpool.Config) { c.MaxConns = 4 })
+	s := newStore(t, pool, leasepostgres.Options{})
+	ctx := ctxT(t)
+	p := policy(t, lease.PolicyOptions{TTL: 5 * time.Minute, Retry: time.Minute, Wait: 3 * time.Minute})
+	holder, err := newClient(t, s, "holder").TryAcquire(ctx, "job", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second) // well below Retry
+	defer cancel()
+	go func() {
+		h, err := newClient(t, s, "waiter").Acquire(wctx, "job", p)
+		if err == nil && h.Token() <= holder.Token() {
+			err = errUnexpectedSuccess
+		}
+		got <- err
+	}()
+	eventually(t, "the waiter listens", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n)
+		return err == nil && n == 1
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
