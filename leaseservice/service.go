@@ -28,8 +28,10 @@ import (
 )
 
 // Func is the work done while holding the lease. ctx is cancelled when the
-// lease is lost or Run's context ends; h is the term's acquisition, whose
-// token should accompany every protected write.
+// lease is lost (with a cause wrapping lease.ErrLost) or when Run's context
+// ends (with its cause); the lease is renewed until Func returns, so
+// cleanup after a shutdown still runs under it. h is the term's
+// acquisition, whose token should accompany every protected write.
 type Func func(ctx context.Context, h *lease.Handle) error
 
 // Options configure a Service. The zero value campaigns forever.
@@ -119,9 +121,9 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	}
 	// Campaign with Acquire calls that wait at least a TTL, so that they
 	// are woken by releases where the backend can tell.
-	if po.Wait < po.TTL {
-		po.Wait, po.MaxAttempts = po.TTL, 0
-	}
+	// Each Acquire keeps going until Wait: no cap on attempts, which would
+	// make the campaign loop try again without a pause.
+	po.Wait, po.MaxAttempts = max(po.Wait, po.TTL), 0
 	campaign, err := lease.NewPolicy(po)
 	if err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
@@ -205,7 +207,15 @@ func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
 // term runs the function under h and releases h afterwards. It returns the
 // function's error (unless caused by loss or ctx) and the release's.
 func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr error) {
-	m := h.StartManaged(ctx)
+	// Renew until the function has returned, also after ctx ended: the
+	// function may still be cleaning up under the lease. Its own context
+	// ends at the loss or when ctx ends, whichever comes first.
+	m := h.StartManaged(context.WithoutCancel(ctx))
+	fctx, cancel := context.WithCancelCause(m.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+
 	s.mu.Lock()
 	s.handle = h
 	s.mu.Unlock()
@@ -214,31 +224,36 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 
 	done := make(chan error, 1)
 	go func() {
-		done <- s.safeCall(m.Context(), h)
+		done <- s.safeCall(fctx, h)
 	}()
 	var err error
+	lostSeen := false
 	select {
 	case err = <-done:
 	case <-m.Lost():
 		s.leader.Store(false)
+		lostSeen = true
 		s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
 		err = <-done
 	}
 	s.leader.Store(false)
-	lost := m.Err() != nil
-	if m.Context().Err() != nil {
+	if fctx.Err() != nil {
 		err = nil // the function stopped because the lease was lost or ctx ended
 	}
 
 	// Release even after a loss: if the backend was only unreachable, it
 	// may still show this acquisition, and releasing frees the key sooner.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
-	defer cancel()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+	defer rcancel()
 	releaseErr = h.Release(rctx)
+	_ = m.Stop(rctx)
+	lost := m.Err() != nil
 	if lost {
 		releaseErr = nil // the acquisition was already over; nothing to report
+		if !lostSeen {   // lost after the function returned, before the release
+			s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
+		}
 	}
-	_ = m.Stop(rctx)
 	s.mu.Lock()
 	s.handle = nil
 	s.mu.Unlock()

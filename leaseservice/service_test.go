@@ -12,10 +12,7 @@ import (
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseservice"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func policy(t *testing.T, ttl time.Duration) lease.Policy {
 	t.Helper()
