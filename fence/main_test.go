@@ -1,0 +1,97 @@
+package fence_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	valkey "github.com/valkey-io/valkey-go"
+	"go.uber.org/goleak"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+func TestMain(m *testing.M) {
+	code := testserver.Main(m)
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakOptions ignore the harness's process spawner, which lives as long as
+// the test binary by design.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newPool returns a pool on a fresh database of the shared server, with
+// the default fences table migrated.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := testserver.Postgres(t).NewDatabase(t)
+	ctx := ctxT(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return pool
+}
+
+// newValkey returns a valkey-go client for the servers at addrs, closed
+// when t ends.
+func newValkey(t testing.TB, addrs ...string) valkey.Client {
+	t.Helper()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("valkey.NewClient(%v): %v", addrs, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func standalone(t testing.TB) valkey.Client {
+	t.Helper()
+	return newValkey(t, testserver.Valkey(t).Addr())
+}
+
+func cluster(t testing.TB) valkey.Client {
+	t.Helper()
+	return newValkey(t, testserver.ValkeyCluster(t).Addrs()...)
+}
+
+var prefixes atomic.Int64
+
+// newFence returns a Valkey fence on c with a prefix of its own.
+func newFence(t testing.TB, c valkey.Client) *fence.Valkey {
+	t.Helper()
+	v, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
+	if err != nil {
+		t.Fatalf("NewValkey: %v", err)
+	}
+	return v
+}
+
+// snap returns a snapshot of lease key with token.
+func snap(key string, token lease.Token) lease.Snapshot {
+	return lease.Snapshot{Key: key, Owner: "owner-of-" + token.String(), Token: token}
+}

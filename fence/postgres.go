@@ -1,0 +1,301 @@
+package fence
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/golib/lease/lease"
+)
+
+// DefaultSchema and DefaultTable name the fences table when TableOptions
+// leave them empty.
+const (
+	DefaultSchema = "public"
+	DefaultTable  = "lease_fences"
+)
+
+// defaultQualified is how the embedded SQL names the fences table; Table
+// replaces it with the configured name.
+const defaultQualified = "public.lease_fences"
+
+var (
+	//go:embed migrations/*.sql
+	migrationFiles embed.FS
+	//go:embed queries/advance.sql
+	advanceSQL string
+)
+
+// Migrations returns the embedded migrations of the fences table, for
+// migration tools (goose, golang-migrate): NNN_name.up.sql and
+// NNN_name.down.sql, naming the table public.lease_fences. Migrate applies
+// them itself, under any schema and table name.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded directory exists
+	}
+	return sub
+}
+
+// Beginner begins a transaction: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
+// (which begins a savepoint). See WithTxOptions for an isolation level.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// TxBeginner begins a transaction with options: a *pgxpool.Pool or a
+// *pgx.Conn.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+}
+
+// WithTxOptions returns a Beginner whose Begin calls db.BeginTx with o, so
+// that Tx runs at o's isolation level and access mode:
+//
+//	fence.Tx(ctx, fence.WithTxOptions(pool, pgx.TxOptions{IsoLevel: pgx.Serializable}), snap, resources, fn)
+func WithTxOptions(db TxBeginner, o pgx.TxOptions) Beginner {
+	return txOptions{db: db, o: o}
+}
+
+type txOptions struct {
+	db TxBeginner
+	o  pgx.TxOptions
+}
+
+func (b txOptions) Begin(ctx context.Context) (pgx.Tx, error) { return b.db.BeginTx(ctx, b.o) }
+
+// TableOptions name a fences table. The zero value names
+// public.lease_fences.
+type TableOptions struct {
+	// Schema holds the table. Default DefaultSchema ("public").
+	Schema string
+	// Table is the table's name. Default DefaultTable ("lease_fences").
+	// Migrate records applied migrations in Table + "_migrations" beside
+	// it, so Table is at most 52 bytes.
+	Table string
+}
+
+// Table is a fences table in PostgreSQL: one row per resource with the
+// lease key it is fenced by and the highest token it has accepted. Its
+// methods take the database on each call, so one Table serves every pool,
+// connection and transaction. It is immutable and safe for concurrent use.
+type Table struct {
+	schema, table string
+	qualified     string // quoted schema.table
+	versions      string // quoted schema.table_migrations
+	advance       string
+}
+
+// maxIdentLen is PostgreSQL's limit on identifiers, in bytes.
+const maxIdentLen = 63
+
+// NewTable returns the fences table o names. It fails, wrapping ErrInvalid,
+// if a name is too long or not valid UTF-8; names are quoted, so any other
+// characters are allowed. It does not talk to the database: run Migrate
+// (or apply Migrations) first.
+func NewTable(o TableOptions) (*Table, error) {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	for _, f := range []struct{ field, name string }{
+		{"Schema", o.Schema},
+		{"Table + \"_migrations\"", o.Table + "_migrations"},
+	} {
+		if len(f.name) > maxIdentLen || !utf8.ValidString(f.name) || strings.ContainsRune(f.name, 0) {
+			return nil, invalid("TableOptions.%s %q must be valid UTF-8 without NUL, at most %d bytes", f.field, f.name, maxIdentLen)
+		}
+	}
+	t := &Table{
+		schema:    o.Schema,
+		table:     o.Table,
+		qualified: pgx.Identifier{o.Schema, o.Table}.Sanitize(),
+		versions:  pgx.Identifier{o.Schema, o.Table + "_migrations"}.Sanitize(),
+	}
+	t.advance = t.render(advanceSQL)
+	return t, nil
+}
+
+// render replaces the default table name in embedded SQL with t's.
+func (t *Table) render(sql string) string {
+	return strings.ReplaceAll(sql, defaultQualified, t.qualified)
+}
+
+// Name returns the table's quoted, schema-qualified name.
+func (t *Table) Name() string { return t.qualified }
+
+var defaultFences = func() *Table {
+	t, err := NewTable(TableOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
+
+// Tx runs fn in a transaction fenced by snap on the default fences table,
+// public.lease_fences. See Table.Tx.
+func Tx(ctx context.Context, db Beginner, snap lease.Snapshot, resources []string, fn func(pgx.Tx) error) error {
+	return defaultFences.Tx(ctx, db, snap, resources, fn)
+}
+
+// Claim advances the fences of resources to snap on the default fences
+// table, writing nothing else. See Table.Claim.
+func Claim(ctx context.Context, db Beginner, snap lease.Snapshot, resources ...string) error {
+	return defaultFences.Claim(ctx, db, snap, resources...)
+}
+
+// Tx begins a transaction on db, checks and advances the fence of every
+// resource in resources to snap, runs fn in the transaction, and commits.
+//
+// The fences are checked with one statement, before fn runs, in sorted
+// order without duplicates, so transactions that name the same resources in
+// any order never deadlock on the fences. Each fence's row stays locked
+// until the transaction ends: fenced transactions on a resource run one
+// after the other. If any fence refuses snap (see Mark.Admit), fn is not
+// called, everything is rolled back, and Tx returns the *StaleError or
+// *ForeignLeaseError of the first refusing resource in sorted order. If fn
+// returns an error, or panics, everything is rolled back, the fences
+// included, and Tx returns fn's error (a serialization failure or deadlock
+// in fn comes back as a *ConflictError wrapping it).
+//
+// db may be a pool, a connection or a transaction; in a transaction Tx uses
+// a savepoint, and nothing is durable until the outer transaction commits.
+// The transaction runs at db's default isolation level; WithTxOptions
+// picks another. The fence is correct at every level: at REPEATABLE READ
+// and SERIALIZABLE a concurrent fenced write surfaces as a serialization
+// failure, which Tx returns as a *ConflictError (ErrConflict, IsRetryable)
+// for the caller to retry the whole transaction.
+//
+// The fence costs one round trip over fn's own statements. Tokens of 2^63
+// and above do not fit a bigint and are refused with ErrInvalid before any
+// I/O. A failed COMMIT whose outcome is unknown (the connection broke) is
+// reported as lease.ErrIndeterminate.
+func (t *Table) Tx(ctx context.Context, db Beginner, snap lease.Snapshot, resources []string, fn func(pgx.Tx) error) error {
+	rs, err := t.prepare(db, snap, resources)
+	if err != nil {
+		return err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		if isConflict(err) {
+			return &ConflictError{Resources: rs, Err: err}
+		}
+		return fmt.Errorf("fence: resources %q: begin: %w", rs, err)
+	}
+	// After a commit, Rollback is a no-op; on every other path (errors,
+	// panics) it ends the transaction or savepoint.
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := t.check(ctx, tx, snap, rs); err != nil {
+		return err
+	}
+	if fn != nil {
+		if err := fn(tx); err != nil {
+			if isConflict(err) {
+				return &ConflictError{Resources: rs, Err: err}
+			}
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return commitError(rs, err)
+	}
+	return nil
+}
+
+// Claim advances the fences of resources to snap and commits, writing
+// nothing else: from then on, writes with older tokens are refused even if
+// the new holder has not written yet. It is Tx with an empty fn, and
+// returns the same errors.
+func (t *Table) Claim(ctx context.Context, db Beginner, snap lease.Snapshot, resources ...string) error {
+	return t.Tx(ctx, db, snap, resources, nil)
+}
+
+// prepare validates a fenced transaction before any I/O.
+func (t *Table) prepare(db Beginner, snap lease.Snapshot, resources []string) ([]string, error) {
+	if db == nil {
+		return nil, invalid("nil database")
+	}
+	if err := validSnapshot(snap); err != nil {
+		return nil, err
+	}
+	if snap.Token > math.MaxInt64 {
+		return nil, invalid("token %d of lease %q does not fit a PostgreSQL bigint (largest 2^63−1)", snap.Token, snap.Key)
+	}
+	return sortedResources(resources)
+}
+
+// check runs the advance statement and applies its verdict.
+func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []string) error {
+	rows, err := tx.Query(ctx, t.advance, rs, snap.Key, int64(snap.Token), snap.Owner)
+	if err != nil {
+		return t.statementError(rs, err)
+	}
+	marks := make(map[string]Mark, len(rs))
+	var (
+		resource, key string
+		token         int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&resource, &key, &token}, func() error {
+		marks[resource] = Mark{Key: key, Token: lease.Token(token)}
+		return nil
+	})
+	if err != nil {
+		return t.statementError(rs, err)
+	}
+	want := Mark{Key: snap.Key, Token: snap.Token}
+	for _, r := range rs {
+		m, ok := marks[r]
+		switch {
+		case !ok:
+			return fmt.Errorf("fence: resource %q: the fences table %s returned no row for it", r, t.qualified)
+		case m == want:
+			continue
+		case m.Key != snap.Key:
+			return &ForeignLeaseError{Resource: r, Key: snap.Key, Token: snap.Token, FencedBy: m.Key, Current: m.Token}
+		}
+		return &StaleError{Resource: r, Key: snap.Key, Token: snap.Token, Current: m.Token}
+	}
+	return nil
+}
+
+// statementError explains an error of the fence statement.
+func (t *Table) statementError(rs []string, err error) error {
+	if isConflict(err) {
+		return &ConflictError{Resources: rs, Err: err}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "42P01" || pgErr.Code == "3F000":
+			return fmt.Errorf("fence: resources %q: fences table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, err)
+		case pgErr.Code == "42501":
+			return fmt.Errorf("fence: resources %q: permission denied on fences table %s (grant SELECT, INSERT, UPDATE on it): %w", rs, t.qualified, err)
+		}
+	}
+	return fmt.Errorf("fence: resources %q: fence statement failed, nothing written: %w", rs, err)
+}
+
+// commitError explains a failed COMMIT.
+func commitError(rs []string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case isConflict(err):
+		return &ConflictError{Resources: rs, Err: err}
+	case errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC":
+		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
+	case pgconn.SafeToRetry(err):
+		return fmt.Errorf("fence: resources %q: commit not sent, nothing written: %w", rs, err)
+	}
+	return lease.Indeterminate(fmt.Errorf("fence: resources %q: commit: %w", rs, err))
+}

@@ -1,0 +1,200 @@
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/lease"
+)
+
+// DefaultPrefix starts the name of every fence key when ValkeyOptions
+// leave Prefix empty.
+const DefaultPrefix = "fence:"
+
+//go:embed lua/fence.lua
+var fenceLua string
+
+// fenceScript is loaded with SCRIPT LOAD, so the server computes its hash,
+// then run with EVALSHA (falling back to EVAL once after the server forgot
+// it). It is deliberately not NewLuaScriptRetryable: valkey-go must not
+// resend a write that may already have been applied.
+var fenceScript = valkey.NewLuaScript(fenceLua, valkey.WithLoadSHA1(true))
+
+// ValkeyOptions configure a Valkey fence. The zero value is valid.
+type ValkeyOptions struct {
+	// Prefix starts the name of every fence key. Default DefaultPrefix
+	// ("fence:"). It must not contain '{' or '}'.
+	Prefix string
+}
+
+// Valkey runs fenced writes on a Valkey server or cluster: each call to
+// Do is one Lua script that checks and advances the resource's fence and
+// applies the commands, atomically, in one round trip.
+//
+// A resource's fence key is Prefix + "{" + resource + "}" (see FenceKey),
+// a hash that is never deleted and never expires. The braces are a hash
+// tag: every key a fenced write touches must be in the same hash slot,
+// which the keys are when they carry the same tag, as in
+// "invoice:{billing/2026-11}:total" for the resource "billing/2026-11".
+// Do checks that before sending anything.
+//
+// Valkey is safe for concurrent use; it never closes the client.
+type Valkey struct {
+	client valkey.Client
+	prefix string
+}
+
+// NewValkey returns a Valkey fence on client (standalone, sentinel or
+// cluster). It fails if client is nil or o is invalid; it does not talk to
+// the server.
+func NewValkey(client valkey.Client, o ValkeyOptions) (*Valkey, error) {
+	if client == nil {
+		return nil, invalid("NewValkey: nil client")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, invalid("ValkeyOptions.Prefix %q must not contain '{' or '}'", o.Prefix)
+	}
+	return &Valkey{client: client, prefix: o.Prefix}, nil
+}
+
+// FenceKey returns the name of the fence key of resource:
+// Prefix + "{" + resource + "}". Keys written under the fence must hash to
+// its slot; the simplest way is to put "{" + resource + "}" in them.
+func (v *Valkey) FenceKey(resource string) string { return v.prefix + "{" + resource + "}" }
+
+// Claim advances the fence of resource to snap, writing nothing else: from
+// then on, writes with older tokens are refused even if the new holder has
+// not written yet. It is Do without commands.
+func (v *Valkey) Claim(ctx context.Context, snap lease.Snapshot, resource string) error {
+	_, err := v.Do(ctx, snap, resource, nil...)
+	return err
+}
+
+// Do applies cmds, in order, if the fence of resource admits snap (see
+// Mark.Admit), and advances the fence; it returns one reply per command.
+//
+// Everything happens in one script, in one round trip: no other client
+// sees the fence checked but the commands not applied, or some commands
+// applied and not others. Before writing anything the script checks that
+// every command will succeed (no WRONGTYPE, INCRBY on an integer that
+// cannot overflow) and refuses the whole group if not, so the group is
+// applied entirely or not at all. Replicas and the append-only file receive
+// the fence and the commands together.
+//
+// If the fence refuses snap, nothing is written and Do returns a
+// *StaleError or a *ForeignLeaseError. Before any I/O Do checks snap, the
+// resource name (ValidateResource, and no '{' or '}'), and that every key
+// is in the hash slot of the fence key and is not the fence key; it
+// returns an error wrapping ErrInvalid otherwise. A reply error from the
+// server means nothing was written. A transport error after the request
+// was sent matches lease.ErrIndeterminate: the write may have been applied.
+func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
+	keys, args, err := v.encode(snap, resource, cmds)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("fence: resource %q: not sent: %w", resource, context.Cause(ctx))
+	}
+	msg, err := fenceScript.Exec(ctx, v.client, keys, args).ToMessage()
+	if err != nil {
+		return nil, classify(resource, err)
+	}
+	return outcome(resource, snap, msg)
+}
+
+// encode checks a fenced write and returns the script's KEYS and ARGV.
+func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (keys, args []string, err error) {
+	if err := validSnapshot(snap); err != nil {
+		return nil, nil, err
+	}
+	if err := ValidateResource(resource); err != nil {
+		return nil, nil, err
+	}
+	if strings.ContainsAny(resource, "{}") {
+		return nil, nil, invalid("Valkey resource %q must not contain '{' or '}': it is the hash tag of its keys", resource)
+	}
+	fk := v.FenceKey(resource)
+	slot := keySlot(fk)
+	keys = []string{fk}
+	index := map[string]int{}
+	args = []string{snap.Key, snap.Token.String(), snap.Owner, strconv.Itoa(len(cmds))}
+	for i, c := range cmds {
+		if err := c.check(); err != nil {
+			return nil, nil, invalid("resource %q: command %d: %v", resource, i+1, err)
+		}
+		if c.key == fk {
+			return nil, nil, invalid("resource %q: command %d: %s writes the fence key", resource, i+1, c)
+		}
+		if s := keySlot(c.key); s != slot {
+			return nil, nil, invalid("resource %q: command %d: key %q is in hash slot %d, not in slot %d of the fence key %q (put {%s} in the key)",
+				resource, i+1, c.key, s, slot, fk, resource)
+		}
+		ki, ok := index[c.key]
+		if !ok {
+			keys = append(keys, c.key)
+			ki = len(keys) // Lua indexes from 1
+			index[c.key] = ki
+		}
+		args = append(args, c.name, strconv.Itoa(ki), strconv.Itoa(len(c.args)))
+		args = append(args, c.args...)
+	}
+	return keys, args, nil
+}
+
+// outcome reads the script's reply.
+func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]valkey.ValkeyMessage, error) {
+	arr, err := msg.ToArray()
+	if err != nil || len(arr) == 0 {
+		return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
+	}
+	code, _ := arr[0].AsInt64()
+	if code == 1 && len(arr) == 2 {
+		if arr[1].IsNil() { // no commands: Lua's empty table
+			return nil, nil
+		}
+		replies, err := arr[1].ToArray()
+		if err != nil {
+			return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
+		}
+		return replies, nil
+	}
+	if (code == 2 || code == 3) && len(arr) == 3 {
+		key, _ := arr[1].ToString()
+		tok, _ := arr[2].ToString()
+		cur, err := strconv.ParseUint(tok, 10, 64)
+		if err == nil && code == 2 {
+			return nil, &StaleError{Resource: resource, Key: snap.Key, Token: snap.Token, Current: lease.Token(cur)}
+		}
+		if err == nil {
+			return nil, &ForeignLeaseError{Resource: resource, Key: snap.Key, Token: snap.Token, FencedBy: key, Current: lease.Token(cur)}
+		}
+	}
+	return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
+}
+
+// classify explains an error from valkey-go. A reply error from the server
+// means the script refused the write (or never ran) and wrote nothing; a
+// connection that could not be opened means nothing was sent; anything else
+// may have been applied.
+func classify(resource string, err error) error {
+	if _, ok := valkey.IsValkeyErr(err); ok {
+		return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) {
+		return fmt.Errorf("fence: resource %q: could not connect, not sent: %w", resource, err)
+	}
+	return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
+}
