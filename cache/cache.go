@@ -1,0 +1,317 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/lease"
+)
+
+// Options configure a Cache. Only TTL is required; every other zero value
+// means the default given with the field.
+type Options struct {
+	// TTL is how long a published value stays fresh, on the server's
+	// clock. Required; at least 1ms. The server keeps whole milliseconds
+	// and rounds up.
+	TTL time.Duration
+
+	// StaleFor is how long after TTL a value is kept, to be served to a
+	// Get that finds it past its TTL while another process holds the
+	// refresh lease: such a Get returns at once with Outcome Stale instead
+	// of waiting. Default 0: a value is deleted when its TTL passes and
+	// every Get without a fresh value waits for the refresh.
+	StaleFor time.Duration
+
+	// Wait bounds how long Get waits for a value that another process is
+	// loading; after it Get returns an error matching ErrWaitTimeout. The
+	// caller's context bounds the wait too. Default 30s.
+	Wait time.Duration
+
+	// LeaseTTL is the TTL of the refresh lease. It is renewed every
+	// LeaseTTL/3 while a load runs, so a load may take longer; it is also
+	// how long a refresher that died without releasing the lease keeps
+	// others waiting. At least lease.MinTTL. Default 10s.
+	LeaseTTL time.Duration
+
+	// Prefix starts the key of every refresh lease (Prefix + cache key)
+	// and the name of every key and channel the Cache keeps on the server,
+	// so that ACL rules can name them (~cache:* and &cache:*). Caches that
+	// share a Prefix and a lease Store on the same servers share their
+	// entries. It must not contain '{' or '}'. Default DefaultPrefix
+	// ("cache:").
+	Prefix string
+
+	// Observer receives an event for every Get, load, publication and
+	// invalidation. Default NopObserver.
+	Observer Observer
+}
+
+// Defaults of Options.
+const (
+	DefaultWait     = 30 * time.Second
+	DefaultLeaseTTL = 10 * time.Second
+)
+
+// maxReloads is how many times a Get loads again after its publication was
+// refused because the entry was invalidated while it loaded.
+const maxReloads = 3
+
+// LoadFunc computes the value of a cache entry from its source. It runs
+// while its caller holds the entry's refresh lease, under a context that
+// is cancelled if the lease is lost or every Get waiting for it gives up.
+// token is the refresh lease's fencing token, for writes the load makes
+// elsewhere. The returned slice must not be modified afterwards: it is
+// published and handed to every Get waiting for it.
+type LoadFunc func(ctx context.Context, token lease.Token) ([]byte, error)
+
+// Outcome says how Get obtained the value it returned.
+type Outcome int
+
+const (
+	// Hit means a fresh value was on the server: one round trip.
+	Hit Outcome = iota + 1
+	// Loaded means this Get ran its load function and published the value.
+	Loaded
+	// Shared means another Get loaded the value, in this process or
+	// another one, and this one waited for it.
+	Shared
+	// Stale means the value is past its TTL (but within StaleFor) and
+	// another process is refreshing it.
+	Stale
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Hit:
+		return "hit"
+	case Loaded:
+		return "loaded"
+	case Shared:
+		return "shared"
+	case Stale:
+		return "stale"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Info describes the value a Get returned.
+type Info struct {
+	// Outcome says how Get obtained it.
+	Outcome Outcome
+	// Token is the token of the refresh lease's acquisition that published
+	// the value; 0 for a Stale value.
+	Token lease.Token
+}
+
+// A Cache reads, loads, publishes and invalidates entries on the Valkey
+// servers behind one valkey-go client, with refresh leases from one
+// lease.Client on a Valkey lease Store. It is safe for concurrent use.
+type Cache struct {
+	client valkey.Client
+	leases *lease.Client
+	store  *leasevalkey.Store
+	policy lease.Policy
+	prefix string
+	ttl    time.Duration
+	stale  time.Duration
+	wait   time.Duration
+	obs    Observer // nil means NopObserver: no event is built
+
+	mu      sync.Mutex
+	flights map[string]*flight // by cache key; see flight.go
+}
+
+// New returns a Cache that keeps its entries on the servers behind client
+// and takes refresh leases from leases, whose backend must be a Valkey
+// lease Store (*leasevalkey.Store) built on the same servers: every
+// publication checks the refresh lease's record in the same script that
+// writes the value, so the record and the entry must live on one server,
+// in one hash slot. New fails if an argument is nil, the backend is not a
+// *leasevalkey.Store, or an option is invalid. It does not talk to the
+// server. The Cache never closes client.
+func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) {
+	if client == nil {
+		return nil, errors.New("cache: New: nil valkey client")
+	}
+	if leases == nil {
+		return nil, errors.New("cache: New: nil lease client")
+	}
+	store, ok := leases.Backend().(*leasevalkey.Store)
+	if !ok {
+		return nil, fmt.Errorf("cache: New: the lease client's backend is a %T, not a *leasevalkey.Store: the refresh lease must live next to the entries it guards", leases.Backend())
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Wait == 0 {
+		o.Wait = DefaultWait
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	switch {
+	case strings.ContainsAny(o.Prefix, "{}"):
+		return nil, fmt.Errorf("cache: New: Prefix %q must not contain '{' or '}'", o.Prefix)
+	case o.TTL < time.Millisecond:
+		return nil, fmt.Errorf("cache: New: TTL (%v) must be at least 1ms", o.TTL)
+	case o.StaleFor < 0:
+		return nil, fmt.Errorf("cache: New: StaleFor (%v) must not be negative", o.StaleFor)
+	case o.Wait < 0:
+		return nil, fmt.Errorf("cache: New: Wait (%v) must not be negative", o.Wait)
+	}
+	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: o.LeaseTTL})
+	if err != nil {
+		return nil, fmt.Errorf("cache: New: LeaseTTL: %w", err)
+	}
+	c := &Cache{client: client, leases: leases, store: store, policy: policy,
+		prefix: o.Prefix, ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
+	if c.obs == NopObserver {
+		c.obs = nil
+	}
+	return c, nil
+}
+
+// LeaseKey returns the key of the refresh lease of the cache entry key:
+// Prefix + key. Acquire it through the Cache's lease client to publish
+// with Publish.
+func (c *Cache) LeaseKey(key string) string { return c.prefix + key }
+
+// observe passes the event made by mk to the observer, if there is one.
+func (c *Cache) observe(mk func() Event) {
+	if c.obs != nil {
+		c.obs.Observe(mk())
+	}
+}
+
+// Get returns the value of key: at once if a fresh value is on the server
+// (one round trip); otherwise it is a singleflight.Do across every process
+// that shares the servers and Prefix. Exactly one caller at a time, in
+// whichever process gets key's refresh lease, runs its load function and
+// publishes the value; the other callers wait for that publication (woken
+// by a message the publication sends, not by polling) and return it, or,
+// with StaleFor set and a value past its TTL, return that value at once
+// marked Stale. Info says which happened.
+//
+// The wait is bounded by ctx and Options.Wait. If the refresher dies, its
+// lease expires after LeaseTTL and a waiting caller takes over.
+//
+// load runs in a goroutine of the Cache, under a context that is cancelled
+// when every caller waiting for it has given up, or when the refresh lease
+// is lost. If load returns an error, panics (reported as a *PanicError), or
+// loses the lease, nothing is published, the lease is released, and the
+// callers waiting for it in this process get the error; the next Get
+// refreshes again. If the entry is invalidated while load runs, its value
+// is not published and load runs again (up to 3 times).
+//
+// Within one process, callers share one load and one wait per key. A
+// returned value that was loaded or shared may be the same slice for
+// several callers: do not modify it. Values of any size are read and
+// written whole: a Get never sees part of one value and part of another.
+func (c *Cache) Get(ctx context.Context, key string, load LoadFunc) ([]byte, Info, error) {
+	start := time.Now()
+	val, info, err := c.get(ctx, key, load)
+	if err != nil {
+		c.observe(func() Event {
+			return &GetFailed{EventInfo{Key: key, Latency: time.Since(start), Err: err}}
+		})
+		return nil, Info{}, err
+	}
+	c.observe(func() Event {
+		return &Served{EventInfo{Key: key, Token: info.Token, Latency: time.Since(start)}, info.Outcome}
+	})
+	return val, info, nil
+}
+
+func (c *Cache) get(ctx context.Context, key string, load LoadFunc) ([]byte, Info, error) {
+	const op = "get"
+	k, err := c.keys(op, key)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	if load == nil {
+		return nil, Info{}, fmt.Errorf("cache: get %q: nil load function", key)
+	}
+	for {
+		e, err := c.read(ctx, k)
+		if err != nil {
+			return nil, Info{}, wrapOp(op, key, err)
+		}
+		if e.fresh {
+			return e.val, Info{Outcome: Hit, Token: e.token}, nil
+		}
+		var stale []byte
+		if e.stale && c.stale > 0 {
+			stale = e.val
+		}
+		f, t := c.join(ctx, k, load, stale != nil)
+		if f == nil {
+			// Another Get in this process is refreshing it already.
+			return stale, Info{Outcome: Stale}, nil
+		}
+		r, err := c.await(ctx, f)
+		switch {
+		case err != nil:
+			return nil, Info{}, wrapOp(op, key, err)
+		case r.err != nil:
+			return nil, Info{}, wrapOp(op, key, r.err)
+		case r.elsewhere && stale != nil:
+			return stale, Info{Outcome: Stale}, nil
+		case r.elsewhere:
+			// The flight was started by a Get that had a stale value to
+			// return; this one must wait: look again.
+		case t.seq < r.seq:
+			info := r.info
+			if info.Outcome == Loaded && !t.creator {
+				info.Outcome = Shared
+			}
+			return r.val, info, nil
+		default:
+			// The flight read or published the value after this Get
+			// joined it, and this Get's own read came after that: the
+			// value may have been invalidated in between. Look again.
+		}
+	}
+}
+
+// entry is what read found.
+type entry struct {
+	val   []byte
+	token lease.Token // of the acquisition that published val, if fresh
+	fresh bool        // val is within its TTL
+	stale bool        // val is past its TTL, within StaleFor
+}
+
+// read reads key's entry in one round trip: MGET of the freshness marker
+// and the value, which share a hash slot.
+func (c *Cache) read(ctx context.Context, k keys) (entry, error) {
+	vals, err := c.client.Do(ctx, c.client.B().Mget().Key(k.fresh, k.value).Build()).ToArray()
+	if err != nil {
+		return entry{}, err
+	}
+	if len(vals) != 2 {
+		return entry{}, fmt.Errorf("unexpected MGET reply of %d values", len(vals))
+	}
+	if vals[1].IsNil() {
+		return entry{}, nil
+	}
+	val, err := vals[1].AsBytes()
+	if err != nil {
+		return entry{}, fmt.Errorf("the value is not a string: %w", err)
+	}
+	if vals[0].IsNil() {
+		return entry{val: val, stale: true}, nil
+	}
+	tok, err := vals[0].AsUint64()
+	if err != nil {
+		return entry{}, fmt.Errorf("the freshness marker is not a token: %w", err)
+	}
+	return entry{val: val, token: lease.Token(tok), fresh: true}, nil
+}

@@ -1,0 +1,104 @@
+// Package cache keeps reconstructible values (a rendered page, an
+// aggregate, a token from an upstream API) in Valkey, refreshed by exactly
+// one process at a time and published only while that refresh is still
+// legitimate. Import valkey-go as valkey and the lease backend as
+// leasevalkey:
+//
+//	store, err := leasevalkey.New(client, leasevalkey.Options{})
+//	...
+//	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "web/" + hostname})
+//	...
+//	pages, err := cache.New(client, leases, cache.Options{TTL: time.Minute})
+//	...
+//	page, info, err := pages.Get(ctx, "page:/home", func(ctx context.Context, token lease.Token) ([]byte, error) {
+//		return render(ctx, "/home")
+//	})
+//
+// After the source changes, call Invalidate(ctx, key).
+//
+// # Guarded publication
+//
+// Each entry has a refresh lease, an ordinary lease of the Cache's lease
+// client on the key Prefix + cache key. Publish writes a value in one Lua
+// script, in one round trip, only if at that instant
+//
+//   - the lease record still shows the publishing acquisition (its token
+//     and owner, not expired on the server's clock), and
+//   - the entry has not been invalidated since that acquisition began.
+//
+// Otherwise nothing changes, and the error says which check failed: a
+// *guard.NotCurrentError (guard.ErrNotCurrent) for the lease, an
+// *InvalidatedError (ErrInvalidated) for the invalidation. So a refresher
+// that was paused (a GC pause, a frozen VM) past its lease cannot overwrite
+// the value of the one that took over, and a refresher that read the
+// source before a change cannot publish what it read after Invalidate
+// returned.
+//
+// # Invalidation
+//
+// The lease token is the entry's generation. Every acquisition of a
+// refresh lease gets a token greater than all before it, so Invalidate
+// records the last token issued as the entry's invalidation mark (in the
+// same script that deletes the value) and Publish refuses every token up
+// to the mark: exactly the refreshes whose lease was acquired before
+// Invalidate ran. A refresh that acquires the lease afterwards reads the
+// source afterwards, and publishes. Commit the change to the source first,
+// then call Invalidate. The mark only goes up; a Get that is loading when
+// its entry is invalidated loads again.
+//
+// # One refresher across processes
+//
+// Get is a singleflight.Do whose group is every process sharing the
+// servers: golang.org/x/sync/singleflight deduplicates the calls of one
+// process only, so with N replicas a miss still loads N times, and none of
+// them checks, when it stores the value, that the value is still wanted.
+// Here a hit costs one round trip (an MGET); on a miss, the Gets of a
+// process share one attempt at the refresh lease; the process that gets it
+// runs the load function and publishes, and every other process waits,
+// woken by a shard pub/sub message that the publication sends (and by the
+// lease's release, or its expiry if the refresher died), or returns the
+// stale value at once if Options.StaleFor keeps one. A load that fails,
+// panics or loses its lease publishes nothing and releases the lease, so
+// the next Get refreshes.
+//
+// # Keys
+//
+// The refresh lease's record is, in the Valkey lease backend's layout,
+// <store prefix>{<escaped lease key>}. The entry's keys and channel reuse
+// that hash tag after the Cache's Prefix:
+//
+//	<Prefix>{<escaped lease key>}:value        the value (a string)
+//	<Prefix>{<escaped lease key>}:fresh        the publishing token; expires after TTL
+//	<Prefix>{<escaped lease key>}:invalidated  the invalidation mark; never deleted
+//	<Prefix>{<escaped lease key>}:published    shard channel announcing publications
+//
+// With the default prefixes the entry "page:/home" has the record
+// lease:{cache:page:/home}, the value cache:{cache:page:/home}:value, and
+// so on. The value is kept for TTL + StaleFor; it is fresh while the
+// marker exists. Because record, value, marker and mark share one hash
+// slot, both scripts are atomic on a Valkey Cluster too, and a Get reads
+// value and marker with one MGET on one node. A value is written and read
+// whole, whatever its size. Like the lease record, the invalidation mark
+// (about 60 bytes plus the key) is never deleted: an entry that was
+// invalidated keeps it for good.
+//
+// # Server settings
+//
+// Entries live on the servers of the lease Store, which wants
+// maxmemory-policy noeviction: size maxmemory for the values (their TTL
+// bounds how long they stay). When the server is out of memory, Publish
+// fails and writes nothing. ACL users need, besides the lease backend's
+// permissions, the commands EVALSHA, EVAL, SCRIPT LOAD, MGET, SSUBSCRIBE
+// and SUNSUBSCRIBE, and inside the scripts HMGET, HGET, TIME, GET, SET,
+// UNLINK and SPUBLISH; read and write access to the keys <Prefix>*, and
+// the shard channels <Prefix>*.
+//
+// # Errors
+//
+// Errors start with "cache: " and name the operation and the cache key.
+// Besides the typed errors above, Get returns a *PanicError for a load that
+// panicked, and an error matching ErrWaitTimeout when another process's
+// refresh took longer than Options.Wait. An error matching
+// lease.ErrIndeterminate from Publish or Invalidate means the request may
+// or may not have been applied.
+package cache

@@ -1,0 +1,283 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/cache"
+	"github.com/golib/lease/guard"
+	"github.com/golib/lease/lease"
+)
+
+// source is the system of record a cache entry is computed from.
+type source struct {
+	mu sync.Mutex
+	v  string
+}
+
+func (s *source) read() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.v
+}
+
+func (s *source) write(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.v = v
+}
+
+// TestRefreshLosesToInvalidation: H holds the refresh lease and reads v1; a
+// writer commits v2 and invalidates; H's publication of v1 is refused. The
+// entry only ever holds nothing or v2.
+func TestRefreshLosesToInvalidation(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		ns := namespace()
+		h := newReplica(t, topo.addrs(t), ns, "h", cache.Options{})
+		writer := newReplica(t, topo.addrs(t), ns, "writer", cache.Options{})
+		const key = "report/{2026}"
+		src := &source{v: "v1"}
+
+		hd, err := h.leases.TryAcquire(ctxT(t), h.cache.LeaseKey(key), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hd.Release(ctxT(t))
+		g, err := h.store.Guard(hd.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := src.read()
+		entryIsNothingOr(t, h, key, "v2")
+
+		src.write("v2")
+		if err := writer.cache.Invalidate(ctxT(t), key); err != nil {
+			t.Fatalf("Invalidate: %v", err)
+		}
+		entryIsNothingOr(t, h, key, "v2")
+
+		err = h.cache.Publish(ctxT(t), g, key, []byte(read), 0)
+		var inv *cache.InvalidatedError
+		if !errors.As(err, &inv) || !errors.Is(err, cache.ErrInvalidated) {
+			t.Fatalf("Publish of v1 after the invalidation = %v; want an *InvalidatedError", err)
+		}
+		if inv.Key != key || inv.Token != hd.Token() || inv.Mark < hd.Token() {
+			t.Fatalf("InvalidatedError = %+v; want key %q, token %d, mark at least %d", inv, key, hd.Token(), hd.Token())
+		}
+		if errors.Is(err, guard.ErrNotCurrent) {
+			t.Fatalf("the refusal %v also claims the lease check failed", err)
+		}
+		entryIsNothingOr(t, h, key, "v2")
+		if _, ok := rawValue(t, h, key); ok {
+			t.Fatal("the refused publication wrote the entry")
+		}
+
+		// The lease is still H's; only the generation check refused.
+		if err := hd.Validate(ctxT(t)); err != nil {
+			t.Fatalf("H's lease after the refusal: %v", err)
+		}
+		if err := hd.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+
+		// The next refresh starts after the invalidation and publishes v2.
+		v, info, err := writer.cache.Get(ctxT(t), key, func(context.Context, lease.Token) ([]byte, error) {
+			return []byte(src.read()), nil
+		})
+		if err != nil || string(v) != "v2" || info.Outcome != cache.Loaded || info.Token <= inv.Mark {
+			t.Fatalf("Get after the invalidation = %q, %+v, %v; want v2 loaded with a token above %d", v, info, err, inv.Mark)
+		}
+		entryIsNothingOr(t, h, key, "v2")
+	})
+}
+
+// TestPausedHolderIsRejected: H reads v1 and is paused past its lease; H2
+// takes the lease and publishes v2; H wakes up and publishes v1, which is
+// refused by the lease check. The entry only ever holds nothing or v2.
+func TestPausedHolderIsRejected(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		ns := namespace()
+		h := newReplica(t, topo.addrs(t), ns, "h", cache.Options{})
+		h2 := newReplica(t, topo.addrs(t), ns, "h2", cache.Options{})
+		const key = "page:/home"
+		src := &source{v: "v1"}
+
+		// H's lease is short and H never renews it: H is "paused".
+		hd, err := h.leases.TryAcquire(ctxT(t), h.cache.LeaseKey(key), policy(t, lease.PolicyOptions{TTL: 200 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := h.store.Guard(hd.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := src.read()
+		src.write("v2")
+
+		// H2 waits for H's lease to end on the server, then refreshes.
+		wait := policy(t, lease.PolicyOptions{TTL: time.Minute, Wait: 30 * time.Second, Retry: 20 * time.Millisecond})
+		h2d, err := h2.leases.Acquire(ctxT(t), h2.cache.LeaseKey(key), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, err := h2.store.Guard(h2d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h2.cache.Publish(ctxT(t), g2, key, []byte(src.read()), 0); err != nil {
+			t.Fatalf("H2's Publish: %v", err)
+		}
+		entryIsNothingOr(t, h, key, "v2")
+
+		// H wakes up.
+		err = h.cache.Publish(ctxT(t), g, key, []byte(read), 0)
+		var nc *guard.NotCurrentError
+		if !errors.As(err, &nc) || !errors.Is(err, guard.ErrNotCurrent) {
+			t.Fatalf("paused H's Publish = %v; want a *guard.NotCurrentError", err)
+		}
+		if errors.Is(err, cache.ErrInvalidated) {
+			t.Fatalf("the refusal %v also claims an invalidation", err)
+		}
+		for _, want := range []string{"cache: publish", `"page:/home"`, "token " + h2d.Token().String(), `"h2"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not mention %s", err, want)
+			}
+		}
+		if v, ok := rawValue(t, h, key); !ok || v != "v2" {
+			t.Fatalf("entry = %q, %v; want v2", v, ok)
+		}
+		// H2 still holds the lease and may publish again.
+		if err := h2.cache.Publish(ctxT(t), g2, key, []byte("v2"), 0); err != nil {
+			t.Fatalf("H2's second Publish: %v", err)
+		}
+		if err := h2d.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		entryIsNothingOr(t, h, key, "v2")
+	})
+}
+
+// TestPublishRefusesReleasedAndExpiredLeases checks the lease half of the
+// script on its own, and the detail the error gives.
+func TestPublishRefusesReleasedAndExpiredLeases(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		r := newReplica(t, topo.addrs(t), namespace(), "o", cache.Options{})
+		ctx := ctxT(t)
+
+		hd, err := r.leases.TryAcquire(ctx, r.cache.LeaseKey("released"), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := r.store.Guard(hd.Snapshot())
+		if err := hd.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = r.cache.Publish(ctx, g, "released", []byte("x"), 0)
+		if !errors.Is(err, guard.ErrNotCurrent) || !strings.Contains(err.Error(), "released") {
+			t.Fatalf("Publish after release = %v; want ErrNotCurrent saying it was released", err)
+		}
+
+		hd, err = r.leases.TryAcquire(ctx, r.cache.LeaseKey("expired"), policy(t, lease.PolicyOptions{TTL: 20 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ = r.store.Guard(hd.Snapshot())
+		for {
+			rec, err := r.leases.Inspect(ctx, r.cache.LeaseKey("expired"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rec.Held {
+				break
+			}
+			time.Sleep(rec.Remaining)
+		}
+		err = r.cache.Publish(ctx, g, "expired", []byte("x"), 0)
+		if !errors.Is(err, guard.ErrNotCurrent) || !strings.Contains(err.Error(), "expired") {
+			t.Fatalf("Publish after expiry = %v; want ErrNotCurrent saying it expired", err)
+		}
+		for _, key := range []string{"released", "expired"} {
+			if v, ok := rawValue(t, r, key); ok {
+				t.Fatalf("refused publication left %q in %q", v, key)
+			}
+		}
+	})
+}
+
+// TestPublishRefusesForeignGuards checks that a guard that does not belong
+// to the entry (another key, another Store prefix) is refused before any
+// I/O: its record would not be in the entry's hash slot.
+func TestPublishRefusesForeignGuards(t *testing.T) {
+	t.Parallel()
+	addrs := topologies[0].addrs(t)
+	r := newReplica(t, addrs, namespace(), "o", cache.Options{})
+	// A Store with another prefix on the same server.
+	otherStore, err := leasevalkey.New(r.client, leasevalkey.Options{Prefix: namespace() + "-lease:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherLeases, err := lease.NewClient(otherStore, lease.ClientOptions{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	p := policy(t, lease.PolicyOptions{TTL: time.Minute})
+
+	hd, err := r.leases.TryAcquire(ctx, r.cache.LeaseKey("a"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hd.Release(ctx)
+	g, _ := r.store.Guard(hd.Snapshot())
+	if err := r.cache.Publish(ctx, g, "b", []byte("x"), 0); err == nil || !strings.Contains(err.Error(), "not the entry's refresh lease") {
+		t.Errorf("Publish with the guard of another key = %v", err)
+	}
+	if err := r.cache.Publish(ctx, guard.Guard{}, "a", []byte("x"), 0); err == nil {
+		t.Error("Publish with the zero guard succeeded")
+	}
+	// The same lease key in a Store with another prefix.
+	od, err := otherLeases.TryAcquire(ctx, r.cache.LeaseKey("a"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer od.Release(ctx)
+	og, _ := otherStore.Guard(od.Snapshot())
+	if err := r.cache.Publish(ctx, og, "a", []byte("x"), 0); err == nil || !strings.Contains(err.Error(), "another Prefix") {
+		t.Errorf("Publish with the guard of another Store = %v", err)
+	}
+	if err := r.cache.Publish(ctx, g, "a", []byte("x"), -time.Second); err == nil {
+		t.Error("Publish with a negative ttl succeeded")
+	}
+	if _, ok := rawValue(t, r, "a"); ok {
+		t.Fatal("a refused publication wrote the entry")
+	}
+	if err := r.cache.Publish(ctx, g, "a", []byte("x"), 0); err != nil {
+		t.Fatalf("Publish with the right guard: %v", err)
+	}
+}
+
+// TestInvalidateWithoutLease checks that invalidating an entry that was
+// never refreshed works, and that the first refresh after it publishes.
+func TestInvalidateWithoutLease(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		r := newReplica(t, topo.addrs(t), namespace(), "o", cache.Options{})
+		if err := r.cache.Invalidate(ctxT(t), "never"); err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		v, info, err := r.cache.Get(ctxT(t), "never", constant("x", &calls))
+		if err != nil || string(v) != "x" || info.Outcome != cache.Loaded {
+			t.Fatalf("Get = %q, %+v, %v", v, info, err)
+		}
+	})
+}
