@@ -111,8 +111,13 @@ func backends() []backendCase {
 
 // logs returns a zap logger that records every entry at Debug and above.
 func logs() (*zap.Logger, *observer.ObservedLogs) {
-	core, recorded := observer.New(zapcore.DebugLevel)
+	core, recorded := observerAt(zapcore.DebugLevel)
 	return zap.New(core), recorded
+}
+
+// observerAt returns a core that records entries at level and above.
+func observerAt(level zapcore.Level) (zapcore.Core, *observer.ObservedLogs) {
+	return observer.New(level)
 }
 
 // app builds a test app with the module, cfg and opts, logging to logger.

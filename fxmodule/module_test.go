@@ -15,6 +15,7 @@ import (
 
 func TestValidateApp(t *testing.T) {
 	err := fx.ValidateApp(
+		fx.NopLogger,
 		fx.Supply(leasefx.Config{Owner: "test", Backend: leasefx.Memory}),
 		leasefx.Module,
 		fx.Invoke(func(*lease.Client, lease.Backend, lease.Policy, *leasefx.Leases) {}),

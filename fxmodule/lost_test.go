@@ -1,0 +1,91 @@
+package fxmodule_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	valkey "github.com/valkey-io/valkey-go"
+	"go.uber.org/fx"
+	"go.uber.org/zap/zapcore"
+
+	leasefx "github.com/golib/lease/fxmodule"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+// TestLostLeaseShutsAppDown pauses a dedicated Valkey server past the TTL
+// while a function runs under a lease with ShutdownOnLoss: the function's
+// context is cancelled with the loss, and the app shuts down with the
+// exit code.
+func TestLostLeaseShutsAppDown(t *testing.T) {
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	c := valkeyClient(t, srv.Addr())
+	cfg := leasefx.Config{Owner: "test/lost", Backend: leasefx.Valkey, Policy: testPolicy}
+	logger, recorded := logs()
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	run := func(ctx context.Context, h *lease.Handle) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return ctx.Err()
+	}
+	a := app(t, cfg, logger,
+		fx.Provide(func() valkey.Client { return c }),
+		fx.Invoke(func(l *leasefx.Leases) error {
+			_, err := l.Go("singleton", run, leasefx.RunOptions{ShutdownOnLoss: true, ExitCode: 3})
+			return err
+		}))
+	a.RequireStart()
+	shutdown := a.Wait()
+	within(t, started, "the function to start")
+
+	srv.Pause()
+	cause := within(t, ended, "the function's context to be cancelled")
+	sig := within(t, shutdown, "the app to shut down")
+	srv.Resume()
+	a.RequireStop()
+
+	if !errors.Is(cause, lease.ErrLost) {
+		t.Errorf("the function's context ended with cause %v, want a loss", cause)
+	}
+	if sig.ExitCode != 3 {
+		t.Errorf("shutdown signal %+v, want exit code 3", sig)
+	}
+	if n := recorded.FilterMessage("lease lost").FilterLevelExact(zapcore.ErrorLevel).Len(); n != 1 {
+		t.Errorf("%d error lines \"lease lost\", want 1", n)
+	}
+	lines := recorded.FilterMessageSnippet("shutting the app down").All()
+	if len(lines) != 1 || lines[0].ContextMap()["exitCode"] != int64(3) {
+		t.Errorf("shutdown lines %v, want one with exitCode 3", lines)
+	}
+}
+
+// TestFailedFunctionShutsAppDown: with ShutdownOnError, a function that
+// fails shuts the app down with exit code 1.
+func TestFailedFunctionShutsAppDown(t *testing.T) {
+	cfg := leasefx.Config{Owner: "test/failed", Backend: leasefx.Memory, Policy: testPolicy}
+	logger, recorded := logs()
+	var backend lease.Backend
+	var leases *leasefx.Leases
+	a := app(t, cfg, logger,
+		fx.Populate(&backend, &leases),
+		fx.Invoke(func(l *leasefx.Leases) error {
+			_, err := l.Go("singleton", func(context.Context, *lease.Handle) error {
+				return errors.New("boom")
+			}, leasefx.RunOptions{ShutdownOnError: true})
+			return err
+		}))
+	a.RequireStart()
+	sig := within(t, a.Wait(), "the app to shut down")
+	a.RequireStop()
+	if sig.ExitCode != 1 {
+		t.Errorf("shutdown signal %+v, want exit code 1", sig)
+	}
+	lines := recorded.FilterMessage("lease service ended").All()
+	if len(lines) != 1 || lines[0].ContextMap()["error"] != "boom" {
+		t.Errorf("lines %v, want one with error boom", lines)
+	}
+	requireFree(t, backend, leases.Key("singleton"))
+}
