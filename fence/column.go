@@ -124,11 +124,13 @@ func Update(ctx context.Context, db Querier, snap lease.Snapshot, b sq.UpdateBui
 	parts, _ := where.([]sq.Sqlizer)
 	resource := table
 	if len(parts) > 0 {
-		text, _, err := sq.And(parts).ToSql()
-		if err != nil {
-			return pgconn.CommandTag{}, invalid("WHERE clause: %v", err)
+		texts := make([]string, len(parts))
+		for i, p := range parts {
+			if texts[i], _, err = p.ToSql(); err != nil {
+				return pgconn.CommandTag{}, invalid("WHERE clause of %s: %v", table, err)
+			}
 		}
-		resource = table + " WHERE " + text
+		resource = table + " WHERE " + strings.Join(texts, " AND ")
 	}
 	token := int64(snap.Token)
 	sql, args, err := b.

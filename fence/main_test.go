@@ -29,9 +29,12 @@ func TestMain(m *testing.M) {
 }
 
 // leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design.
+// the test binary by design, and valkey-go's delayed cluster-topology
+// refresh, which sleeps up to 5s after a closed cluster client and then
+// returns on its own.
 var leakOptions = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
+	goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -94,4 +97,10 @@ func newFence(t testing.TB, c valkey.Client) *fence.Valkey {
 // snap returns a snapshot of lease key with token.
 func snap(key string, token lease.Token) lease.Snapshot {
 	return lease.Snapshot{Key: key, Owner: "owner-of-" + token.String(), Token: token}
+}
+
+func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx, cancel
 }

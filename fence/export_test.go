@@ -1,0 +1,7 @@
+package fence
+
+// Exported for the tests in package fence_test.
+var (
+	FenceLua = fenceLua
+	KeySlot  = keySlot
+)

@@ -1,0 +1,326 @@
+package fence_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
+)
+
+// valkeyClients runs f on a standalone server and on a cluster.
+func valkeyClients(t *testing.T, f func(t *testing.T, c valkey.Client)) {
+	t.Run("Standalone", func(t *testing.T) { t.Parallel(); f(t, standalone(t)) })
+	t.Run("Cluster", func(t *testing.T) { t.Parallel(); f(t, cluster(t)) })
+}
+
+func get(t *testing.T, c valkey.Client, key string) valkey.ValkeyResult {
+	t.Helper()
+	return c.Do(t.Context(), c.B().Get().Key(key).Build())
+}
+
+func TestValkeyCommands(t *testing.T) {
+	t.Parallel()
+	valkeyClients(t, func(t *testing.T, c valkey.Client) {
+		v := newFence(t, c)
+		ctx := ctxT(t)
+		s := snap("jobs", 1)
+		k := func(name string) string { return name + ":{jobs/7}" }
+		replies, err := v.Do(ctx, s, "jobs/7",
+			fence.Set(k("status"), "running", fence.SetOptions{TTL: 90 * time.Second}),
+			fence.Set(k("status"), "ignored", fence.SetOptions{NX: true}),
+			fence.Set(k("missing"), "ignored", fence.SetOptions{XX: true}),
+			fence.Set(k("status"), "done", fence.SetOptions{KeepTTL: true}),
+			fence.Set(k("px"), "v", fence.SetOptions{TTL: 1500 * time.Millisecond}),
+			fence.HSet(k("job"), "state", "done", "by", "worker-a"),
+			fence.IncrBy(k("count"), 41),
+			fence.IncrBy(k("count"), 1),
+			fence.Expire(k("job"), time.Hour),
+			fence.Expire(k("count"), 2500*time.Millisecond),
+			fence.XAdd(k("events"), fence.XAddOptions{MaxLen: 100, Approx: true}, "event", "done"),
+			fence.XAdd(k("nostream"), fence.XAddOptions{NoMkStream: true}, "event", "x"),
+			fence.Set(k("gone"), "x", fence.SetOptions{}),
+			fence.Del(k("gone")),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(replies) != 14 {
+			t.Fatalf("%d replies; want 14", len(replies))
+		}
+		str := func(i int) string { s, _ := replies[i].ToString(); return s }
+		num := func(i int) int64 { n, _ := replies[i].AsInt64(); return n }
+		if str(0) != "OK" || !replies[1].IsNil() || !replies[2].IsNil() || str(3) != "OK" {
+			t.Errorf("SET replies: %v", replies[:4])
+		}
+		if num(5) != 2 || num(6) != 41 || num(7) != 42 || num(8) != 1 || num(9) != 1 || num(13) != 1 {
+			t.Errorf("HSET/INCRBY/EXPIRE/DEL replies: %v", replies)
+		}
+		if id := str(10); !strings.Contains(id, "-") || !replies[11].IsNil() {
+			t.Errorf("XADD replies: %v, %v", replies[10], replies[11])
+		}
+		if got, _ := get(t, c, k("status")).ToString(); got != "done" {
+			t.Errorf("status = %q", got)
+		}
+		ttl, _ := c.Do(ctx, c.B().Pttl().Key(k("status")).Build()).AsInt64()
+		if ttl <= 0 || ttl > 90_000 {
+			t.Errorf("status PTTL = %d; want the 90s of the first SET, kept", ttl)
+		}
+		if n, _ := c.Do(ctx, c.B().Exists().Key(k("nostream"), k("gone"), k("missing")).Build()).AsInt64(); n != 0 {
+			t.Errorf("%d of nostream, gone, missing exist", n)
+		}
+		// The fence key never expires and records the fence.
+		fk := v.FenceKey("jobs/7")
+		if ttl, _ := c.Do(ctx, c.B().Pttl().Key(fk).Build()).AsInt64(); ttl != -1 {
+			t.Errorf("fence key PTTL = %d; want -1", ttl)
+		}
+		rec, _ := c.Do(ctx, c.B().Hgetall().Key(fk).Build()).AsStrMap()
+		if rec["key"] != "jobs" || rec["token"] != "1" || rec["owner"] != s.Owner {
+			t.Errorf("fence key = %v", rec)
+		}
+	})
+}
+
+// TestValkeyGroupAllOrNothing: a group with a command that would fail
+// writes nothing, not even the commands before it or the fence.
+func TestValkeyGroupAllOrNothing(t *testing.T) {
+	t.Parallel()
+	valkeyClients(t, func(t *testing.T, c valkey.Client) {
+		v := newFence(t, c)
+		ctx := ctxT(t)
+		k := func(name string) string { return name + ":{g}" }
+		if _, err := v.Do(ctx, snap("k", 1), "g",
+			fence.HSet(k("hash"), "f", "v"),
+			fence.Set(k("text"), "abc", fence.SetOptions{}),
+			fence.Set(k("big"), "9200000000000000000", fence.SetOptions{}),
+		); err != nil {
+			t.Fatal(err)
+		}
+		for name, bad := range map[string]fence.Command{
+			"INCRBY on a hash":              fence.IncrBy(k("hash"), 1),
+			"HSET on a string":              fence.HSet(k("text"), "f", "v"),
+			"XADD on a hash":                fence.XAdd(k("hash"), fence.XAddOptions{}, "f", "v"),
+			"INCRBY on text":                fence.IncrBy(k("text"), 1),
+			"INCRBY near overflow":          fence.IncrBy(k("big"), 1),
+			"INCRBY to overflow":            fence.IncrBy(k("fresh"), -9_200_000_000_000_000_000),
+			"HSET after SET in the group":   fence.HSet(k("first"), "f", "v"),
+			"INCRBY after SET in the group": fence.IncrBy(k("first"), 1),
+		} {
+			_, err := v.Do(ctx, snap("k", 2), "g",
+				fence.Set(k("first"), "written?", fence.SetOptions{}),
+				bad,
+			)
+			if err == nil || !strings.Contains(err.Error(), "nothing written") {
+				t.Errorf("%s: %v; want a refusal", name, err)
+			}
+			if n, _ := c.Do(ctx, c.B().Exists().Key(k("first")).Build()).AsInt64(); n != 0 {
+				t.Fatalf("%s: the first command was applied", name)
+			}
+			if tok, _ := c.Do(ctx, c.B().Hget().Key(v.FenceKey("g")).Field("token").Build()).ToString(); tok != "1" {
+				t.Fatalf("%s: fence token = %q; want 1", name, tok)
+			}
+		}
+		// Types change within the group as the commands go.
+		if _, err := v.Do(ctx, snap("k", 2), "g",
+			fence.Del(k("hash")), fence.IncrBy(k("hash"), 5),
+			fence.Set(k("text"), "7", fence.SetOptions{}), fence.IncrBy(k("text"), 1),
+		); err != nil {
+			t.Fatalf("DEL then INCRBY, SET then INCRBY: %v", err)
+		}
+		if got, _ := get(t, c, k("text")).ToString(); got != "8" {
+			t.Fatalf("text = %q; want 8", got)
+		}
+	})
+}
+
+func TestValkeyClientSideChecks(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	v := newFence(t, c)
+	ctx := ctxT(t)
+	for name, call := range map[string]func() error{
+		"other slot": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.Set("plain-key", "v", fence.SetOptions{}))
+			return err
+		},
+		"fence key":      func() error { _, err := v.Do(ctx, snap("k", 1), "r", fence.Del(v.FenceKey("r"))); return err },
+		"brace":          func() error { return v.Claim(ctx, snap("k", 1), "a{b}") },
+		"empty resource": func() error { return v.Claim(ctx, snap("k", 1), "") },
+		"no token":       func() error { return v.Claim(ctx, snap("k", 0), "r") },
+		"zero command":   func() error { _, err := v.Do(ctx, snap("k", 1), "r", fence.Command{}); return err },
+		"NX and XX": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.Set("{r}", "v", fence.SetOptions{NX: true, XX: true}))
+			return err
+		},
+		"TTL+KEEPTTL": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.Set("{r}", "v", fence.SetOptions{TTL: time.Second, KeepTTL: true}))
+			return err
+		},
+		"TTL µs": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.Set("{r}", "v", fence.SetOptions{TTL: time.Microsecond}))
+			return err
+		},
+		"negative TTL": func() error { _, err := v.Do(ctx, snap("k", 1), "r", fence.Expire("{r}", -time.Second)); return err },
+		"odd HSET":     func() error { _, err := v.Do(ctx, snap("k", 1), "r", fence.HSet("{r}", "f")); return err },
+		"empty XADD": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.XAdd("{r}", fence.XAddOptions{}))
+			return err
+		},
+		"Approx alone": func() error {
+			_, err := v.Do(ctx, snap("k", 1), "r", fence.XAdd("{r}", fence.XAddOptions{Approx: true}, "f", "v"))
+			return err
+		},
+		"empty key": func() error { _, err := v.Do(ctx, snap("k", 1), "r", fence.Del("")); return err },
+	} {
+		if err := call(); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", name, err)
+		}
+	}
+	if n, _ := c.Do(ctx, c.B().Exists().Key(v.FenceKey("r")).Build()).AsInt64(); n != 0 {
+		t.Fatal("a refused call wrote the fence")
+	}
+	if _, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: "a{"}); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("NewValkey with a brace in the prefix: %v", err)
+	}
+	if _, err := fence.NewValkey(nil, fence.ValkeyOptions{}); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("NewValkey(nil): %v", err)
+	}
+}
+
+// TestValkeyScriptAllowList calls the script directly, as a caller who
+// bypasses the Go API could: nothing but the allowed commands on the keys
+// it was passed can run.
+func TestValkeyScriptAllowList(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	ctx := ctxT(t)
+	fk, data := "allow:{r}", "allow:{r}:data"
+	run := func(keys []string, args ...string) error {
+		cmd := c.B().Eval().Script(fence.FenceLua).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		return c.Do(ctx, cmd).Error()
+	}
+	head := []string{"k", "1", "o"}
+	for name, args := range map[string][]string{
+		"FLUSHALL":         {"1", "FLUSHALL", "2", "0"},
+		"EVAL":             {"1", "EVAL", "2", "2", "return 1", "0"},
+		"lower-case set":   {"1", "set", "2", "1", "v"},
+		"CONFIG":           {"1", "CONFIG", "2", "2", "SET", "x"},
+		"key index 1":      {"1", "SET", "1", "1", "v"},
+		"key index 3":      {"1", "SET", "3", "1", "v"},
+		"key index 0":      {"1", "SET", "0", "1", "v"},
+		"key by name":      {"1", "SET", "other{r}", "1", "v"},
+		"SET GET option":   {"1", "SET", "2", "2", "v", "GET"},
+		"SET EX 0":         {"1", "SET", "2", "3", "v", "EX", "0"},
+		"SET PXAT":         {"1", "SET", "2", "3", "v", "PXAT", "1"},
+		"DEL two keys":     {"1", "DEL", "2", "1", "other{r}"},
+		"XADD explicit ID": {"1", "XADD", "2", "3", "1-1", "f", "v"},
+		"XADD MINID":       {"1", "XADD", "2", "5", "MINID", "0", "*", "f", "v"},
+		"INCRBY 1.5":       {"1", "INCRBY", "2", "1", "1.5"},
+		"EXPIRE 0":         {"1", "EXPIRE", "2", "1", "0"},
+		"args too few":     {"1", "SET", "2", "5", "v"},
+		"args left over":   {"1", "DEL", "2", "0", "extra"},
+		"count too high":   {"2", "DEL", "2", "0"},
+		"count negative":   {"-1"},
+	} {
+		if err := run([]string{fk, data}, append(head, args...)...); err == nil || !strings.Contains(err.Error(), "fence:") {
+			t.Errorf("%s: %v; want a refusal", name, err)
+		}
+	}
+	for name, args := range map[string][]string{
+		"token 0":         {"k", "0", "o", "0"},
+		"token 01":        {"k", "01", "o", "0"},
+		"token -1":        {"k", "-1", "o", "0"},
+		"token 1.0":       {"k", "1.0", "o", "0"},
+		"token 21 digits": {"k", strings.Repeat("9", 21), "o", "0"},
+		"empty key":       {"", "1", "o", "0"},
+	} {
+		if err := run([]string{fk}, args...); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := run([]string{fk, fk}, append(head, "0")...); err == nil {
+		t.Error("the fence key passed twice: accepted")
+	}
+	if n, _ := c.Do(ctx, c.B().Exists().Key(fk, data).Build()).AsInt64(); n != 0 {
+		t.Fatalf("refused scripts wrote %d keys", n)
+	}
+	// A well-formed call goes through.
+	if err := run([]string{fk, data}, append(head, "1", "SET", "2", "3", "v", "PX", "5000")...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestValkeyTokensCompareExactly: tokens compare as decimal strings, so
+// neighbours above 2^53, where Lua numbers lose precision, still compare.
+func TestValkeyTokensCompareExactly(t *testing.T) {
+	t.Parallel()
+	v := newFence(t, standalone(t))
+	ctx := ctxT(t)
+	for _, tok := range []lease.Token{9, 10, 99, 100, 1<<53 - 1, 1 << 53, 1<<53 + 1, 1<<64 - 2, 1<<64 - 1} {
+		if err := v.Claim(ctx, snap("k", tok), "r"); err != nil {
+			t.Fatalf("Claim with %d: %v", tok, err)
+		}
+		err := v.Claim(ctx, snap("k", tok-1), "r")
+		var se *fence.StaleError
+		if !errors.As(err, &se) || se.Current != tok || se.Token != tok-1 {
+			t.Fatalf("Claim with %d after %d = %v", tok-1, tok, err)
+		}
+	}
+}
+
+// TestKeySlot compares the client-side slot with the server's.
+func TestKeySlot(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	ctx := ctxT(t)
+	keys := []string{"", "a", "{a}", "x{a}y", "{}", "{}a", "a{}{b}", "{a}{b}", "a{b", "a}b{c}", "{user1000}.following", "foo{{bar}}zap", "{{}}"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = "ab{}x\xff"[rng.IntN(6)]
+		}
+		keys = append(keys, string(b))
+	}
+	for _, k := range keys {
+		want, err := c.Do(ctx, c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fence.KeySlot(k); int64(got) != want {
+			t.Errorf("KeySlot(%q) = %d; server says %d", k, got, want)
+		}
+	}
+}
+
+// TestValkeyIndeterminate: an error after the request left is reported as
+// possibly applied; a refused connection as not sent.
+func TestValkeyErrors(t *testing.T) {
+	t.Parallel()
+	v := newFence(t, standalone(t))
+	ctx, cancel := contextWithCancel(t)
+	cancel()
+	err := v.Claim(ctx, snap("k", 1), "r")
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("Claim with a cancelled context = %v; want not sent", err)
+	}
+}
+
+func TestValkeyWrongTypeFenceKey(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	v := newFence(t, c)
+	ctx := ctxT(t)
+	if err := c.Do(ctx, c.B().Set().Key(v.FenceKey("r")).Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	err := v.Claim(ctx, snap("k", 1), "r")
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || errors.Is(err, lease.ErrIndeterminate) {
+		t.Fatalf("Claim on a string fence key = %v; want WRONGTYPE, not applied", err)
+	}
+}
