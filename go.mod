@@ -4,8 +4,10 @@ go 1.26.6
 
 require (
 	github.com/Masterminds/squirrel v1.5.4
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/valkey-io/valkey-go v1.0.79
 	go.uber.org/fx v1.24.0
 	go.uber.org/goleak v1.3.0
@@ -13,14 +15,12 @@ require (
 )
 
 require (
-	github.com/go-co-op/gocron/v2 v2.21.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/lann/ps v0.0.0-20150810152359-62de8c46ede0 // indirect
-	github.com/robfig/cron/v3 v3.0.1 // indirect
 	go.uber.org/dig v1.19.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect

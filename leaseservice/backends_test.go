@@ -99,7 +99,7 @@ func (a *arena) work(hold time.Duration, ended chan<- time.Time) leaseservice.Fu
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			ok, err := a.fence.Write(ctx, "resource", h.Token())
+			ok, err := a.fence.Write(ctx, h.Snapshot(), "resource")
 			if err == nil {
 				a.mu.Lock()
 				if ok {

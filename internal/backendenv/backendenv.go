@@ -2,8 +2,8 @@
 // servers for the integration tests of the lifecycle packages
 // (leaseservice, leasescheduler): each contender gets its own connection
 // and lease.Backend on one shared lease store, as replicas of a service
-// would, and the test gets a fenced resource on the same server to judge
-// whether two holders ever ran at once.
+// would, and the test gets a fenced resource on the same server (package
+// fence) to judge whether two holders ever ran at once.
 //
 // The servers come from internal/testserver, so a test binary that uses
 // this package runs its tests through testserver.Main.
@@ -24,6 +24,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -44,13 +45,22 @@ type Env struct {
 	Fence Fence
 }
 
-// Fence is a store of fenced writes: each named resource remembers the
-// highest token it accepted and rejects a lower one, atomically with the
-// write. It stands in for package fence in tests.
+// Fence makes fenced writes with package fence: each named resource
+// remembers the highest token it accepted and refuses a lower one,
+// atomically with the write.
 type Fence interface {
-	// Write records a write to resource with token tok. It reports false,
-	// and changes nothing, if the resource already accepted a higher token.
-	Write(ctx context.Context, resource string, tok lease.Token) (bool, error)
+	// Write makes one fenced write to resource under the acquisition snap.
+	// It reports false, and changes nothing, if the fence refused the
+	// token as stale (fence.ErrStale).
+	Write(ctx context.Context, snap lease.Snapshot, resource string) (bool, error)
+}
+
+// stale converts fence.ErrStale to a refusal.
+func stale(err error) (bool, error) {
+	if errors.Is(err, fence.ErrStale) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Pauser stops and continues a dedicated server (SIGSTOP, SIGCONT). Call
@@ -90,7 +100,7 @@ func valkeyEnv(t testing.TB, addr string) *Env {
 			}
 			return s
 		},
-		Fence: &valkeyFence{client: valkeyClient(t, addr), prefix: prefix + "fence:"},
+		Fence: valkeyFence(t, valkeyClient(t, addr), prefix),
 	}
 }
 
@@ -105,23 +115,26 @@ func valkeyClient(t testing.TB, addr string) valkey.Client {
 	return c
 }
 
-// fenceScript writes ARGV[1] to KEYS[1] unless KEYS[1] holds a higher
-// number. Tokens stay below 2^53, so Lua numbers hold them exactly.
-var fenceScript = valkey.NewLuaScript(`
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-local tok = tonumber(ARGV[1])
-if tok < cur then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`)
-
-type valkeyFence struct {
-	client valkey.Client
+type valkeyWriter struct {
+	f      *fence.Valkey
 	prefix string
 }
 
-func (f *valkeyFence) Write(ctx context.Context, resource string, tok lease.Token) (bool, error) {
-	n, err := fenceScript.Exec(ctx, f.client, []string{f.prefix + resource}, []string{tok.String()}).AsInt64()
-	return n == 1, err
+func valkeyFence(t testing.TB, c valkey.Client, prefix string) *valkeyWriter {
+	t.Helper()
+	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	if err != nil {
+		t.Fatalf("fence.NewValkey: %v", err)
+	}
+	return &valkeyWriter{f: f, prefix: prefix}
+}
+
+// Write sets the resource's value key (in the fence's hash slot) to the
+// token.
+func (w *valkeyWriter) Write(ctx context.Context, snap lease.Snapshot, resource string) (bool, error) {
+	key := w.prefix + "{" + resource + "}:value"
+	_, err := w.f.Do(ctx, snap, resource, fence.Set(key, snap.Token.String(), fence.SetOptions{}))
+	return stale(err)
 }
 
 // Postgres returns an Env on a fresh database of the shared PostgreSQL
@@ -151,8 +164,11 @@ func postgresEnv(t testing.TB, dbURL string) *Env {
 	if err := leasepostgres.Migrate(ctx, admin, leasepostgres.Options{}); err != nil {
 		t.Fatalf("leasepostgres.Migrate: %v", err)
 	}
-	if _, err := admin.Exec(ctx, `CREATE TABLE fences (resource text PRIMARY KEY, token bigint NOT NULL)`); err != nil {
-		t.Fatalf("create the fences table: %v", err)
+	if err := fence.Migrate(ctx, admin, fence.TableOptions{}); err != nil {
+		t.Fatalf("fence.Migrate: %v", err)
+	}
+	if _, err := admin.Exec(ctx, `CREATE TABLE writes (resource text NOT NULL, token bigint NOT NULL)`); err != nil {
+		t.Fatalf("create the writes table: %v", err)
 	}
 	return &Env{
 		Name: "postgres",
@@ -191,18 +207,12 @@ func pool(t testing.TB, url string, size int32) *pgxpool.Pool {
 
 type postgresFence struct{ pool *pgxpool.Pool }
 
-// Write upserts the resource's row unless it holds a higher token; the row
-// lock serialises concurrent writers.
-func (f *postgresFence) Write(ctx context.Context, resource string, tok lease.Token) (bool, error) {
-	var ok bool
-	err := f.pool.QueryRow(ctx, `
-		INSERT INTO fences AS f (resource, token) VALUES ($1, $2)
-		ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token
-		RETURNING true`, resource, int64(tok)).Scan(&ok)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return ok, err
+// Write inserts a row in a transaction fenced by snap.
+func (f *postgresFence) Write(ctx context.Context, snap lease.Snapshot, resource string) (bool, error) {
+	return stale(fence.Tx(ctx, f.pool, snap, []string{resource}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO writes (resource, token) VALUES ($1, $2)`, resource, int64(snap.Token))
+		return err
+	}))
 }
 
 // Kinds lists the Envs on shared servers, by name, for table tests.

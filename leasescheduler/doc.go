@@ -1,0 +1,66 @@
+// Package leasescheduler runs scheduled jobs on exactly one replica, with
+// leases from package lease: a drop-in for the distributed-lock hooks of
+// github.com/go-co-op/gocron/v2, and a job wrapper for
+// github.com/robfig/cron/v3.
+//
+// # Locker
+//
+// A Locker is a gocron.Locker. Its Lock never blocks: it makes one attempt
+// to acquire the job's lease (bounded by the policy's OperationTimeout) and
+// fails at once if another replica holds it, so that gocron skips the run.
+// The lease is renewed while the job runs and released by Unlock, which
+// works with an already-cancelled context.
+//
+//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{Policy: policy})
+//	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+//	_, err = s.NewJob(gocron.DurationJob(time.Minute),
+//		locker.Task("report", report), gocron.WithName("report"))
+//
+// # One run per slot
+//
+// A lock that lasts only as long as the run is not enough: replicas whose
+// timers fire milliseconds apart take the free lock one after the other,
+// and a fast job runs once on each. With Options.Slots, a run first
+// acquires a second lease named after the job and the slot (the scheduled
+// time) that the run belongs to, and never releases it: it expires half an
+// interval after the slot has passed. Every replica attributes its run to
+// the same slot, so only the first one runs it.
+//
+// gocron does not tell a Locker which scheduled time a run is for, so the
+// slot is derived from the time Lock is called: Every(interval) puts the
+// slots on a grid of multiples of interval since the Unix epoch (whole
+// seconds, minutes, hours or UTC days) and attributes a run to the slot
+// that starts at or before now + interval/4. A run may so start up to a
+// quarter interval early (a wall clock slewed by NTP) or three quarters
+// late and still be counted for its slot. Use it for jobs scheduled on
+// that grid: a gocron CronJob such as "*/5 * * * *", or a DurationJob
+// started on the grid (gocron.WithStartAt); EveryFrom moves the grid.
+//
+// Limits: the clocks of the replicas must agree to within about half an
+// interval, or a replica whose clock is behind may run a slot again after
+// its lease expired; and a run that starts more than three quarters of an
+// interval late is counted for the next slot (which then does not run
+// again). Slot leases are kept under three keys per job, used in turn, so
+// they do not pile up in the backend.
+//
+// # Jobs that use the lease
+//
+// Locker.Task, Elector.Task and Locker.CronJob run a JobFunc: it gets a
+// context that is cancelled the moment the lease is lost (or the scheduler
+// stops the job), and a Run carrying the lease's fencing token. A lease
+// does not stop a paused process from writing after it has expired: pass
+// the token to every write the job makes, so that the storage rejects a
+// stale one (see package fence).
+//
+// # Elector
+//
+// An Elector is a gocron.Elector: one replica campaigns for a lease with
+// package leaseservice and runs every job while it holds it. IsLeader
+// reads local state and does no I/O.
+//
+// # robfig/cron
+//
+// Locker.CronJob and Locker.CronWrapper give github.com/robfig/cron/v3 the
+// same locking, around a job of their own since that scheduler has no
+// locking hook.
+package leasescheduler

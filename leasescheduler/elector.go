@@ -1,0 +1,102 @@
+package leasescheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/go-co-op/gocron/v2"
+
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leaseservice"
+)
+
+// ElectorOptions configure an Elector. The zero value is valid.
+type ElectorOptions struct {
+	// OnTransition, if set, is called at each change of leadership, as
+	// leaseservice.Options.OnTransition.
+	OnTransition func(leaseservice.Transition)
+}
+
+// An Elector campaigns for one lease with package leaseservice, and the
+// replica that holds it runs every job. It implements gocron.Elector.
+// Its methods are safe for concurrent use.
+type Elector struct {
+	svc *leaseservice.Service
+
+	mu   sync.Mutex
+	term *term // nil unless leader
+}
+
+type term struct {
+	ctx  context.Context
+	snap lease.Snapshot
+}
+
+var _ gocron.Elector = (*Elector)(nil)
+
+// NewElector returns an Elector that campaigns with client for the lease on
+// key under policy once Run is called. It validates its arguments and does
+// no I/O.
+func NewElector(client *lease.Client, key string, policy lease.Policy, o ElectorOptions) (*Elector, error) {
+	e := &Elector{}
+	svc, err := leaseservice.New(client, key, policy, e.lead, leaseservice.Options{OnTransition: o.OnTransition})
+	if err != nil {
+		return nil, fmt.Errorf("leasescheduler: NewElector: %w", err)
+	}
+	e.svc = svc
+	return e, nil
+}
+
+// Run campaigns for the lease, holds it while it can and campaigns again
+// after a loss, until ctx ends; then it releases the lease. It returns as
+// leaseservice.Service.Run does. Start it before the scheduler: until it
+// is elected, IsLeader reports ErrNotLeader and the jobs are skipped.
+func (e *Elector) Run(ctx context.Context) error { return e.svc.Run(ctx) }
+
+// lead is the leaseservice function: it publishes the term until the
+// lease is lost or Run's context ends.
+func (e *Elector) lead(ctx context.Context, h *lease.Handle) error {
+	e.mu.Lock()
+	e.term = &term{ctx: ctx, snap: h.Snapshot()}
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.mu.Lock()
+	e.term = nil
+	e.mu.Unlock()
+	return nil
+}
+
+// current returns the term if this replica leads, or nil.
+func (e *Elector) current() *term {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.term == nil || e.term.ctx.Err() != nil {
+		return nil
+	}
+	return e.term
+}
+
+// IsLeader implements gocron.Elector: it returns nil while this replica
+// holds the lease, and ErrNotLeader otherwise. It reads local state (no
+// I/O), which turns false the moment a loss is detected.
+func (e *Elector) IsLeader(context.Context) error {
+	if e.current() == nil {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// Task returns a gocron.Task that runs fn while this replica leads, with a
+// context cancelled when leadership is lost and the leader's lease in the
+// Run. It fails with ErrNotLeader, without calling fn, on a replica that
+// does not lead.
+func (e *Elector) Task(job string, fn JobFunc) gocron.Task {
+	return gocron.NewTask(func(ctx context.Context) error {
+		t := e.current()
+		if t == nil {
+			return fmt.Errorf("%w: job %q", ErrNotLeader, job)
+		}
+		return call(ctx, t.ctx, Run{Job: job, Lease: t.snap}, fn)
+	})
+}

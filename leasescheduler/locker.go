@@ -1,0 +1,208 @@
+package leasescheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+
+	"github.com/golib/lease/lease"
+)
+
+// DefaultPrefix starts the lease keys of a Locker whose Options.Prefix is
+// empty.
+const DefaultPrefix = "jobs/"
+
+// Options configure a Locker.
+type Options struct {
+	// Policy is the policy of each run's lease: its TTL bounds how long a
+	// crashed replica keeps a job from running elsewhere, and its
+	// OperationTimeout bounds Lock. Only TTL-related fields matter: Lock
+	// never waits, whatever Wait says. Required.
+	Policy lease.Policy
+
+	// Prefix starts every lease key: a run's lease is Prefix + "run/" +
+	// job, a slot's Prefix + "slot/" + n + "/" + job with n 0, 1 or 2.
+	// Default DefaultPrefix.
+	Prefix string
+
+	// Slots, if set, runs each job at most once per scheduled slot (see the
+	// package documentation); Every builds one. Default nil: a job only
+	// never runs on two replicas at once.
+	Slots SlotFunc
+
+	// Clock tells the time that Slots maps to a slot. Default
+	// lease.SystemClock().
+	Clock lease.Clock
+}
+
+// A Locker takes a lease for each run of a scheduled job, so that a job
+// runs on one replica at a time, and with Options.Slots once per slot. It
+// implements gocron.Locker. Its methods are safe for concurrent use.
+type Locker struct {
+	client *lease.Client
+	o      Options
+
+	mu   sync.Mutex
+	held map[string]*Lock // by job, while locked
+}
+
+var _ gocron.Locker = (*Locker)(nil)
+
+// NewLocker returns a Locker that takes leases with client. It validates
+// its arguments and does no I/O.
+func NewLocker(client *lease.Client, o Options) (*Locker, error) {
+	if client == nil {
+		return nil, errors.New("leasescheduler: nil Client")
+	}
+	if o.Policy.TTL() == 0 {
+		return nil, fmt.Errorf("leasescheduler: %w: Options.Policy is the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if err := lease.ValidateKey(o.Prefix + "slot/0/"); err != nil {
+		return nil, fmt.Errorf("leasescheduler: Options.Prefix: %w", err)
+	}
+	if o.Clock == nil {
+		o.Clock = lease.SystemClock()
+	}
+	return &Locker{client: client, o: o, held: make(map[string]*Lock)}, nil
+}
+
+// RunKey returns the key of the lease that a run of job holds.
+func (l *Locker) RunKey(job string) string { return l.o.Prefix + "run/" + job }
+
+// SlotKey returns the key of the lease that marks slot s of job as taken.
+// The slots of a job take turns on three keys.
+func (l *Locker) SlotKey(job string, s Slot) string {
+	return l.o.Prefix + "slot/" + strconv.FormatInt((s.Index%3+3)%3, 10) + "/" + job
+}
+
+// Lock implements gocron.Locker: it acquires the lease of one run of job
+// (gocron passes the job's name) and starts renewing it. It never waits for
+// a holder: each acquisition is one attempt bounded by the policy's
+// OperationTimeout. With Options.Slots it first acquires the lease of the
+// run's slot, which it keeps until the slot has passed, and only the
+// replica that got it tries for the run's lease.
+//
+// The error matches lease.ErrNotAcquired when another replica runs the job
+// or has taken the slot; gocron then skips the run.
+func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	k, err := l.lock(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
+	k := &Lock{l: l, job: job}
+	if l.o.Slots != nil {
+		if s, ok := l.o.Slots(job, l.o.Clock.Now()); ok {
+			if err := l.takeSlot(ctx, job, s); err != nil {
+				return nil, err
+			}
+			k.slot = s
+		}
+	}
+	h, err := l.client.TryAcquire(ctx, l.RunKey(job), l.o.Policy)
+	if err != nil {
+		if k.slot.IsZero() {
+			return nil, fmt.Errorf("leasescheduler: job %q: %w", job, err)
+		}
+		return nil, fmt.Errorf("leasescheduler: job %q, %v: the slot is ours, but the run's lease is not: %w", job, k.slot, err)
+	}
+	k.h = h
+	// Renew until Unlock, whatever happens to the scheduler's context.
+	k.m = h.StartManaged(context.WithoutCancel(ctx))
+	l.mu.Lock()
+	l.held[job] = k
+	l.mu.Unlock()
+	return k, nil
+}
+
+// takeSlot acquires the lease of slot s of job for the rest of the slot
+// and half an interval more, and never renews or releases it.
+func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
+	now := l.o.Clock.Now()
+	interval := s.End.Sub(s.Start)
+	ttl := min(s.End.Add(interval/2).Sub(now), lease.MaxTTL)
+	if ttl < lease.MinTTL || interval <= 0 {
+		return fmt.Errorf("leasescheduler: job %q: %v is over or empty at %s", job, s, now.UTC().Format(time.RFC3339Nano))
+	}
+	op := l.o.Policy.Options().OperationTimeout
+	p, err := lease.NewPolicy(lease.PolicyOptions{
+		TTL:              ttl,
+		RenewEvery:       time.Nanosecond, // never renewed; keeps the rules satisfied
+		OperationTimeout: min(op, ttl/5),
+	})
+	if err != nil {
+		return fmt.Errorf("leasescheduler: job %q, %v: %w", job, s, err)
+	}
+	if _, err := l.client.TryAcquire(ctx, l.SlotKey(job, s), p); err != nil {
+		return fmt.Errorf("leasescheduler: job %q, %v: %w", job, s, err)
+	}
+	return nil
+}
+
+// holding returns the Lock of job's current run, or nil.
+func (l *Locker) holding(job string) *Lock {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[job]
+}
+
+// A Lock is the lease of one run of a job, renewed until Unlock. It
+// implements gocron.Lock.
+type Lock struct {
+	l    *Locker
+	job  string
+	slot Slot
+	h    *lease.Handle
+	m    *lease.Managed
+
+	once sync.Once
+	err  error
+}
+
+var _ gocron.Lock = (*Lock)(nil)
+
+// Context returns a context that is cancelled when the run's lease is lost
+// (with a cause wrapping lease.ErrLost) or released by Unlock.
+func (k *Lock) Context() context.Context { return k.m.Context() }
+
+// Run describes the run: job, slot and the lease's fencing token.
+func (k *Lock) Run() Run { return Run{Job: k.job, Lease: k.h.Snapshot(), Slot: k.slot} }
+
+// Unlock stops renewing the run's lease and releases it, so the job may run
+// elsewhere at once. It runs under a context detached from ctx and bounded
+// by the policy's OperationTimeout, so it works when ctx is already
+// cancelled (gocron passes the job's context, which is cancelled at
+// shutdown). A slot's lease is kept until the slot has passed.
+//
+// It returns nil if the lease was released, the *lease.LostError if the
+// lease was lost during the run, or the release's error. Later calls
+// return the same.
+func (k *Lock) Unlock(ctx context.Context) error {
+	k.once.Do(func() {
+		l := k.l
+		l.mu.Lock()
+		if l.held[k.job] == k {
+			delete(l.held, k.job)
+		}
+		l.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.Policy.Options().OperationTimeout)
+		defer cancel()
+		k.err = k.h.Release(rctx)
+		_ = k.m.Stop(rctx)
+		if lost := k.m.Err(); lost != nil {
+			k.err = lost
+		}
+	})
+	return k.err
+}
