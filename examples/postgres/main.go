@@ -156,16 +156,21 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// docs:end shutdown
 }
 
-// createReports creates the table the example writes to.
-func createReports(ctx context.Context, pool *pgxpool.Pool) error {
-	// docs:begin table
-	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS reports (
+// docs:begin table
+// reportsTable holds what the example writes. fence is the highest lease
+// token that wrote a row.
+const reportsTable = `CREATE TABLE IF NOT EXISTS reports (
     name      text    PRIMARY KEY,
     body      text    NOT NULL,
     published boolean NOT NULL DEFAULT false,
-    fence     bigint  NOT NULL -- the highest lease token that wrote this row
-)`)
-	// docs:end table
+    fence     bigint  NOT NULL
+)`
+
+// docs:end table
+
+// createReports creates the table the example writes to.
+func createReports(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, reportsTable)
 	return err
 }
 
