@@ -107,7 +107,7 @@ type Info struct {
 	// Outcome says how Get obtained it.
 	Outcome Outcome
 	// Token is the token of the refresh lease's acquisition that published
-	// the value; 0 for a Stale value.
+	// the value.
 	Token lease.Token
 }
 
@@ -120,10 +120,12 @@ type Cache struct {
 	store  *leasevalkey.Store
 	policy lease.Policy
 	prefix string
-	ttl    time.Duration
-	stale  time.Duration
-	wait   time.Duration
-	obs    Observer // nil means NopObserver: no event is built
+	// tagPrefix is prefix escaped as in a hash tag; see keys.go.
+	tagPrefix string
+	ttl       time.Duration
+	stale     time.Duration
+	wait      time.Duration
+	obs       Observer // nil means NopObserver: no event is built
 
 	mu      sync.Mutex
 	flights map[string]*flight // by cache key; see flight.go
@@ -160,6 +162,8 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 	switch {
 	case strings.ContainsAny(o.Prefix, "{}"):
 		return nil, fmt.Errorf("cache: New: Prefix %q must not contain '{' or '}'", o.Prefix)
+	case lease.ValidateKey(o.Prefix) != nil:
+		return nil, fmt.Errorf("cache: New: Prefix: %w", lease.ValidateKey(o.Prefix))
 	case o.TTL < time.Millisecond:
 		return nil, fmt.Errorf("cache: New: TTL (%v) must be at least 1ms", o.TTL)
 	case o.StaleFor < 0:
@@ -172,7 +176,8 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 		return nil, fmt.Errorf("cache: New: LeaseTTL: %w", err)
 	}
 	c := &Cache{client: client, leases: leases, store: store, policy: policy,
-		prefix: o.Prefix, ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
+		prefix: o.Prefix, tagPrefix: tagEscaper.Replace(o.Prefix),
+		ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
 	if c.obs == NopObserver {
 		c.obs = nil
 	}
@@ -184,7 +189,8 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 // with Publish.
 func (c *Cache) LeaseKey(key string) string { return c.prefix + key }
 
-// observe passes the event made by mk to the observer, if there is one.
+// observe passes the event made by mk to the observer, if there is one,
+// so that a Cache without an observer builds no events.
 func (c *Cache) observe(mk func() Event) {
 	if c.obs != nil {
 		c.obs.Observe(mk())
@@ -216,45 +222,46 @@ func (c *Cache) observe(mk func() Event) {
 // several callers: do not modify it. Values of any size are read and
 // written whole: a Get never sees part of one value and part of another.
 func (c *Cache) Get(ctx context.Context, key string, load LoadFunc) ([]byte, Info, error) {
+	if c.obs == nil {
+		return c.get(ctx, key, load)
+	}
 	start := time.Now()
 	val, info, err := c.get(ctx, key, load)
+	i := EventInfo{Key: key, Token: info.Token, Latency: time.Since(start), Err: err}
 	if err != nil {
-		c.observe(func() Event {
-			return &GetFailed{EventInfo{Key: key, Latency: time.Since(start), Err: err}}
-		})
-		return nil, Info{}, err
+		c.obs.Observe(&GetFailed{i})
+	} else {
+		c.obs.Observe(&Served{i, info.Outcome})
 	}
-	c.observe(func() Event {
-		return &Served{EventInfo{Key: key, Token: info.Token, Latency: time.Since(start)}, info.Outcome}
-	})
-	return val, info, nil
+	return val, info, err
 }
 
 func (c *Cache) get(ctx context.Context, key string, load LoadFunc) ([]byte, Info, error) {
 	const op = "get"
+	if err := c.checkKey(op, key); err != nil {
+		return nil, Info{}, err
+	}
+	if load == nil {
+		return nil, Info{}, fmt.Errorf("cache: %s %q: nil load function", op, key)
+	}
+	fresh, value := c.readNames(key)
+	e, err := c.read(ctx, fresh, value)
+	if err != nil {
+		return nil, Info{}, wrapOp(op, key, err)
+	}
+	if e.fresh {
+		return e.val, Info{Outcome: Hit, Token: e.token}, nil
+	}
 	k, err := c.keys(op, key)
 	if err != nil {
 		return nil, Info{}, err
 	}
-	if load == nil {
-		return nil, Info{}, fmt.Errorf("cache: get %q: nil load function", key)
-	}
 	for {
-		e, err := c.read(ctx, k)
-		if err != nil {
-			return nil, Info{}, wrapOp(op, key, err)
-		}
-		if e.fresh {
-			return e.val, Info{Outcome: Hit, Token: e.token}, nil
-		}
-		var stale []byte
-		if e.stale && c.stale > 0 {
-			stale = e.val
-		}
-		f, t := c.join(ctx, k, load, stale != nil)
+		stale := e.stale && c.stale > 0
+		f, t := c.join(ctx, k, load, stale)
 		if f == nil {
 			// Another Get in this process is refreshing it already.
-			return stale, Info{Outcome: Stale}, nil
+			return e.val, Info{Outcome: Stale, Token: e.token}, nil
 		}
 		r, err := c.await(ctx, f)
 		switch {
@@ -262,56 +269,24 @@ func (c *Cache) get(ctx context.Context, key string, load LoadFunc) ([]byte, Inf
 			return nil, Info{}, wrapOp(op, key, err)
 		case r.err != nil:
 			return nil, Info{}, wrapOp(op, key, r.err)
-		case r.elsewhere && stale != nil:
-			return stale, Info{Outcome: Stale}, nil
-		case r.elsewhere:
-			// The flight was started by a Get that had a stale value to
-			// return; this one must wait: look again.
-		case t.seq < r.seq:
+		case r.elsewhere && stale:
+			return e.val, Info{Outcome: Stale, Token: e.token}, nil
+		case t.seq < r.seq && !r.elsewhere:
 			info := r.info
 			if info.Outcome == Loaded && !t.creator {
 				info.Outcome = Shared
 			}
 			return r.val, info, nil
-		default:
-			// The flight read or published the value after this Get
-			// joined it, and this Get's own read came after that: the
-			// value may have been invalidated in between. Look again.
+		}
+		// Either the flight was started by a Get that had a stale value to
+		// return and did not wait, or it read or published its value after
+		// this Get joined it, while this Get's own read found nothing: the
+		// value may have been invalidated in between. Look again.
+		if e, err = c.read(ctx, k.fresh, k.value); err != nil {
+			return nil, Info{}, wrapOp(op, key, err)
+		}
+		if e.fresh {
+			return e.val, Info{Outcome: Hit, Token: e.token}, nil
 		}
 	}
-}
-
-// entry is what read found.
-type entry struct {
-	val   []byte
-	token lease.Token // of the acquisition that published val, if fresh
-	fresh bool        // val is within its TTL
-	stale bool        // val is past its TTL, within StaleFor
-}
-
-// read reads key's entry in one round trip: MGET of the freshness marker
-// and the value, which share a hash slot.
-func (c *Cache) read(ctx context.Context, k keys) (entry, error) {
-	vals, err := c.client.Do(ctx, c.client.B().Mget().Key(k.fresh, k.value).Build()).ToArray()
-	if err != nil {
-		return entry{}, err
-	}
-	if len(vals) != 2 {
-		return entry{}, fmt.Errorf("unexpected MGET reply of %d values", len(vals))
-	}
-	if vals[1].IsNil() {
-		return entry{}, nil
-	}
-	val, err := vals[1].AsBytes()
-	if err != nil {
-		return entry{}, fmt.Errorf("the value is not a string: %w", err)
-	}
-	if vals[0].IsNil() {
-		return entry{val: val, stale: true}, nil
-	}
-	tok, err := vals[0].AsUint64()
-	if err != nil {
-		return entry{}, fmt.Errorf("the freshness marker is not a token: %w", err)
-	}
-	return entry{val: val, token: lease.Token(tok), fresh: true}, nil
 }

@@ -189,7 +189,7 @@ func (c *Cache) refresh(ctx context.Context, f *flight, k keys, load LoadFunc, s
 			t.Stop()
 		}
 		s := c.seal(f)
-		e, err := c.read(ctx, k)
+		e, err := c.read(ctx, k.fresh, k.value)
 		if err != nil {
 			return result{err: err}
 		}
@@ -208,7 +208,7 @@ func (c *Cache) loadAndPublish(ctx context.Context, f *flight, k keys, h *lease.
 	// Another process may have published between the read that sent the
 	// Get here and this acquisition.
 	s := c.seal(f)
-	e, err := c.read(ctx, k)
+	e, err := c.read(ctx, k.fresh, k.value)
 	if err != nil {
 		return result{err: err}
 	}

@@ -596,3 +596,48 @@ func TestObserverSeesEveryStep(t *testing.T) {
 		t.Fatalf("events %v; want %v", events, want)
 	}
 }
+
+// TestMixedStaleForShareEntries: replicas with and without StaleFor share
+// entries; the one without never serves a value past its TTL, whoever
+// published it.
+func TestMixedStaleForShareEntries(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		ns := namespace()
+		keeps := newReplica(t, topo.addrs(t), ns, "keeps", cache.Options{TTL: 30 * time.Millisecond, StaleFor: time.Hour})
+		plain := newReplica(t, topo.addrs(t), ns, "plain", cache.Options{TTL: time.Hour})
+		ctx := ctxT(t)
+
+		// Published by the replica that keeps stale values: both see it fresh.
+		v, info, err := keeps.cache.Get(ctx, "k", constant("kept", nil))
+		if err != nil || info.Outcome != cache.Loaded {
+			t.Fatalf("Get = %q, %+v, %v", v, info, err)
+		}
+		first := info.Token
+		v, info, err = plain.cache.Get(ctx, "k", constant("other", nil))
+		if err != nil || string(v) != "kept" || info.Outcome != cache.Hit || info.Token != first {
+			t.Fatalf("plain Get of a fresh marked value = %q, %+v, %v; want a hit", v, info, err)
+		}
+		// Past its TTL the value is stale: the plain replica refreshes.
+		_, _, fresh, _, _ := keeps.cache.EntryNames("k")
+		for {
+			n, err := keeps.client.Do(ctx, keeps.client.B().Exists().Key(fresh).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		v, info, err = plain.cache.Get(ctx, "k", constant("plain", nil))
+		if err != nil || string(v) != "plain" || info.Outcome != cache.Loaded {
+			t.Fatalf("plain Get of a stale value = %q, %+v, %v; want its own load", v, info, err)
+		}
+		// Published by the plain replica: fresh for both.
+		v, info, err = keeps.cache.Get(ctx, "k", constant("other", nil))
+		if err != nil || string(v) != "plain" || info.Outcome != cache.Hit {
+			t.Fatalf("Get of a plain value = %q, %+v, %v; want a hit", v, info, err)
+		}
+	})
+}

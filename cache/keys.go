@@ -12,11 +12,16 @@ const DefaultPrefix = "cache:"
 
 // Suffixes of the names that follow an entry's hash tag.
 const (
-	valueSuffix     = ":value"
 	freshSuffix     = ":fresh"
+	valueSuffix     = ":value"
 	markSuffix      = ":invalidated"
 	publishedSuffix = ":published"
 )
+
+// tagEscaper escapes a lease key the way the Valkey lease backend does
+// inside the hash tag of its record names (see the leasevalkey package
+// documentation): '%', '{' and '}' become %25, %7B and %7D.
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // keys are the names of everything that belongs to one cache entry. All of
 // them carry the hash tag of the refresh lease's record, so they live in
@@ -25,37 +30,71 @@ type keys struct {
 	key     string // the cache key, as the caller gave it
 	lease   string // the refresh lease's key
 	record  string // the refresh lease's record (a hash of the lease backend)
-	value   string // the value (a string)
 	fresh   string // the freshness marker (a string holding the publishing token)
+	value   string // the value (a string)
 	mark    string // the invalidation mark (a string holding a token)
 	channel string // the shard channel that announces publications
 }
 
-// keys returns the names for key, or an error (prefixed with op) for a key
-// that cannot be used, before any I/O.
+// checkKey validates key before any I/O; op names the operation in the
+// error. The refresh lease's key, Prefix + key, must pass
+// lease.ValidateKey; New checked the prefix already.
+func (c *Cache) checkKey(op, key string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return fmt.Errorf("cache: %s %.80q: %w", op, key, err)
+	}
+	if n := len(c.prefix) + len(key); n > lease.MaxKeyLen {
+		return fmt.Errorf("cache: %s %.80q: %w: Prefix and key are %d bytes, longer than the limit of %d", op, key, lease.ErrInvalidKey, n, lease.MaxKeyLen)
+	}
+	return nil
+}
+
+// readNames returns the names of key's freshness marker and value, in one
+// allocation: the hit path needs nothing else. key must have passed
+// checkKey.
+func (c *Cache) readNames(key string) (fresh, value string) {
+	esc := key
+	if strings.ContainsAny(key, "%{}") {
+		esc = tagEscaper.Replace(key)
+	}
+	// <Prefix>{<escaped Prefix><escaped key>}
+	base := len(c.prefix) + 1 + len(c.tagPrefix) + len(esc) + 1
+	var b strings.Builder
+	b.Grow(2*base + len(freshSuffix) + len(valueSuffix))
+	for _, suffix := range [2]string{freshSuffix, valueSuffix} {
+		b.WriteString(c.prefix)
+		b.WriteByte('{')
+		b.WriteString(c.tagPrefix)
+		b.WriteString(esc)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+	}
+	s := b.String()
+	n := base + len(freshSuffix)
+	return s[:n], s[n:]
+}
+
+// keys returns every name of key's entry, or an error (naming op) for a
+// key that cannot be used, before any I/O.
 func (c *Cache) keys(op, key string) (keys, error) {
-	if key == "" {
-		return keys{}, fmt.Errorf("cache: %s: %w: key is empty", op, lease.ErrInvalidKey)
+	if err := c.checkKey(op, key); err != nil {
+		return keys{}, err
 	}
+	fresh, value := c.readNames(key)
+	base := strings.TrimSuffix(fresh, freshSuffix)
 	lk := c.prefix + key
-	if err := lease.ValidateKey(lk); err != nil {
-		return keys{}, fmt.Errorf("cache: %s %.80q: %w", op, key, err)
-	}
 	rec := c.store.RecordKey(lk)
-	// The backend names the record <its prefix>{<escaped lease key>}, with
-	// no brace in its prefix and none in the escaped key: the tag is the
-	// whole tail from the first brace.
-	i := strings.IndexByte(rec, '{')
-	if i < 0 || !strings.HasSuffix(rec, "}") || strings.IndexByte(rec[i+1:], '{') >= 0 {
-		return keys{}, fmt.Errorf("cache: %s %q: lease record %q has no hash tag", op, key, rec)
+	// The entry's hash tag must be the record's, or the scripts would touch
+	// two slots: check it here, on every path that writes.
+	if tag := base[len(c.prefix):]; !strings.HasSuffix(rec, tag) || strings.Count(rec, "{") != 1 {
+		return keys{}, fmt.Errorf("cache: %s %q: the lease Store names the record %q, whose hash tag is not %s", op, key, rec, tag)
 	}
-	base := c.prefix + rec[i:]
 	return keys{
 		key:     key,
 		lease:   lk,
 		record:  rec,
-		value:   base + valueSuffix,
-		fresh:   base + freshSuffix,
+		fresh:   fresh,
+		value:   value,
 		mark:    base + markSuffix,
 		channel: base + publishedSuffix,
 	}, nil

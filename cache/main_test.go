@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,6 +139,11 @@ func rawValue(t testing.TB, r *replica, key string) (string, bool) {
 	}
 	if err != nil {
 		t.Fatalf("GET %s: %v", value, err)
+	}
+	// Drop the header: mode, token, newline.
+	_, v, ok := strings.Cut(v, "\n")
+	if !ok {
+		t.Fatalf("GET %s = %q, which has no header", value, v)
 	}
 	return v, true
 }

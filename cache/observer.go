@@ -48,8 +48,8 @@ type EventInfo struct {
 	Key string
 	// Token is the token of the refresh lease's acquisition involved: the
 	// one that published the value served, loaded it, or tried to publish
-	// it; 0 for a stale value. For Invalidated it is the entry's
-	// invalidation mark: acquisitions up to it may no longer publish.
+	// it. For Invalidated it is the entry's invalidation mark:
+	// acquisitions up to it may no longer publish.
 	Token lease.Token
 	// Latency is how long the operation took.
 	Latency time.Duration

@@ -83,7 +83,7 @@ func (c *Cache) runPublish(ctx context.Context, g guard.Guard, k keys, value []b
 	}
 	res := publishScript.Exec(ctx, c.client,
 		[]string{k.record, k.mark, k.value, k.fresh},
-		[]string{g.Token().String(), g.Owner(), string(value), millis(ttl), millis(ttl + c.stale), k.channel})
+		[]string{g.Token().String(), g.Owner(), c.stored(g.Token(), value), millis(ttl), millis(ttl + c.stale), k.channel, c.mode()})
 	vals, err := res.ToArray()
 	if err != nil {
 		return classify(err)

@@ -9,15 +9,18 @@
 --          server's clock; 0 once released)
 -- KEYS[2]  the invalidation mark: the highest lease token whose
 --          acquisitions may no longer publish (missing means 0)
--- KEYS[3]  the value
--- KEYS[4]  the freshness marker: the token of the acquisition that
---          published the value; it expires when the value stops being fresh
+-- KEYS[3]  the value key: a header naming the mode and the publishing
+--          token, then the value (see entry.go)
+-- KEYS[4]  the freshness marker: the publishing token, for mode 'S'
 -- ARGV[1]  the acquisition's token (decimal)
 -- ARGV[2]  the acquisition's owner
--- ARGV[3]  the value
+-- ARGV[3]  what the value key is to hold: header and value
 -- ARGV[4]  how long the value is fresh, in milliseconds
 -- ARGV[5]  how long the value is kept (fresh, then stale), in milliseconds
 -- ARGV[6]  the shard channel that announces publications (same hash slot)
+-- ARGV[7]  the mode: 'F' (fresh while the value key exists: it expires
+--          after ARGV[4]) or 'S' (fresh while the marker holds its token:
+--          the marker expires after ARGV[4], the value after ARGV[5])
 --
 -- Returns {0} when published; {1, record token, record owner, record
 -- expires, now} when the lease does not show the acquisition (nothing
@@ -33,7 +36,12 @@ local mark = tonumber(redis.call('GET', KEYS[2])) or 0
 if tonumber(ARGV[1]) <= mark then
   return {2, mark}
 end
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
-redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+if ARGV[7] == 'S' then
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+else
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+  redis.call('UNLINK', KEYS[4])
+end
 redis.call('SPUBLISH', ARGV[6], ARGV[1])
 return {0}
