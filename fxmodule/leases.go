@@ -49,7 +49,9 @@ const (
 //  1. stop taking new leases: Acquire, TryAcquire and Go return ErrClosed
 //     and functions run with Go do not start another term;
 //  2. cancel the work: the context of every function run with Go and the
-//     Context of every Lease acquired here, with cause ErrStopping;
+//     Context of every Lease acquired here, with cause ErrStopping; every
+//     lease stays renewed until step 4, so work winds down under a live
+//     lease;
 //  3. wait, until the stop context ends, for those functions to return
 //     (work done under an acquired Lease is the caller's to wait for, in
 //     its own OnStop hook, which Fx runs before this one);

@@ -23,7 +23,9 @@ import (
 func TestStopReportsFailedReleases(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	c := valkeyClient(t, srv.Addr())
-	cfg := leasefx.Config{Owner: "test/stop", Backend: leasefx.Valkey, Policy: testPolicy,
+	// A TTL long enough that no loss is detected before the releases are
+	// tried, even on a slow machine: a lost lease is not reported at stop.
+	cfg := leasefx.Config{Owner: "test/stop", Backend: leasefx.Valkey, Policy: leasefx.PolicyConfig{TTL: 10 * time.Second},
 		ReleaseTimeout: 200 * time.Millisecond}
 	logger, recorded := logs()
 	var leases *leasefx.Leases
