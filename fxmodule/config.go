@@ -1,6 +1,7 @@
 package fxmodule
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,9 +35,9 @@ const DefaultTTL = 15 * time.Second
 // configuration; like zap.Config it carries json and yaml tags. The zero
 // value of every field except Owner and Backend means its default.
 //
-// Durations are time.Duration: gopkg.in/yaml.v3 and mapstructure's
-// duration hook read them as "15s"; encoding/json reads them as integer
-// nanoseconds.
+// Durations are time.Duration. gopkg.in/yaml.v3, mapstructure's duration
+// hook and encoding/json (through UnmarshalJSON) read them as "15s";
+// encoding/json also accepts integer nanoseconds.
 //
 // New validates the whole Config, so an invalid one fails fx.New with an
 // error that names the field.
@@ -173,4 +174,76 @@ func (c Config) policy() (lease.Policy, error) {
 		return bad("Valkey.Prefix", errors.New("must not contain '{' or '}'"))
 	}
 	return p, nil
+}
+
+// UnmarshalJSON decodes c, reading ReleaseTimeout as a duration string
+// such as "2s" (see time.ParseDuration) or as integer nanoseconds. Fields
+// missing from the JSON keep their values.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	type plain Config // without this method
+	aux := struct {
+		*plain
+		ReleaseTimeout duration `json:"releaseTimeout"`
+	}{plain: (*plain)(c), ReleaseTimeout: duration(c.ReleaseTimeout)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	c.ReleaseTimeout = time.Duration(aux.ReleaseTimeout)
+	return nil
+}
+
+// UnmarshalJSON decodes p, reading each duration as a string such as
+// "15s" (see time.ParseDuration) or as integer nanoseconds. Fields missing
+// from the JSON keep their values.
+func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
+	type plain PolicyConfig // without this method
+	aux := struct {
+		*plain
+		TTL              duration `json:"ttl"`
+		RenewEvery       duration `json:"renewEvery"`
+		SafetyMargin     duration `json:"safetyMargin"`
+		OperationTimeout duration `json:"operationTimeout"`
+		Retry            duration `json:"retry"`
+		Wait             duration `json:"wait"`
+	}{
+		plain:            (*plain)(p),
+		TTL:              duration(p.TTL),
+		RenewEvery:       duration(p.RenewEvery),
+		SafetyMargin:     duration(p.SafetyMargin),
+		OperationTimeout: duration(p.OperationTimeout),
+		Retry:            duration(p.Retry),
+		Wait:             duration(p.Wait),
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	p.TTL = time.Duration(aux.TTL)
+	p.RenewEvery = time.Duration(aux.RenewEvery)
+	p.SafetyMargin = time.Duration(aux.SafetyMargin)
+	p.OperationTimeout = time.Duration(aux.OperationTimeout)
+	p.Retry = time.Duration(aux.Retry)
+	p.Wait = time.Duration(aux.Wait)
+	return nil
+}
+
+// duration is a time.Duration in JSON: a string for time.ParseDuration,
+// or integer nanoseconds.
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("duration %s: want a string such as \"15s\" or integer nanoseconds", b)
+		}
+		*d = duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
 }

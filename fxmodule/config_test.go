@@ -2,6 +2,7 @@ package fxmodule_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -90,5 +91,42 @@ func TestPolicyDefaults(t *testing.T) {
 	o := (leasefx.PolicyConfig{TTL: time.Minute, Wait: time.Second, MaxAttempts: 3}).Options()
 	if o.TTL != time.Minute || o.Wait != time.Second || o.MaxAttempts != 3 {
 		t.Errorf("Options() = %+v", o)
+	}
+}
+
+func TestConfigFromJSON(t *testing.T) {
+	in := `{
+		"owner": "billing/host-1",
+		"backend": "postgres",
+		"keyPrefix": "billing/",
+		"releaseTimeout": "2s",
+		"policy": {"ttl": "30s", "renewEvery": 5000000000, "maxAttempts": 3, "wait": "1m"},
+		"postgres": {"migrate": true, "table": "billing_leases"}
+	}`
+	c := leasefx.Config{Policy: leasefx.PolicyConfig{Retry: time.Second}}
+	if err := json.Unmarshal([]byte(in), &c); err != nil {
+		t.Fatal(err)
+	}
+	want := leasefx.Config{
+		Owner: "billing/host-1", Backend: leasefx.Postgres, KeyPrefix: "billing/", ReleaseTimeout: 2 * time.Second,
+		Policy:   leasefx.PolicyConfig{TTL: 30 * time.Second, RenewEvery: 5 * time.Second, Retry: time.Second, Wait: time.Minute, MaxAttempts: 3},
+		Postgres: leasefx.PostgresConfig{Migrate: true, Table: "billing_leases"},
+	}
+	if c != want {
+		t.Errorf("decoded\n%+v\nwant\n%+v", c, want)
+	}
+	// What encoding/json writes, it reads back.
+	b, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back leasefx.Config
+	if err := json.Unmarshal(b, &back); err != nil || back != want {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+	for _, bad := range []string{`{"releaseTimeout": "soon"}`, `{"policy": {"ttl": true}}`} {
+		if err := json.Unmarshal([]byte(bad), &c); err == nil {
+			t.Errorf("%s decoded without error", bad)
+		}
 	}
 }
