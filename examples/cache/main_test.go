@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/golib/lease/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	code := testserver.Main(m)
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
+			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestRun runs the example against the harness's standalone server and its
+// cluster, twice each: a second run starts from an empty entry too.
+func TestRun(t *testing.T) {
+	for _, topo := range []struct {
+		name  string
+		addrs func() []string
+	}{
+		{"standalone", func() []string { return []string{testserver.Valkey(t).Addr()} }},
+		{"cluster", func() []string { return testserver.ValkeyCluster(t).Addrs() }},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for range 2 {
+				var out bytes.Buffer
+				if err := run(ctx, &out, topo.addrs()); err != nil {
+					t.Fatalf("run: %v\n%s", err, out.String())
+				}
+				t.Logf("output:\n%s", out.String())
+				for _, want := range []string{
+					`(?m)^100 requests on 2 replicas: 1 database query; 1 loaded, 99 shared$`,
+					`(?m)^replica b: total=100 \(hit, published under token \d+\)$`,
+					`(?m)^replica b's publication of total=100 was refused: cache: "report/daily" was invalidated after the refresh with token \d+ began`,
+					`(?m)^replica a: total=120 \(loaded\)$`,
+					`(?m)^replica a's late publication was refused: cache: publish "report/daily": guard: lease "cache:report/daily" token \d+ is no longer current: the record shows token \d+ of "reports/b"$`,
+					`(?m)^replica a: total=130 \(hit\)$`,
+				} {
+					if !regexp.MustCompile(want).MatchString(out.String()) {
+						t.Errorf("output lacks %s:\n%s", want, out.String())
+					}
+				}
+			}
+		})
+	}
+}
