@@ -49,17 +49,17 @@
 // # One refresher across processes
 //
 // Get is a singleflight.Do whose group is every process sharing the
-// servers: golang.org/x/sync/singleflight deduplicates the calls of one
-// process only, so with N replicas a miss still loads N times, and none of
-// them checks, when it stores the value, that the value is still wanted.
-// Here a hit costs one round trip (an MGET); on a miss, the Gets of a
-// process share one attempt at the refresh lease; the process that gets it
-// runs the load function and publishes, and every other process waits,
-// woken by a shard pub/sub message that the publication sends (and by the
-// lease's release, or its expiry if the refresher died), or returns the
-// stale value at once if Options.StaleFor keeps one. A load that fails,
-// panics or loses its lease publishes nothing and releases the lease, so
-// the next Get refreshes.
+// servers. golang.org/x/sync/singleflight deduplicates the calls of one
+// process only: with N replicas a miss still loads N times, and nothing
+// checks, when a value is stored, that it is still wanted. Here a hit is
+// one round trip (a GET); on a miss, the Gets of a process share one
+// attempt at the refresh lease; the process that gets it runs the load
+// function and publishes, and every other process waits, woken by a shard
+// pub/sub message that the publication sends (and by the lease's release,
+// or its expiry if the refresher died), or returns the stale value at once
+// if Options.StaleFor keeps one. A load that fails, panics or loses its
+// lease publishes nothing and releases the lease, so the next Get
+// refreshes.
 //
 // # Keys
 //
@@ -67,29 +67,37 @@
 // <store prefix>{<escaped lease key>}. The entry's keys and channel reuse
 // that hash tag after the Cache's Prefix:
 //
-//	<Prefix>{<escaped lease key>}:value        the value (a string)
-//	<Prefix>{<escaped lease key>}:fresh        the publishing token; expires after TTL
+//	<Prefix>{<escaped lease key>}:value        header, then the value
+//	<Prefix>{<escaped lease key>}:fresh        the publishing token (StaleFor only)
 //	<Prefix>{<escaped lease key>}:invalidated  the invalidation mark; never deleted
 //	<Prefix>{<escaped lease key>}:published    shard channel announcing publications
 //
 // With the default prefixes the entry "page:/home" has the record
-// lease:{cache:page:/home}, the value cache:{cache:page:/home}:value, and
-// so on. The value is kept for TTL + StaleFor; it is fresh while the
-// marker exists. Because record, value, marker and mark share one hash
-// slot, both scripts are atomic on a Valkey Cluster too, and a Get reads
-// value and marker with one MGET on one node. A value is written and read
-// whole, whatever its size. Like the lease record, the invalidation mark
-// (about 60 bytes plus the key) is never deleted: an entry that was
-// invalidated keeps it for good.
+// lease:{cache:page:/home} and the value cache:{cache:page:/home}:value.
+// Because record, value, marker and mark share one hash slot, both scripts
+// are atomic on a Valkey Cluster too, and a Get reads one node.
+//
+// The value key holds a header, the letter F or S and the publishing
+// token in decimal up to a newline, then the value. An F value is fresh as
+// long as it exists: it expires after TTL, and a hit is one GET. A Cache
+// with StaleFor publishes S values, kept TTL + StaleFor and fresh while
+// the :fresh marker, which expires after TTL, holds their token; it reads
+// both keys with one MGET. Every Cache reads both kinds, so replicas with
+// different StaleFor can share entries, and one without StaleFor never
+// returns a value past its TTL. A value is written and read whole,
+// whatever its size.
+//
+// Like the lease record, the invalidation mark (about 60 bytes plus the
+// key) is never deleted: an entry that was ever invalidated keeps it.
 //
 // # Server settings
 //
 // Entries live on the servers of the lease Store, which wants
 // maxmemory-policy noeviction: size maxmemory for the values (their TTL
 // bounds how long they stay). When the server is out of memory, Publish
-// fails and writes nothing. ACL users need, besides the lease backend's
-// permissions, the commands EVALSHA, EVAL, SCRIPT LOAD, MGET, SSUBSCRIBE
-// and SUNSUBSCRIBE, and inside the scripts HMGET, HGET, TIME, GET, SET,
+// fails and writes nothing, while Invalidate still works. ACL users need,
+// besides the lease backend's permissions, the commands GET, MGET,
+// EVALSHA, EVAL, SCRIPT LOAD, SSUBSCRIBE and SUNSUBSCRIBE, and inside the scripts HMGET, HGET, TIME, GET, SET,
 // UNLINK and SPUBLISH; read and write access to the keys <Prefix>*, and
 // the shard channels <Prefix>*.
 //

@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -280,4 +282,47 @@ func TestInvalidateWithoutLease(t *testing.T) {
 			t.Fatalf("Get = %q, %+v, %v", v, info, err)
 		}
 	})
+}
+
+// TestOutOfMemory: on a full server (noeviction, as the lease backend
+// wants) a publication is refused whole, with an error saying it was not
+// applied, and Invalidate still works.
+func TestOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{ExtraArgs: []string{"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}})
+	r := newReplica(t, []string{srv.Addr()}, namespace(), "o", cache.Options{})
+	ctx := ctxT(t)
+	if _, _, err := r.cache.Get(ctx, "small", constant("v", nil)); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the server.
+	filler := strings.Repeat("x", 64<<10)
+	for i := 0; ; i++ {
+		err := r.client.Do(ctx, r.client.B().Set().Key("filler-"+strconv.Itoa(i)).Value(filler).Build()).Error()
+		if err != nil {
+			if !strings.Contains(err.Error(), "OOM") {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	hd, err := r.leases.TryAcquire(ctx, r.cache.LeaseKey("small"), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hd.Release(ctx)
+	g, _ := r.store.Guard(hd.Snapshot())
+	err = r.cache.Publish(ctx, g, "small", []byte(strings.Repeat("y", 1<<20)), 0)
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "not applied") {
+		t.Fatalf("Publish on a full server = %v; want a refusal saying it was not applied", err)
+	}
+	if v, _ := rawValue(t, r, "small"); v != "v" {
+		t.Fatalf("entry = %q after a refused publication; want the old v", v)
+	}
+	if err := r.cache.Invalidate(ctx, "small"); err != nil {
+		t.Fatalf("Invalidate on a full server: %v", err)
+	}
+	if _, ok := rawValue(t, r, "small"); ok {
+		t.Fatal("Invalidate on a full server left the value")
+	}
 }

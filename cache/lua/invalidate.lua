@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- invalidate: delete a cache entry and make sure that no refresh whose
 -- refresh lease was acquired before this script ran can publish. See
 -- publish.lua for the keys; all are in one hash slot.
@@ -12,6 +12,10 @@
 -- (the last one issued), and every later one gets a greater token, so
 -- raising the mark to the record's token shuts out exactly the refreshes
 -- that started before this point. The mark never goes down.
+--
+-- It may run when the server is out of memory (allow-oom): it frees more
+-- than the few bytes of the mark it may write, and a change to the source
+-- must be able to invalidate its entry when the cache is full.
 --
 -- Returns the mark.
 local last = tonumber(redis.call('HGET', KEYS[1], 'token')) or 0
