@@ -107,3 +107,27 @@ func TestObserverGroup(t *testing.T) {
 		t.Errorf("the group's observer saw %v, want [acquired released]", rec.kinds)
 	}
 }
+
+// TestGoAfterStart: a function registered after the app started runs at
+// once, and is stopped with the app.
+func TestGoAfterStart(t *testing.T) {
+	var leases *leasefx.Leases
+	a := app(t, leasefx.Config{Owner: "test/late", Backend: leasefx.Memory, Policy: testPolicy}, nil, fx.Populate(&leases))
+	a.RequireStart()
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	_, err := leases.Go("late", func(ctx context.Context, h *lease.Handle) error {
+		close(started)
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return nil
+	}, leasefx.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, started, "the function to start")
+	a.RequireStop()
+	if cause := within(t, ended, "the function to end"); !errors.Is(cause, leasefx.ErrStopping) {
+		t.Errorf("cause %v, want ErrStopping", cause)
+	}
+}

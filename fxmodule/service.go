@@ -96,6 +96,7 @@ func (l *Leases) Go(name string, fn leaseservice.Func, o RunOptions) (*leaseserv
 	defer l.mu.Unlock()
 	switch l.state {
 	case stopped:
+		s.cancel(ErrClosed)
 		return nil, ErrClosed
 	case running:
 		s.start()
