@@ -77,13 +77,18 @@
 // # Server settings
 //
 // Call Store.Check at start-up: it reports an eviction policy other than
-// noeviction (which could evict a held lease) and a server older than 7.0.
-// Persistence (appendonly yes with appendfsync everysec or always) keeps
-// leases across restarts; without it a restart frees every lease at once,
-// and tokens still never go back. ACL users need the commands EVALSHA,
-// EVALSHA_RO, EVAL, EVAL_RO, SCRIPT LOAD and (for release notifications)
-// SSUBSCRIBE and SUNSUBSCRIBE, read and write access to the keys
-// <Prefix>*, and the shard channels <Prefix>*. ACL credentials and TLS are
-// options of the valkey-go client (ClientOption.Username, Password,
-// TLSConfig).
+// noeviction (which could evict a held lease), a server older than Redis
+// 7.0, and a user that may not run the scripts. Persistence (appendonly yes
+// with appendfsync everysec or always) keeps leases across restarts;
+// without it a restart frees every lease at once, and tokens still never
+// go back.
+//
+// ACL rules apply to the commands inside scripts too. A user that can do
+// everything the Store does, on the default prefix:
+//
+//	ACL SETUSER leases on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time
+//
+// ACL credentials and TLS are options of the valkey-go client
+// (ClientOption.Username, Password and TLSConfig); see
+// docs/valkey-quickstart.md.
 package valkey

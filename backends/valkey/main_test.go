@@ -73,3 +73,10 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestExamples runs the package's examples against the shared server.
+func TestExamples(t *testing.T) {
+	addr = testserver.Valkey(t).Addr()
+	Example()
+	ExampleStore_Guard()
+}

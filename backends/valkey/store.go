@@ -115,7 +115,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	// Held by another acquisition: {token, owner, remaining µs}.
 	held, err := msg.ToArray()
 	if err != nil || len(held) != 3 {
-		return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %v", op, msg))
+		return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %s", op, msg.String()))
 	}
 	tok, _ := held[0].AsInt64()
 	owner, _ := held[1].ToString()

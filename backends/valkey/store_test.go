@@ -13,6 +13,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -399,4 +400,50 @@ func numSub(t *testing.T, c valkey.Client, s *leasevalkey.Store) int64 {
 	}
 	n, _ := vals[1].AsInt64()
 	return n
+}
+
+// aclRule is the ACL rule the documentation gives for a lease user.
+const aclRule = "on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time"
+
+// TestDocumentedACLRuleIsEnough runs every operation, Check and a release
+// watch as a user with exactly the documented rules, and nothing else.
+func TestDocumentedACLRuleIsEnough(t *testing.T) {
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newClient(t, srv.Addr())
+	ctx := ctxT(t)
+	if err := admin.Do(ctx, admin.B().AclSetuser().Username("leases").Rule(strings.Fields(aclRule)...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "leases", Password: "secret", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := leasevalkey.New(c, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	a := acquire(t, s, "acl", "o", time.Minute)
+	if err := s.Renew(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := s.WatchReleases(ctx, "acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("no release notification")
+	}
+	if _, err := s.Inspect(ctx, "acl"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	valkey "github.com/valkey-io/valkey-go"
+)
+
+// clientOption builds the valkey-go options from the flags.
+func clientOption(cfg config) (valkey.ClientOption, error) {
+	opt := valkey.ClientOption{InitAddress: []string{cfg.addr}}
+	if cfg.user != "" || cfg.password != "" {
+		opt = withACL(opt, cfg.user, cfg.password)
+	}
+	if cfg.tls {
+		var err error
+		if opt, err = withTLS(opt, cfg.caFile); err != nil {
+			return opt, err
+		}
+	}
+	return opt, nil
+}
+
+// docs:begin acl
+// withACL logs in as an ACL user, created on the server with for example
+//
+//	ACL SETUSER leases on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time
+func withACL(opt valkey.ClientOption, user, password string) valkey.ClientOption {
+	opt.Username = user
+	opt.Password = password
+	return opt
+}
+
+// docs:end acl
+
+// docs:begin tls
+// withTLS connects over TLS, trusting the CA in caFile (or the system's
+// CAs if it is empty).
+func withTLS(opt valkey.ClientOption, caFile string) (valkey.ClientOption, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return opt, err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return opt, fmt.Errorf("%s: no PEM certificate", caFile)
+		}
+	}
+	opt.TLSConfig = cfg
+	return opt, nil
+}
+
+// docs:end tls
