@@ -100,7 +100,8 @@ func (*PublishRefused) event() {}
 func (*Invalidated) event()    {}
 
 // NewSlogObserver returns an Observer that writes each event to logger:
-// hits and publications at Debug, loads and invalidations at Info,
+// served values and publications at Debug, refreshes and invalidations at
+// Info,
 // refused publications, failed loads and failed Gets at Warn (at Info when
 // the cause is a refusal the protocol expects: an invalidated entry, a
 // superseded lease, the caller's cancelled context). A nil logger means
@@ -124,9 +125,9 @@ func (o *slogObserver) Observe(e Event) {
 	case *GetFailed:
 		level, msg = warnUnlessExpected(e.Err), "cache get failed"
 	case *Refreshed:
-		msg = "cache loaded"
+		msg = "cache refreshed"
 	case *RefreshFailed:
-		level, msg = warnUnlessExpected(e.Err), "cache load published nothing"
+		level, msg = warnUnlessExpected(e.Err), "cache refresh published nothing"
 	case *Published:
 		level, msg = slog.LevelDebug, "cache published"
 		attrs = append(attrs, slog.Int("size", e.Size))
