@@ -152,6 +152,8 @@ func TestObservers(t *testing.T) {
 		{&lease.Lost{EventInfo: failed}, "lease lost", slog.LevelError},
 		{&lease.Released{EventInfo: info}, "lease released", slog.LevelInfo},
 		{&lease.ReleaseFailed{EventInfo: failed}, "lease release failed", slog.LevelWarn},
+		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: lease.Indeterminate(errors.New("timeout"))}}, "lease release failed", slog.LevelError},
+		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: context.Canceled}}, "lease not acquired", slog.LevelDebug},
 	}
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -171,6 +173,7 @@ func TestObservers(t *testing.T) {
 			t.Errorf("%T logged %q without its error", tc.e, line)
 		}
 	}
+	lease.NewSlogObserver(nil).Observe(events[0].e) // silent, and no panic
 	if len(fanned) != len(events) {
 		t.Fatalf("MultiObserver passed on %d events, want %d", len(fanned), len(events))
 	}

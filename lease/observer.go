@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -103,12 +104,15 @@ func (*Lost) event()          {}
 func (*Released) event()      {}
 func (*ReleaseFailed) event() {}
 
-// NewSlogObserver returns an Observer that writes each event to logger:
-// renewals at Debug, acquisitions and releases at Info, failures at Warn and
-// losses at Error. A nil logger means slog.Default().
+// NewSlogObserver returns an Observer that writes each event to logger as
+// one structured line with key, owner, token, latency and error: renewals,
+// and acquisitions refused because the lease is held or the caller gave
+// up, at Debug; acquisitions and releases at Info; other failures at Warn;
+// losses, and releases whose outcome is unknown (the lease may stay held
+// until its TTL passes), at Error. A nil logger discards everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler)
 	}
 	return &slogObserver{logger}
 }
@@ -125,7 +129,7 @@ func (o *slogObserver) Observe(e Event) {
 	case *AcquireFailed:
 		level, msg = slog.LevelDebug, "lease not acquired"
 		attrs = append(attrs, slog.Int("attempts", e.Attempts))
-		if !isNotAcquired(e.Err) {
+		if !isNotAcquired(e.Err) && !errors.Is(e.Err, context.Canceled) {
 			level = slog.LevelWarn
 		}
 	case *Renewed:
@@ -138,6 +142,9 @@ func (o *slogObserver) Observe(e Event) {
 		msg = "lease released"
 	case *ReleaseFailed:
 		level, msg = slog.LevelWarn, "lease release failed"
+		if errors.Is(e.Err, ErrIndeterminate) {
+			level = slog.LevelError
+		}
 	}
 	ctx := context.Background()
 	if !o.l.Enabled(ctx, level) {
