@@ -95,11 +95,12 @@
 // Entries live on the servers of the lease Store, which wants
 // maxmemory-policy noeviction: size maxmemory for the values (their TTL
 // bounds how long they stay). When the server is out of memory, Publish
-// fails and writes nothing, while Invalidate still works. ACL users need,
-// besides the lease backend's permissions, the commands GET, MGET,
-// EVALSHA, EVAL, SCRIPT LOAD, SSUBSCRIBE and SUNSUBSCRIBE, and inside the scripts HMGET, HGET, TIME, GET, SET,
-// UNLINK and SPUBLISH; read and write access to the keys <Prefix>*, and
-// the shard channels <Prefix>*.
+// fails and writes nothing, while Invalidate still works.
+//
+// ACL rules apply to the commands inside scripts too. A user that can do
+// everything the Cache and its lease Store do, on the default prefixes:
+//
+//	ACL SETUSER web on >secret ~lease:* &lease:* ~cache:* &cache:* +@read +@write +@scripting +@pubsub +info +time
 //
 // # Errors
 //

@@ -3,12 +3,15 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
@@ -324,5 +327,68 @@ func TestOutOfMemory(t *testing.T) {
 	}
 	if _, ok := rawValue(t, r, "small"); ok {
 		t.Fatal("Invalidate on a full server left the value")
+	}
+}
+
+// TestDocumentedACLIsEnough runs the whole protocol as a user with exactly
+// the ACL rules docs/cache.md gives.
+func TestDocumentedACLIsEnough(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newClient(t, []string{srv.Addr()})
+	ctx := ctxT(t)
+	rule := "ACL SETUSER web on >secret ~lease:* &lease:* ~cache:* &cache:* +@read +@write +@scripting +@pubsub +info +time"
+	if err := admin.Do(ctx, admin.B().Arbitrary(strings.Fields(rule)...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	asWeb := func(owner string) *replica {
+		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "web", Password: "secret", DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		store, _ := leasevalkey.New(c, leasevalkey.Options{})
+		leases, _ := lease.NewClient(store, lease.ClientOptions{Owner: owner})
+		cc, err := cache.New(c, leases, cache.Options{TTL: time.Minute, StaleFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &replica{client: c, store: store, leases: leases, cache: cc}
+	}
+	a, b := asWeb("a"), asWeb("b")
+	// B waits for A's load, so the subscription is exercised too.
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.cache.Get(ctx, "k", func(context.Context, lease.Token) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("v"), nil
+		})
+		done <- err
+	}()
+	<-started
+	got := make(chan error, 1)
+	go func() {
+		v, info, err := b.cache.Get(ctx, "k", constant("w", nil))
+		if err == nil && (string(v) != "v" || info.Outcome != cache.Shared) {
+			err = fmt.Errorf("B got %q, %v", v, info.Outcome)
+		}
+		got <- err
+	}()
+	waitForSubscriber(t, &replica{client: admin, cache: a.cache}, "k")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("A's Get as the ACL user: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("B's Get as the ACL user: %v", err)
+	}
+	if err := b.cache.Invalidate(ctx, "k"); err != nil {
+		t.Fatalf("Invalidate as the ACL user: %v", err)
+	}
+	if err := a.store.Check(ctx); err != nil {
+		t.Fatalf("Check as the ACL user: %v", err)
 	}
 }
