@@ -1,4 +1,68 @@
 // Package fence makes storage refuse writes from a lease holder that has
-// been superseded: every fenced write carries the lease's key and fencing
-// token, and is applied only if the resource's fence admits them.
+// been superseded. A lease cannot stop a paused process from carrying on
+// with a write after its lease expired; a fence can: every fenced write
+// carries the lease's key and fencing token (a [lease.Snapshot]), and the
+// storage applies it only if the resource's fence admits them, atomically
+// with the write. A fence keeps working long after the lease is gone.
+//
+// Fenced writes take a lease.Snapshot, never a *lease.Handle, so they cannot
+// renew or release a lease. The package imports no lease backend: a lease
+// kept in Valkey can fence data in PostgreSQL and the other way round.
+//
+// # The rule
+//
+// Each resource has a fence, a Mark: the lease key it is fenced by and the
+// highest token of that lease it has accepted. A write with token t under
+// lease key k on resource r is accepted if r's fence has accepted nothing,
+// or if it is fenced by k and t ≥ last(r): a higher token is a newer
+// acquisition, an equal one is the same acquisition writing again (a
+// backend never issues one token twice for a key). Otherwise nothing is
+// written and the caller gets a *StaleError (ErrStale) naming both tokens,
+// or, for a token of another lease key, a *ForeignLeaseError
+// (ErrForeignLease), whatever the numbers: tokens of different keys are
+// unrelated. last(r) never goes down. [Mark.Admit] is the rule in code.
+//
+// A new holder's acquisition alone does not fence anything: until it
+// writes, the fence still admits the previous holder's token. [Claim] (and
+// [Table.Claim], [Valkey.Claim]) advances the fences right after acquiring.
+//
+// # PostgreSQL: the fences table
+//
+// [Tx] runs a function in a transaction whose first statement checks and
+// advances the fences of the named resources, in a table of their own
+// (public.lease_fences by default; [NewTable] names another, [Migrate]
+// creates it). The fence rows stay locked until the transaction ends, and they are
+// locked in sorted order, so transactions never deadlock on them. A stale
+// fence rolls back everything. The cost is one round trip.
+//
+// # PostgreSQL: a fence column on your own table
+//
+// [Update] and [Upsert] take a squirrel builder and a [Column] (a token and a
+// lease-key column on the same table) and put the check and the write into
+// the caller's own statement: each row is its own resource, and there is no
+// extra round trip unless nothing was written and they have to tell why.
+//
+// # Valkey
+//
+// [Valkey.Do] applies a group of commands (Set, HSet, Del, IncrBy, Expire,
+// XAdd) with one Lua script that checks and advances the resource's fence
+// key and applies the group atomically, in one round trip. All keys must be
+// in the fence key's hash slot: put "{resource}" in their names.
+//
+// # Other stores
+//
+// Any store with one atomic conditional write can be fenced: keep the
+// resource's Mark next to its data, read both, call Mark.Admit, and write the
+// data and the new Mark back in one conditional write that fails if either
+// changed since the read. [Memory] is the reference implementation, for one
+// process.
+//
+// # Errors
+//
+// [ErrStale] and [ErrForeignLease] are final: retrying gets the same answer.
+// [ErrConflict] (a serialization failure or deadlock; see [IsRetryable]) asks
+// for the whole transaction to be run again. ErrInvalid is returned before
+// any I/O. An error matching [lease.ErrIndeterminate] means the write may or
+// may not have been applied. Every error starts with "fence: " and names the
+// resource.
 package fence

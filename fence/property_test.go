@@ -161,7 +161,7 @@ func newValkeyStore(t *testing.T, c valkey.Client) store {
 	return &valkeyStore{c: c, v: newFence(t, c), prefix: fmt.Sprintf("p%d", prefixes.Add(1))}
 }
 
-func (s *valkeyStore) multi() bool { return false }
+func (s *valkeyStore) multi() bool              { return false }
 func (s *valkeyStore) resource(r string) string { return s.prefix + "/" + r }
 func (s *valkeyStore) write(ctx context.Context, snap lease.Snapshot, rs []string) error {
 	r := s.resource(rs[0])

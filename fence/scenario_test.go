@@ -194,7 +194,7 @@ func newHolders(t *testing.T) *holders {
 
 func (h *holders) acquire(t *testing.T, c *lease.Client) *lease.Handle {
 	t.Helper()
-	handle, err := c.TryAcquire(t.Context(), "docs-writer", h.policy)
+	handle, err := c.TryAcquire(t.Context(), "billing/nightly", h.policy)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
