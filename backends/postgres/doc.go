@@ -18,7 +18,8 @@
 // Options.Table choose another; names are always quoted, so any name is
 // safe). It has one row per key that was ever acquired:
 //
-//	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz
+//	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz,
+//	watched_until timestamptz
 //
 // Rows are never deleted: release sets expires_at to now, so that the
 // key's last token stays known and the next one is greater.
@@ -73,13 +74,16 @@
 //
 // # Fast hand-over
 //
-// Release also calls pg_notify in the same statement, and the Store
-// implements lease.ReleaseWatcher: a Client.Acquire waiting for a key
-// listens (LISTEN, on one connection taken from the pool and shared by
-// every waiter of the Store) and tries again as soon as the key is
-// released, instead of at its next retry. Polling every Retry stays the
-// fallback, so a lost notification only costs time. Store.Close gives the
-// listener's connection back. Options.DisableNotify turns this off.
+// The Store implements lease.ReleaseWatcher: a Client.Acquire waiting for
+// a key listens (LISTEN, on one connection taken from the pool and shared
+// by every waiter of the Store) and tries again as soon as the key is
+// released, instead of at its next retry. The release statement calls
+// pg_notify itself, but only for a key that a waiter marked (one short
+// UPDATE when the wait starts, renewed every minute): NOTIFY makes
+// committing transactions queue on a global lock, which releases that
+// nobody waits for should not pay. Polling every Retry stays the fallback,
+// so a lost notification only costs time. Store.Close gives the listener's
+// connection back. Options.DisableNotify turns all of this off.
 //
 // # Errors
 //

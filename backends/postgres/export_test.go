@@ -5,3 +5,9 @@ import "time"
 // SetListenIdle sets how long the idle listener of s keeps its connection.
 // Call it before the first WatchReleases.
 func SetListenIdle(s *Store, d time.Duration) { s.idle = d }
+
+// WaitMarked waits until the keys watched so far are marked as waited for.
+func WaitMarked(s *Store) { s.w.arms.Wait() }
+
+// Channel returns the notification channel of s.
+func Channel(s *Store) string { return s.channel }

@@ -12,6 +12,14 @@ import (
 
 // Tuning of the release listener.
 const (
+	// listenIdle is how long the listener keeps its connection after the
+	// last watch stopped, before it gives it back to the pool.
+	listenIdle = 30 * time.Second
+	// rearmEvery is how often the listener marks the watched keys again
+	// (queries/watch.sql marks a key for five minutes).
+	rearmEvery = time.Minute
+	// armTimeout bounds one marking statement.
+	armTimeout = 2 * time.Second
 	// listenBackoffMin and listenBackoffMax bound the pause before the
 	// listener tries again after losing its connection.
 	listenBackoffMin = 50 * time.Millisecond
@@ -21,21 +29,18 @@ const (
 	cleanupTimeout = time.Second
 )
 
-// listenIdle is how long the listener keeps its connection after the last
-// watch stopped, before it gives it back to the pool.
-const listenIdle = 30 * time.Second
-
 // errNoListener is returned by WatchReleases when the Store cannot listen.
 var errNoListener = errors.New("postgres: release notifications are disabled or there is no pool to listen on; waiters poll")
 
 // watchers is the set of active watches of one Store, by key, and the
-// state of the listener goroutine that serves them.
+// state of the goroutines that serve them. It is guarded by Store.mu.
 type watchers struct {
 	byKey   map[string]map[*watch]struct{}
 	n       int
 	running bool               // a listener goroutine serves them
 	cancel  context.CancelFunc // stops that goroutine
 	wg      sync.WaitGroup     // every listener goroutine, also those exiting
+	arms    sync.WaitGroup     // every marking goroutine
 }
 
 type watch struct{ c chan struct{} }
@@ -49,15 +54,24 @@ func (w *watch) wake() {
 }
 
 // WatchReleases implements lease.ReleaseWatcher with LISTEN/NOTIFY: the
-// channel receives a value when a Release of key commits. It also receives
-// one whenever the listener (re)starts listening, since a release may have
-// gone unseen while it was not. All watches of a Store share one listener,
-// which holds one connection from the pool while any watch is active (and
-// for a short while after), and gives it back at Close.
+// channel receives a value when a Release of key commits.
+//
+// A release notifies only if someone marked the key as waited for, since
+// NOTIFY makes every committing transaction that sends one queue on a
+// global lock. So WatchReleases marks the key, in the background and with
+// one short statement (queries/watch.sql), for five minutes, renewed every
+// minute while the watch lasts. The channel also receives a value when
+// that mark is set and whenever the listener (re)starts listening, since a
+// release may have gone unseen before: the waiter then simply tries again.
+//
+// All watches of a Store share one listener, which holds one connection
+// from the pool while any watch is active (and for a short while after),
+// and gives it back at Close.
 //
 // It returns an error, and Client.Acquire then polls, if notifications are
 // disabled, if there is no pool to listen on (see Options.ListenPool), or
-// after Close. It never blocks: the listener connects in the background.
+// after Close. It does not block: the listener connects and the mark is
+// set in the background.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if s.channel == "" || s.lisPool == nil {
 		return nil, nil, errNoListener
@@ -79,11 +93,12 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	set[w] = struct{}{}
 	s.w.n++
 	if !s.w.running {
-		lctx, cancel := context.WithCancel(context.Background())
+		lctx, cancel := context.WithCancel(s.ctx)
 		s.w.running, s.w.cancel = true, cancel
 		s.w.wg.Add(1)
 		go s.listen(lctx)
 	}
+	s.armLocked([]string{key})
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -99,6 +114,49 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		})
 	}
 	return w.c, stop, nil
+}
+
+// armLocked marks keys as waited for, in a goroutine of its own, and then
+// wakes their watches. The caller holds s.mu and has checked that the
+// Store is not closed.
+func (s *Store) armLocked(keys []string) {
+	s.w.arms.Add(1)
+	go func() {
+		defer s.w.arms.Done()
+		for _, key := range keys {
+			if s.arm(key) == nil {
+				s.wakeKey(key)
+			}
+		}
+	}()
+}
+
+// arm runs queries/watch.sql for key, on a connection of the listener's
+// pool, bounded by armTimeout and by Close.
+func (s *Store) arm(key string) error {
+	ctx, cancel := context.WithTimeout(s.ctx, armTimeout)
+	defer cancel()
+	c, err := s.lisPool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	_, err = c.Exec(ctx, s.q.watch, key)
+	return err
+}
+
+// rearm marks every watched key again.
+func (s *Store) rearm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.w.byKey) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(s.w.byKey))
+	for key := range s.w.byKey {
+		keys = append(keys, key)
+	}
+	s.armLocked(keys)
 }
 
 // wakeKey wakes the watches of key; wakeAll wakes every watch.
@@ -135,8 +193,8 @@ func (s *Store) idleExit() bool {
 }
 
 // stopListener stops the listener goroutine, if any, and waits for every
-// listener goroutine to exit. The caller has set s.closed, so no new one
-// starts.
+// listener and marking goroutine to exit. The caller has set s.closed, so
+// no new one starts.
 func (s *Store) stopListener() {
 	s.mu.Lock()
 	if s.w.running {
@@ -145,12 +203,13 @@ func (s *Store) stopListener() {
 	}
 	s.mu.Unlock()
 	s.w.wg.Wait()
+	s.w.arms.Wait()
 }
 
-// listen runs the listener until ctx ends or it has been idle for
-// listenIdle: it takes a connection from the pool, LISTENs on the Store's
-// channel and wakes the watches of each key named by a notification. It
-// reconnects, with backoff, when the connection fails.
+// listen runs the listener until ctx ends or it has been idle for s.idle:
+// it takes a connection from the pool, LISTENs on the Store's channel and
+// wakes the watches of each key named by a notification. It reconnects,
+// with backoff, when the connection fails.
 func (s *Store) listen(ctx context.Context) {
 	defer s.w.wg.Done()
 	backoff := listenBackoffMin
@@ -186,8 +245,9 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	}
 	// Releases may have committed before LISTEN took effect.
 	s.wakeAll()
+	armed := time.Now()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, s.idle)
+		wctx, cancel := context.WithTimeout(ctx, min(s.idle, rearmEvery))
 		n, err := c.Conn().WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -201,6 +261,10 @@ func (s *Store) listenOnce(ctx context.Context) error {
 			}
 		default:
 			return err
+		}
+		if time.Since(armed) >= rearmEvery {
+			s.rearm()
+			armed = time.Now()
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
@@ -42,19 +43,48 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// settle waits until the watches of s are marked and the listener
+// listens, and then drains cs of the wake-ups those cause.
+func settle(t *testing.T, s *leasepostgres.Store, pool *pgxpool.Pool, cs ...<-chan struct{}) {
+	t.Helper()
+	leasepostgres.WaitMarked(s)
+	eventually(t, "the listener listens", func() bool { return listening(t, pool) == 1 })
+	for range 2 {
+		time.Sleep(20 * time.Millisecond)
+		for _, c := range cs {
+			select {
+			case <-c:
+			default:
+			}
+		}
+	}
+}
+
+// listening returns how many sessions of the pool's database listen.
+func listening(t *testing.T, pool *pgxpool.Pool) int {
+	var n int
+	err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestWatchReleasesWakesOnRelease(t *testing.T) {
 	t.Parallel()
-	s, _ := freshStore(t, leasepostgres.Options{})
+	s, pool := freshStore(t, leasepostgres.Options{})
 	ctx := ctxT(t)
 	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k1", Owner: "o", Nonce: "n", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c1, c2 := watch(t, s, "k1"), watch(t, s, "k2")
-	// The listener wakes every watch once it listens: a release may have
-	// gone unseen before.
+	// The listener wakes every watch once it listens, and marking a key
+	// wakes its watches: a release may have gone unseen before.
 	receive(t, "start of listening (k1)", c1)
 	receive(t, "start of listening (k2)", c2)
+	settle(t, s, pool, c1, c2)
 	if err := s.Release(ctx, lease.Acquisition{Key: "k1", Nonce: "n", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +93,50 @@ func TestWatchReleasesWakesOnRelease(t *testing.T) {
 	case <-c2:
 		t.Fatal("the watch of k2 woke up for the release of k1")
 	default:
+	}
+}
+
+// TestReleaseNotifiesOnlyWatchedKeys: a release sends a notification only
+// for a key that someone waits for.
+func TestReleaseNotifiesOnlyWatchedKeys(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{leasepostgres.Channel(s)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "UNLISTEN *")
+	cycle := func(key string) {
+		tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "o", Nonce: "n" + key, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, lease.Acquisition{Key: key, Nonce: "n" + key, Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle("unwatched")
+	// Watch "watched" while it is held, as Client.Acquire does.
+	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "watched", Owner: "o", Nonce: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch(t, s, "watched")
+	leasepostgres.WaitMarked(s)
+	if err := s.Release(ctx, lease.Acquisition{Key: "watched", Nonce: "w", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.Conn().WaitForNotification(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != "watched" {
+		t.Fatalf("first notification for %q, want %q (the release of an unwatched key notified)", n.Payload, "watched")
 	}
 }
 
@@ -85,6 +159,7 @@ func TestOneListenerPerStore(t *testing.T) {
 	for _, c := range cs {
 		receive(t, "start of listening", c)
 	}
+	settle(t, s, pool, cs...)
 	if n := pool.Stat().AcquiredConns(); n != 1 {
 		t.Fatalf("%d connections taken from the pool, want 1", n)
 	}
@@ -134,17 +209,18 @@ func TestListenerReconnects(t *testing.T) {
 	pool := newPool(t, newDatabase(t), nil)
 	s := newStore(t, pool, leasepostgres.Options{})
 	ctx := ctxT(t)
+	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := watch(t, s, "k")
-	receive(t, "start of listening", c)
+	settle(t, s, pool, c)
 	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE 'LISTEN%'`); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, "listening again", c)
-	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	settle(t, s, pool, c)
 	if err := s.Release(ctx, lease.Acquisition{Key: "k", Nonce: "n", Token: tok}); err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func newNames(schema, table string) (names, error) {
 
 // queries holds the statements of one Store, rendered for its table.
 type queries struct {
-	acquire, renew, release, inspect, guard string
+	acquire, renew, release, inspect, guard, watch string
 }
 
 func loadQuery(name, table string) string {
@@ -125,6 +125,7 @@ func newQueries(table string) queries {
 		release: loadQuery("release", table),
 		inspect: loadQuery("inspect", table),
 		guard:   loadQuery("guard", table),
+		watch:   loadQuery("watch", table),
 	}
 }
 

@@ -52,9 +52,9 @@ type Options struct {
 	// from the database's clock. Default false. Only Migrate reads it.
 	Unlogged bool
 
-	// DisableNotify turns off release notifications: Release does not call
-	// pg_notify, and the Store does not implement waiting through LISTEN
-	// (WatchReleases returns an error, so Client.Acquire polls). Set it
+	// DisableNotify turns off release notifications: Release never calls
+	// pg_notify, and waiting through LISTEN is off (WatchReleases returns
+	// an error, so Client.Acquire polls). Set it
 	// when the notifications are not wanted, for example behind a
 	// connection pooler in transaction mode without a ListenPool. Default
 	// false.
@@ -80,6 +80,10 @@ type Store struct {
 
 	lisPool pooled        // where the listener's connection comes from, or nil
 	idle    time.Duration // listenIdle, or shorter in tests
+
+	// ctx is cancelled by Close; the listener and its helpers run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	w      watchers // release watches and their listener
@@ -108,6 +112,7 @@ func New(db DB, o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, names: n, q: newQueries(n.qualified), idle: listenIdle}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
 	if !o.DisableNotify {
 		s.channel = channelName(n.qualified)
@@ -139,6 +144,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.cancel()
 	s.stopListener()
 	return nil
 }
@@ -249,8 +255,8 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 
 // Release implements lease.Backend in one statement (queries/release.sql).
 // The row stays, with its expiry set to now, so the token is never reset.
-// Unless notifications are disabled, the statement also notifies waiting
-// acquirers when it commits.
+// If a waiter marked the key (see WatchReleases), the statement also
+// notifies waiting acquirers when it commits.
 func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 	var outcome int32
 	ok, err := s.queryRow(ctx, s.q.release, []any{a.Key, a.Nonce, int64(a.Token), s.channel}, &outcome)

@@ -10,7 +10,9 @@ CREATE TABLE IF NOT EXISTS public.leases (
     owner      text        NOT NULL,
     nonce      text        NOT NULL,
     token      bigint      NOT NULL CHECK (token > 0),
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    -- Until when some process waits for the key: release notifies only then.
+    watched_until timestamptz
 ) WITH (fillfactor = 50);
 
 COMMENT ON TABLE public.leases IS 'Leases of github.com/golib/lease: one row per key, kept after release so that tokens never go back.';
