@@ -14,9 +14,10 @@ trap 'rm -f "$bin"' EXIT
 go test -c -o "$bin" .
 : >"$out"
 for i in $(seq "$rounds"); do
-	"$bin" -test.run '^$' -test.bench 'Cycle' -test.benchtime 2s >>"$out"
+	"$bin" -test.run '^$' -test.bench 'Cycle|SerialPaired' -test.benchtime 2s >>"$out"
 done
 "$bin" -test.run '^$' -test.bench 'ManagedRenewal' -test.benchtime 1x -test.count 3 >>"$out"
 benchstat -col /impl -row /mode -filter '.name:Cycle' "$out"
+benchstat -filter '.name:SerialPaired' -col /impl "$out"
 benchstat -filter '.name:ManagedRenewal' "$out"
 echo "raw results: $out"

@@ -260,3 +260,54 @@ func cpuTime() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkSerialPaired runs each implementation's cycle and the floor's
+// cycle alternately on one goroutine and reports the ratio of their total
+// times (x-floor). Pairing them cycle by cycle cancels the drift of a shared
+// machine's load, which swamps serial latencies measured one after the
+// other. ns/op is per pair.
+func BenchmarkSerialPaired(b *testing.B) {
+	addr := testserver.Valkey(b).Addr()
+	for _, c := range cyclers[1:] {
+		b.Run("impl="+c.name, func(b *testing.B) {
+			floor := cyclers[0].newCycle(b, addr)
+			cycle := c.newCycle(b, addr)
+			ctx := context.Background()
+			floorKey, key := "bench-paired-floor", "bench-paired-"+c.name
+			if err := floor(ctx, floorKey); err != nil {
+				b.Fatal(err)
+			}
+			if err := cycle(ctx, key); err != nil {
+				b.Fatal(err)
+			}
+			var floorTime, implTime time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				// Alternate which goes first, so that neither always
+				// follows the other.
+				first, second := floor, cycle
+				firstKey, secondKey := floorKey, key
+				if i%2 == 1 {
+					first, second, firstKey, secondKey = cycle, floor, key, floorKey
+				}
+				t0 := time.Now()
+				if err := first(ctx, firstKey); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := second(ctx, secondKey); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				if i%2 == 0 {
+					floorTime, implTime = floorTime+t1.Sub(t0), implTime+t2.Sub(t1)
+				} else {
+					implTime, floorTime = implTime+t1.Sub(t0), floorTime+t2.Sub(t1)
+				}
+			}
+			b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/cycle")
+			b.ReportMetric(float64(implTime.Nanoseconds())/float64(b.N), "impl-ns/cycle")
+			b.ReportMetric(float64(implTime)/float64(floorTime), "x-floor")
+		})
+	}
+}

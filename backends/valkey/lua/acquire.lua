@@ -11,13 +11,16 @@
 -- ARGV[2]  nonce
 -- ARGV[3]  TTL in microseconds
 --
+-- Numbers are passed to HSET as Lua numbers, which the server writes as
+-- exact decimal integers below 2^53 (tokens and expiry times are).
+--
 -- Returns the token (an integer) when the lease is granted or, for the same
 -- nonce, extended; or {token, owner, remaining microseconds} of the current
 -- holder when another acquisition holds the lease.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner')
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local last = tonumber(r[1]) or 0
 local expires = tonumber(r[3]) or 0
 if expires > now then
@@ -26,16 +29,15 @@ if expires > now then
   end
   -- The same acquisition asks again (a retry after an unanswered attempt):
   -- extend it and return its token.
-  redis.call('HSET', rec, 'expires', string.format('%d', now + tonumber(ARGV[3])))
+  redis.call('HSET', rec, 'expires', now + ARGV[3])
   return last
 end
 -- Never below the last token, and never below the clock, so that tokens keep
 -- rising even after the record was lost (a restart without persistence, a
 -- failover to a replica that missed writes).
-local token = math.max(last + 1, now)
-redis.call('HSET', rec,
-  'token', string.format('%d', token),
-  'owner', ARGV[1],
-  'nonce', ARGV[2],
-  'expires', string.format('%d', now + tonumber(ARGV[3])))
+local token = last + 1
+if token < now then
+  token = now
+end
+redis.call('HSET', rec, 'token', token, 'owner', ARGV[1], 'nonce', ARGV[2], 'expires', now + ARGV[3])
 return token

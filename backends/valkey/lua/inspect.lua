@@ -12,7 +12,7 @@ if not r[1] then
   return {false, false, 0}
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local left = (tonumber(r[3]) or 0) - now
 if left <= 0 then
   return {tonumber(r[1]), false, 0}

@@ -18,9 +18,9 @@ if r[2] ~= ARGV[1] or r[1] ~= ARGV[2] then
   return 3
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 if tonumber(r[3]) <= now then
   return 2
 end
-redis.call('HSET', rec, 'expires', string.format('%d', now + tonumber(ARGV[3])))
+redis.call('HSET', rec, 'expires', now + ARGV[3])
 return 1
