@@ -1,0 +1,298 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+// ttl is the lease TTL of every cycle; cycles release long before it.
+const ttl = 10 * time.Second
+
+// parallelGoroutines is the number of goroutines of the parallel runs.
+const parallelGoroutines = 16
+
+// A cycler runs acquire→release cycles. setup prepares the database once;
+// newCycle returns one worker's cycle function, called with that worker's
+// own key.
+type cycler struct {
+	name     string
+	setup    func(b *testing.B, pool *pgxpool.Pool)
+	newCycle func(b *testing.B, pool *pgxpool.Pool) func(ctx context.Context, key string) error
+}
+
+func store(b *testing.B, pool *pgxpool.Pool, o leasepostgres.Options) func(context.Context, string) error {
+	s, err := leasepostgres.New(pool, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	c, err := lease.NewClient(s, lease.ClientOptions{Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: ttl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) error {
+		h, err := c.TryAcquire(ctx, key, p)
+		if err != nil {
+			return err
+		}
+		return h.Release(ctx)
+	}
+}
+
+func migrate(o leasepostgres.Options) func(b *testing.B, pool *pgxpool.Pool) {
+	return func(b *testing.B, pool *pgxpool.Pool) {
+		if err := leasepostgres.Migrate(context.Background(), pool, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var (
+	logged   = leasepostgres.Options{Table: "leases_logged"}
+	unlogged = leasepostgres.Options{Table: "leases_unlogged", Unlogged: true}
+	nonotify = leasepostgres.Options{Table: "leases_nonotify", DisableNotify: true}
+)
+
+const plainTable = `CREATE TABLE IF NOT EXISTS plain_leases (
+    key        text        PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bigint      NOT NULL,
+    expires_at timestamptz NOT NULL
+)`
+
+const naiveTable = `CREATE TABLE IF NOT EXISTS naive_leases (
+    key        text        PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bigint      NOT NULL,
+    expires_at timestamptz NOT NULL
+)`
+
+var cyclers = []cycler{
+	{"floor", nil, func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return func(ctx context.Context, _ string) error {
+			var one int
+			if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				return err
+			}
+			return pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+		}
+	}},
+	{"leasepostgres", migrate(logged), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return store(b, pool, logged)
+	}},
+	{"leasepostgres-unlogged", migrate(unlogged), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return store(b, pool, unlogged)
+	}},
+	{"leasepostgres-nonotify", migrate(nonotify), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return store(b, pool, nonotify)
+	}},
+	{"plain-upsert", func(b *testing.B, pool *pgxpool.Pool) {
+		if _, err := pool.Exec(context.Background(), plainTable); err != nil {
+			b.Fatal(err)
+		}
+	}, func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		// The least a lease row can do in one statement per operation: an
+		// upsert that takes only an expired row, then an update that
+		// expires it. No holder report, no expired/superseded answer, no
+		// nonce, no notification.
+		return func(ctx context.Context, key string) error {
+			var token int64
+			err := pool.QueryRow(ctx, `INSERT INTO plain_leases AS l VALUES ($1, 'bench', 1, now() + interval '10 seconds')
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at
+WHERE l.expires_at <= now() RETURNING l.token`, key).Scan(&token)
+			if err != nil {
+				return err
+			}
+			_, err = pool.Exec(ctx, "UPDATE plain_leases SET expires_at = now() WHERE key = $1 AND token = $2", key, token)
+			return err
+		}
+	}},
+	{"advisory-lock", nil, func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		// A session lock lives on one connection: each worker pins one.
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Release)
+		return func(ctx context.Context, key string) error {
+			var ok bool
+			if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("advisory lock held")
+			}
+			if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("advisory lock was not held")
+			}
+			return nil
+		}
+	}},
+	{"select-for-update", func(b *testing.B, pool *pgxpool.Pool) {
+		if _, err := pool.Exec(context.Background(), naiveTable); err != nil {
+			b.Fatal(err)
+		}
+	}, func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		// The textbook lease table: lock the row in a transaction, look at
+		// it, write it, commit; release with one UPDATE.
+		return func(ctx context.Context, key string) error {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "INSERT INTO naive_leases VALUES ($1, '', 0, '-infinity') ON CONFLICT DO NOTHING", key); err != nil {
+					return err
+				}
+				var free bool
+				var token int64
+				if err := tx.QueryRow(ctx, "SELECT expires_at <= now(), token FROM naive_leases WHERE key = $1 FOR UPDATE", key).Scan(&free, &token); err != nil {
+					return err
+				}
+				if !free {
+					return errors.New("held")
+				}
+				_, err := tx.Exec(ctx, "UPDATE naive_leases SET owner = 'bench', token = $2, expires_at = now() + interval '10 seconds' WHERE key = $1", key, token+1)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			_, err = pool.Exec(ctx, "UPDATE naive_leases SET expires_at = now() WHERE key = $1 AND owner = 'bench'", key)
+			return err
+		}
+	}},
+}
+
+// newPool starts a dedicated PostgreSQL server (fsync off, synchronous_commit
+// on, as the harness starts them) and returns a pool on a fresh database.
+func newPool(b *testing.B) *pgxpool.Pool {
+	srv := testserver.StartPostgres(b)
+	cfg, err := pgxpool.ParseConfig(srv.NewDatabase(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = parallelGoroutines * 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	for _, c := range cyclers {
+		if c.setup != nil {
+			c.setup(b, pool)
+		}
+	}
+	return pool
+}
+
+var keys atomic.Int64
+
+func newKey() string { return fmt.Sprint("bench-", keys.Add(1)) }
+
+// BenchmarkCycle runs acquire→release cycles of every cycler, serially and
+// with parallelGoroutines goroutines (each on a key of its own), against
+// one dedicated PostgreSQL server.
+func BenchmarkCycle(b *testing.B) {
+	pool := newPool(b)
+	for _, c := range cyclers {
+		b.Run("impl="+c.name+"/mode=serial", func(b *testing.B) {
+			cycle := c.newCycle(b, pool)
+			key := newKey()
+			ctx := context.Background()
+			for b.Loop() {
+				if err := cycle(ctx, key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("impl=%s/mode=parallel%d", c.name, parallelGoroutines), func(b *testing.B) {
+			// RunParallel starts parallelism × GOMAXPROCS goroutines; each
+			// takes a worker prepared here.
+			procs := runtime.GOMAXPROCS(0)
+			b.SetParallelism(max(1, parallelGoroutines/procs))
+			workers := make(chan func(context.Context, string) error, max(1, parallelGoroutines/procs)*procs)
+			for range cap(workers) {
+				workers <- c.newCycle(b, pool)
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				cycle := <-workers
+				key := newKey()
+				ctx := context.Background()
+				for pb.Next() {
+					if err := cycle(ctx, key); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkSerialPaired runs each implementation's cycle and the floor's
+// cycle alternately on one goroutine and reports the ratio of their total
+// times (x-floor). Pairing them cycle by cycle cancels the drift of a shared
+// machine's load, which swamps serial latencies measured one after the
+// other. ns/op is per pair.
+func BenchmarkSerialPaired(b *testing.B) {
+	pool := newPool(b)
+	for _, c := range cyclers[1:] {
+		b.Run("impl="+c.name, func(b *testing.B) {
+			floor := cyclers[0].newCycle(b, pool)
+			cycle := c.newCycle(b, pool)
+			ctx := context.Background()
+			floorKey, key := newKey(), newKey()
+			if err := cycle(ctx, key); err != nil {
+				b.Fatal(err)
+			}
+			var floorTime, implTime time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				// Alternate which goes first, so that neither always
+				// follows the other.
+				first, second := floor, cycle
+				firstKey, secondKey := floorKey, key
+				if i%2 == 1 {
+					first, second, firstKey, secondKey = cycle, floor, key, floorKey
+				}
+				t0 := time.Now()
+				if err := first(ctx, firstKey); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := second(ctx, secondKey); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				if i%2 == 0 {
+					floorTime, implTime = floorTime+t1.Sub(t0), implTime+t2.Sub(t1)
+				} else {
+					implTime, floorTime = implTime+t1.Sub(t0), floorTime+t2.Sub(t1)
+				}
+			}
+			b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/cycle")
+			b.ReportMetric(float64(implTime.Nanoseconds())/float64(b.N), "impl-ns/cycle")
+			b.ReportMetric(float64(implTime)/float64(floorTime), "x-floor")
+		})
+	}
+}
