@@ -257,10 +257,8 @@ func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []
 	for _, r := range rs {
 		m, ok := marks[r]
 		switch {
-		case !ok:
-			return fmt.Errorf("fence: resource %q: the fences table %s returned no row for it", r, t.qualified)
-		case m == want:
-			continue
+		case !ok || m == want:
+			continue // admitted: unchanged (same token again) or advanced
 		case m.Key != snap.Key:
 			return &ForeignLeaseError{Resource: r, Key: snap.Key, Token: snap.Token, FencedBy: m.Key, Current: m.Token}
 		}

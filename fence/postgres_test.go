@@ -377,3 +377,38 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("NewTable with a long name = %v; want ErrInvalid", err)
 	}
 }
+
+// TestTxSameTokenLocksWithoutWriting: a holder writing again under its own
+// token takes the fence row's lock but writes no new row version.
+func TestTxSameTokenLocksWithoutWriting(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := ctxT(t)
+	if err := fence.Claim(ctx, pool, snap("k", 5), "r"); err != nil {
+		t.Fatal(err)
+	}
+	xmin := func() (x string) {
+		if err := pool.QueryRow(ctx, `SELECT xmin::text FROM public.lease_fences WHERE resource = 'r'`).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmin()
+	err := fence.Tx(ctx, pool, snap("k", 5), []string{"r"}, func(pgx.Tx) error {
+		_, err := pool.Exec(ctx, `SELECT 1 FROM public.lease_fences WHERE resource = 'r' FOR UPDATE NOWAIT`)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			return fmt.Errorf("another session locking the fence row: %v; want lock_not_available", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := xmin(); after != before {
+		t.Fatalf("the same token wrote a new row version (xmin %s → %s)", before, after)
+	}
+	if err := fence.Claim(ctx, pool, snap("k", 6), "r"); err != nil || xmin() == before {
+		t.Fatalf("a higher token: %v, xmin %s; want a new row version", err, xmin())
+	}
+}

@@ -182,17 +182,19 @@ end
 
 -- Simulate the group on the keys' types and integer values, so that every
 -- failure is found before the first write.
+-- A key's type is read (TYPE) only when a command depends on it: a plain
+-- SET, DEL or EXPIRE never fails and needs none.
 local state = {}
-local function get(ki)
-  local s = state[ki]
-  if s == nil then
-    s = {t = redis.call('TYPE', KEYS[ki])['ok']}
-    state[ki] = s
-  end
+local function typed(s, ki)
+  if s.t == nil then s.t = redis.call('TYPE', KEYS[ki])['ok'] end
   return s
 end
 for c, cmd in ipairs(cmds) do
-  local s, a, name = get(cmd.key), cmd.args, cmd.name
+  local s, a, name = state[cmd.key], cmd.args, cmd.name
+  if s == nil then
+    s = {}
+    state[cmd.key] = s
+  end
   local function wrongtype()
     return redis.error_reply('WRONGTYPE fence: command ' .. c .. ' (' .. name .. ') on a key holding a ' .. s.t .. '; nothing written')
   end
@@ -201,17 +203,18 @@ for c, cmd in ipairs(cmds) do
     for i = 2, #a do
       if a[i] == 'NX' then nx = true elseif a[i] == 'XX' then xx = true end
     end
-    local exists = s.t ~= 'none'
+    local exists = true
+    if nx or xx then exists = typed(s, cmd.key).t ~= 'none' end
     if (not nx or not exists) and (not xx or exists) then
       s.t, s.n, s.known = 'string', int(a[1]), true
     end
   elseif name == 'HSET' then
-    if s.t ~= 'none' and s.t ~= 'hash' then return wrongtype() end
+    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'hash' then return wrongtype() end
     s.t, s.known = 'hash', false
   elseif name == 'DEL' then
     s.t, s.n, s.known = 'none', nil, true
   elseif name == 'INCRBY' then
-    if s.t ~= 'none' and s.t ~= 'string' then return wrongtype() end
+    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'string' then return wrongtype() end
     local v = 0
     if s.t == 'string' then
       if not s.known then
@@ -228,7 +231,7 @@ for c, cmd in ipairs(cmds) do
     end
     s.t, s.n, s.known = 'string', v + d, true
   elseif name == 'XADD' then
-    if s.t ~= 'none' and s.t ~= 'stream' then return wrongtype() end
+    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'stream' then return wrongtype() end
     if s.t == 'stream' or a[1] ~= 'NOMKSTREAM' then s.t = 'stream' end
   end
   -- EXPIRE and PEXPIRE with a positive TTL change no type and never fail.
