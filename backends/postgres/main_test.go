@@ -83,3 +83,11 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestExamples runs the package's examples against a fresh database of the
+// shared server.
+func TestExamples(t *testing.T) {
+	databaseURL = newDatabase(t)
+	Example()
+	ExampleCheckGuard()
+}
