@@ -11,6 +11,18 @@
 // returns; then the lease is released under a context detached from the
 // caller's, and Run campaigns again. One such period is a term.
 //
+// # Shutdown and hand-over
+//
+// Cancelling Run's context cancels the function's context; renewal goes on
+// until the function has returned, then the lease is released and Run
+// returns the release's error, if any. Waiting replicas campaign with
+// Acquire calls that wait at least a TTL, so on backends that announce
+// releases (lease.ReleaseWatcher: the Valkey and PostgreSQL backends) one
+// of them takes over within a round trip or two instead of at its next
+// retry.
+//
+// # Fencing
+//
 // The function must return promptly when its context is cancelled. Even so,
 // a paused process can outlive its lease: pass the handle's token to every
 // write the service makes (see package fence).

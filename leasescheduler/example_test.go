@@ -1,0 +1,91 @@
+package leasescheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+
+	leasememory "github.com/golib/lease/backends/memory"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasescheduler"
+	"github.com/golib/lease/leasetest"
+)
+
+// Two replicas lock the same job in the same one-minute slot, one after the
+// other: only the first runs it, although it unlocked at once. The next
+// slot runs again.
+func ExampleLocker() {
+	clock := leasetest.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	backend := leasememory.New(leasememory.Options{Clock: clock})
+	policy, _ := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+	replica := func(owner string) *leasescheduler.Locker {
+		client, _ := lease.NewClient(backend, lease.ClientOptions{Owner: owner, Clock: clock})
+		l, _ := leasescheduler.NewLocker(client, leasescheduler.Options{
+			Policy: policy,
+			Slots:  leasescheduler.Every(time.Minute),
+			Clock:  clock,
+		})
+		return l
+	}
+	a, b := replica("replica-a"), replica("replica-b")
+	ctx := context.Background()
+
+	run := func(name string, l *leasescheduler.Locker) {
+		k, err := l.Lock(ctx, "report")
+		if errors.Is(err, lease.ErrNotAcquired) {
+			fmt.Printf("%s at %s: skipped\n", name, clock.Now().Format("15:04:05.000"))
+			return
+		}
+		r := k.(*leasescheduler.Lock).Run()
+		fmt.Printf("%s at %s: runs the slot of %s\n", name, clock.Now().Format("15:04:05.000"), r.Slot.Start.Format("15:04"))
+		_ = k.Unlock(ctx)
+	}
+	run("a", a)
+	clock.Advance(5 * time.Millisecond) // b's timer fires 5ms later
+	run("b", b)
+	clock.Advance(time.Minute)
+	run("b", b)
+	run("a", a)
+	// Output:
+	// a at 10:00:00.000: runs the slot of 10:00
+	// b at 10:00:00.005: skipped
+	// b at 10:01:00.005: runs the slot of 10:01
+	// a at 10:01:00.005: skipped
+}
+
+// A gocron scheduler that runs a job on one replica per five-minute slot,
+// with a context cancelled if the lease is lost and the token for fenced
+// writes.
+func ExampleLocker_Task() {
+	var client *lease.Client // lease.NewClient on a Valkey or PostgreSQL backend
+	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
+		Policy: policy,
+		Slots:  leasescheduler.Every(5 * time.Minute),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false),
+		locker.Task("report", func(ctx context.Context, run leasescheduler.Run) error {
+			// Write under run.Lease (its Token) with package fence.
+			return nil
+		}),
+		gocron.WithName("report")) // the name Lock is called with
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown()
+}
