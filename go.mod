@@ -4,6 +4,7 @@ go 1.26.6
 
 require (
 	github.com/Masterminds/squirrel v1.5.4
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0
@@ -12,6 +13,7 @@ require (
 	go.uber.org/fx v1.24.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (
@@ -26,5 +28,4 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,0 +1,121 @@
+package chaos
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/golib/lease/lease"
+)
+
+// RecordingBackend is a lease.Backend that records every Acquire, Renew and
+// Release call of the backend it wraps, on the lane found in the call's
+// context (see WithLane) or else on a fallback lane. Inspect is passed
+// through unrecorded.
+type RecordingBackend struct {
+	b        lease.Backend
+	rec      *Recorder
+	fallback *Lane
+}
+
+var (
+	_ lease.Backend        = (*RecordingBackend)(nil)
+	_ lease.ReleaseWatcher = (*RecordingBackend)(nil)
+)
+
+// NewRecordingBackend returns b recording into rec.
+func NewRecordingBackend(b lease.Backend, rec *Recorder, fallback *Lane) *RecordingBackend {
+	return &RecordingBackend{b: b, rec: rec, fallback: fallback}
+}
+
+// AcqID returns the id of an acquisition in histories: a digest of its
+// secret, which never appears in a history itself.
+func AcqID(nonce string) string {
+	if nonce == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(nonce))
+	return hex.EncodeToString(sum[:5])
+}
+
+// outcomeOf classifies an error by the rules of lease.Backend.
+func outcomeOf(err error) (Outcome, uint64) {
+	var na *lease.NotAcquiredError
+	var lost *lease.LostError
+	switch {
+	case err == nil:
+		return OK, 0
+	case errors.As(err, &na):
+		return NotAcquired, uint64(na.Token)
+	case errors.As(err, &lost):
+		return Lost, 0
+	case errors.Is(err, lease.ErrIndeterminate):
+		return Unknown, 0
+	}
+	return Failed, 0
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Acquire implements lease.Backend.
+func (r *RecordingBackend) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Token, error) {
+	lane := laneOf(ctx, r.fallback)
+	op := Op{Lane: lane.ID(), Kind: KindAcquire, Key: req.Key, Acq: AcqID(req.Nonce), TTL: micros(req.TTL), Call: r.rec.Now()}
+	tok, err := r.b.Acquire(ctx, req)
+	op.Return = r.rec.Now()
+	op.Outcome, op.Out = outcomeOf(err)
+	op.Err = errText(err)
+	if err == nil {
+		op.Token = uint64(tok)
+	}
+	lane.record(r.rec, op)
+	return tok, err
+}
+
+// Renew implements lease.Backend.
+func (r *RecordingBackend) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	lane := laneOf(ctx, r.fallback)
+	op := Op{Lane: lane.ID(), Kind: KindRenew, Key: a.Key, Acq: AcqID(a.Nonce), Token: uint64(a.Token), TTL: micros(ttl), Call: r.rec.Now()}
+	err := r.b.Renew(ctx, a, ttl)
+	op.Return = r.rec.Now()
+	op.Outcome, _ = outcomeOf(err)
+	op.Err = errText(err)
+	lane.record(r.rec, op)
+	return err
+}
+
+// Release implements lease.Backend.
+func (r *RecordingBackend) Release(ctx context.Context, a lease.Acquisition) error {
+	lane := laneOf(ctx, r.fallback)
+	op := Op{Lane: lane.ID(), Kind: KindRelease, Key: a.Key, Acq: AcqID(a.Nonce), Token: uint64(a.Token), Call: r.rec.Now()}
+	err := r.b.Release(ctx, a)
+	op.Return = r.rec.Now()
+	op.Outcome, _ = outcomeOf(err)
+	op.Err = errText(err)
+	lane.record(r.rec, op)
+	return err
+}
+
+// Inspect implements lease.Backend; it is not recorded.
+func (r *RecordingBackend) Inspect(ctx context.Context, key string) (lease.Record, error) {
+	return r.b.Inspect(ctx, key)
+}
+
+// WatchReleases implements lease.ReleaseWatcher when the wrapped backend
+// does; otherwise it fails, and the client polls.
+func (r *RecordingBackend) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if w, ok := r.b.(lease.ReleaseWatcher); ok {
+		return w.WatchReleases(ctx, key)
+	}
+	return nil, nil, errors.New("chaos: the backend does not watch releases")
+}
+
+// micros returns d in whole microseconds, rounded down.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

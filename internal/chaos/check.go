@@ -1,0 +1,312 @@
+package chaos
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// EnvOut names the directory where Check writes the visualisation and the
+// history of a failed check. Default: testdata/out in the package's
+// directory (ignored by git).
+const EnvOut = "LEASE_CHAOS_OUT"
+
+// CheckOptions configure Check.
+type CheckOptions struct {
+	ModelOptions
+
+	// Name names the files written on failure; a test passes t.Name().
+	Name string
+
+	// Timeout bounds porcupine's search. Default one minute. A search that
+	// runs out of time is inconclusive, never a failure.
+	Timeout time.Duration
+}
+
+// Result is the verdict of Check.
+type Result struct {
+	// Recorded is the number of operations in the history.
+	Recorded int
+	// Checked is the number of operations the model checked (the others
+	// cannot change a verdict: see relevant).
+	Checked int
+	// Deadlines is the number of writes whose local deadline was checked
+	// against the backend's expiry.
+	Deadlines int
+	// Verdict is porcupine's: Ok, Illegal, or Unknown when the search ran
+	// out of time.
+	Verdict porcupine.CheckResult
+	// Problems describes every violation found: porcupine's failed
+	// partitions and the local deadlines that outlived the backend's
+	// expiry.
+	Problems []string
+	// Files are the visualisation and the history written on failure.
+	Files []string
+}
+
+// OK reports whether no violation was found. An inconclusive search is not
+// a violation.
+func (r Result) OK() bool { return len(r.Problems) == 0 }
+
+func (r Result) String() string {
+	s := fmt.Sprintf("%d operations recorded, %d checked by the model (%s), %d local deadlines checked", r.Recorded, r.Checked, r.Verdict, r.Deadlines)
+	for _, p := range r.Problems {
+		s += "\n\t" + p
+	}
+	if len(r.Files) > 0 {
+		s += "\n\tvisualisation and history: " + strings.Join(r.Files, ", ")
+	}
+	return s
+}
+
+// Check checks a history against the model (see model.go) and checks
+// every sampled local deadline against the backend's expiry (see
+// checkDeadlines). On a violation it writes porcupine's HTML visualisation
+// and the history as JSON lines to OutDir and names them in the result.
+func Check(history []Op, o CheckOptions) Result {
+	if o.Timeout == 0 {
+		o.Timeout = time.Minute
+	}
+	res := Result{Recorded: len(history)}
+	ops, notes := porcupineHistory(history)
+	res.Checked = len(ops)
+	model := Model(o.ModelOptions)
+	verdict, info := porcupine.CheckOperationsVerbose(model, ops, o.Timeout)
+	res.Verdict = verdict
+	if verdict == porcupine.Illegal {
+		res.Problems = append(res.Problems, failedPartitions(o.ModelOptions, ops, o.Timeout)...)
+	}
+	deadlines, checked := checkDeadlines(history)
+	res.Deadlines = checked
+	res.Problems = append(res.Problems, deadlines...)
+	if !res.OK() {
+		info.AddAnnotations(notes)
+		res.Files = writeFailure(o.Name, model, info, history, &res)
+	}
+	return res
+}
+
+// unknownReturn is the return time of an operation whose outcome is
+// unknown: it may take effect at any time after its call.
+const unknownReturn = math.MaxInt64
+
+// porcupineHistory turns the relevant operations of history into
+// porcupine operations (a copy of each data-losing fault per lease key),
+// and the others into annotations for the visualisation.
+func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotation) {
+	lanes := map[string]int{}
+	var names []string
+	for _, op := range history {
+		if _, ok := lanes[op.Lane]; !ok && op.Kind != KindFault && op.Kind != KindClock && op.Lane != "" {
+			lanes[op.Lane] = 0
+			names = append(names, op.Lane)
+		}
+	}
+	slices.SortFunc(names, compareLanes)
+	for i, n := range names {
+		lanes[n] = i
+	}
+	keys := map[string]bool{}
+	for _, op := range history {
+		if op.Kind == KindAcquire {
+			keys[op.Key] = true
+		}
+	}
+	var (
+		ops   []porcupine.Operation
+		notes []porcupine.Annotation
+	)
+	add := func(op Op) {
+		if op.Outcome == Unknown {
+			op.Return = unknownReturn
+		}
+		ops = append(ops, porcupine.Operation{ClientId: lanes[op.Lane], Input: op, Call: op.Call, Output: nil, Return: op.Return})
+	}
+	for _, op := range history {
+		switch {
+		case op.Kind == KindFault:
+			notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: op.Call, End: op.Return,
+				Description: op.Fault, BackgroundColor: "#f4cccc"})
+			if op.LostData {
+				for _, k := range slices.Sorted(maps.Keys(keys)) {
+					op.Key = k
+					op.Lane = "nemesis"
+					add(op)
+				}
+			}
+		case op.Kind == KindClock:
+			notes = append(notes, porcupine.Annotation{Tag: "clock", Start: op.Call, End: op.Return, Description: op.Fault})
+		case relevant(op):
+			add(op)
+		default:
+			end := op.Return
+			if op.Outcome == Unknown {
+				end = op.Call
+			}
+			notes = append(notes, porcupine.Annotation{ClientId: lanes[op.Lane], Start: op.Call, End: end,
+				Description: describe(op) + " (" + string(op.Outcome) + ")", Details: op.Err, BackgroundColor: "#eeeeee"})
+		}
+	}
+	return ops, notes
+}
+
+var laneRE = regexp.MustCompile(`^(.*)/(\d+)$`)
+
+// compareLanes orders lane ids by prefix, then number.
+func compareLanes(a, b string) int {
+	ma, mb := laneRE.FindStringSubmatch(a), laneRE.FindStringSubmatch(b)
+	if ma == nil || mb == nil || ma[1] != mb[1] {
+		return strings.Compare(a, b)
+	}
+	na, _ := strconv.Atoi(ma[2])
+	nb, _ := strconv.Atoi(mb[2])
+	return cmp.Compare(na, nb)
+}
+
+// failedPartitions checks each partition on its own and describes those
+// that are not linearizable.
+func failedPartitions(o ModelOptions, ops []porcupine.Operation, timeout time.Duration) []string {
+	model := Model(o)
+	var out []string
+	for _, part := range model.Partition(ops) {
+		if porcupine.CheckOperationsTimeout(model, part, timeout) != porcupine.Illegal {
+			continue
+		}
+		name := partition(part[0].Input.(Op))
+		out = append(out, fmt.Sprintf("%s: not linearizable (%d operations); %s", name, len(part), explain(model, part, timeout)))
+	}
+	return out
+}
+
+// explain names a likely culprit in a partition that is not linearizable:
+// the last operation of the shortest prefix, in call order, that is not
+// linearizable on its own, found by bisection. It is a hint for the
+// reader; the visualisation shows the whole story.
+func explain(model porcupine.Model, part []porcupine.Operation, timeout time.Duration) string {
+	sorted := slices.Clone(part)
+	slices.SortStableFunc(sorted, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	lo, hi := 1, len(sorted) // the prefix of hi operations is illegal
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if porcupine.CheckOperationsTimeout(model, sorted[:mid], timeout) == porcupine.Illegal {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	op := sorted[hi-1].Input.(Op)
+	return fmt.Sprintf("the shortest prefix (by call time) that is not linearizable ends at %s with lane %s: %s",
+		fmtMicros(op.Call), op.Lane, describe(op))
+}
+
+// checkDeadlines checks that no client believed it held a lease past the
+// backend's expiry. For each write that sampled the client's remaining
+// time R between its call time x0 and SampledBy x1, the client believed it
+// held the lease until at least x0 + R. The backend's expiry at x1 is at
+// most max over the acquisition's acquire and renew calls e that may have
+// been applied before x1 (OK or Unknown, called before x1) of
+// min(return(e), x1) + TTL + 1ms (backends round the TTL up to whole
+// milliseconds). A belief beyond that is a violation. It returns the
+// violations and the number of writes checked.
+func checkDeadlines(history []Op) ([]string, int) {
+	type acq struct{ key, id string }
+	extends := map[acq][]Op{}
+	for _, op := range history {
+		if (op.Kind == KindAcquire || op.Kind == KindRenew) && (op.Outcome == OK || op.Outcome == Unknown) {
+			a := acq{op.Key, op.Acq}
+			extends[a] = append(extends[a], op)
+		}
+	}
+	var (
+		problems []string
+		checked  int
+	)
+	for _, w := range history {
+		if w.Kind != KindWrite || w.SampledBy == 0 || w.Acq == "" {
+			continue
+		}
+		x1 := w.SampledBy
+		var hi int64 = math.MinInt64
+		for _, e := range extends[acq{w.Key, w.Acq}] {
+			if e.Call >= x1 {
+				continue
+			}
+			ret := e.Return
+			if e.Outcome == Unknown {
+				ret = x1
+			}
+			hi = max(hi, min(ret, x1)+e.TTL+int64(time.Millisecond/time.Microsecond))
+		}
+		if hi == math.MinInt64 {
+			continue // no grant of this acquisition in the history
+		}
+		checked++
+		if belief := w.Call + w.Remaining; belief > hi {
+			problems = append(problems, fmt.Sprintf("lease %s: lane %s believed acquisition %s/%d held until %s, but the backend's expiry was at most %s (%v earlier): %s",
+				w.Key, w.Lane, w.Acq, w.Token, fmtMicros(belief), fmtMicros(hi), time.Duration(belief-hi)*time.Microsecond, describe(w)))
+		}
+	}
+	return problems, checked
+}
+
+func fmtMicros(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05.000000") }
+
+// OutDir returns the directory for the files of failed checks:
+// $LEASE_CHAOS_OUT, or testdata/out.
+func OutDir() string {
+	if d := os.Getenv(EnvOut); d != "" {
+		return d
+	}
+	return filepath.Join("testdata", "out")
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// writeFailure writes the visualisation and the history of a failed check
+// and returns their paths. A failure to write is added to res.Problems.
+func writeFailure(name string, model porcupine.Model, info porcupine.LinearizationInfo, history []Op, res *Result) []string {
+	dir := OutDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("writing the visualisation: %v", err))
+		return nil
+	}
+	base := unsafeName.ReplaceAllString(cmp.Or(name, "history"), "_") + "-" + time.Now().UTC().Format("20060102T150405.000")
+	html := filepath.Join(dir, base+".html")
+	hist := filepath.Join(dir, base+".jsonl")
+	var files []string
+	if err := porcupine.VisualizePath(model, info, html); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("writing the visualisation: %v", err))
+	} else {
+		files = append(files, absPath(html))
+	}
+	var b strings.Builder
+	for _, op := range history {
+		j, _ := json.Marshal(op)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(hist, []byte(b.String()), 0o644); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("writing the history: %v", err))
+	} else {
+		files = append(files, absPath(hist))
+	}
+	return files
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

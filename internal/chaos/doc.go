@@ -1,0 +1,40 @@
+// Package chaos runs lease clients against real servers while injecting
+// faults, records every operation, and checks the recorded history against
+// a model with porcupine. It is what docs/reliability.md reports on.
+//
+// # Harness
+//
+// A run has several clients. Most are goroutines of the test process; one
+// or more are child processes (the test binary run again with LEASE_CHAOS_CHILD
+// set, see RunChild), so that a nemesis can SIGSTOP a whole holder. Each
+// client loops: acquire a random key, claim its resource through the fence,
+// make fenced writes and reads while managed renewal keeps the lease, then
+// release it (or, now and then, let it expire). A nemesis injects one kind of
+// fault at random times and heals it at the end.
+//
+// Every backend call (from Client.Acquire's attempts, Managed's renewals,
+// Release) goes through a recording lease.Backend, and every fenced write and
+// read through a recording store, so the history holds exactly what the
+// servers were asked and what they answered: the lane (client id), the
+// input, the outcome, and the wall-clock times of call and return in
+// microseconds. An outcome that is unknown (lease.ErrIndeterminate) is
+// recorded as such, and the lane that issued it continues under a new id:
+// as in Jepsen, a client whose request may still be in flight can't be
+// said to have started its next one.
+//
+// # Model
+//
+// Check partitions the history by lease key and by resource and checks each
+// partition for linearizability against a sequential model (see Model). On a
+// violation it writes porcupine's HTML visualisation and the history as JSON
+// to OutDir. What exactly is checked, and why it is sound on a loaded machine,
+// is written next to the model in model.go.
+//
+// # Clocks
+//
+// The servers run on the same host as the test, so the backend's clock (Valkey
+// TIME, PostgreSQL clock_timestamp()) and the wall clock the recorder reads are
+// one clock. The checker relies on that, and on nothing else about timing: a
+// backend operation happened, on the backend's clock, between the call and the
+// return recorded around it, however late the recorder ran.
+package chaos

@@ -1,0 +1,318 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The model is checked per partition: one per lease key, with the key's
+// acquire, renew and release calls (and faults that lost the lease store's
+// data), and one per fenced resource, with its writes and reads. A history
+// is accepted if every partition is linearizable: there is an order of its
+// operations, consistent with real time (an operation that returned before
+// another was called comes first), in which every step below is allowed.
+//
+// # Lease partition
+//
+// The state is the latest acquisition the history proves was granted (its
+// token and acquisition id), the highest token granted, whether that
+// acquisition was released, and ExpLo: a time before which, on the
+// backend's clock, that acquisition certainly had not ended. ExpLo is
+// derived conservatively: an acquire or renew applied between call c and
+// return r on a lease of TTL d was applied at a backend time of at least
+// c, so the lease ends no earlier than c + d (backends round the TTL up,
+// never down); a release, or a fault that lost the data, ends it no
+// earlier than its call time. Scheduling delays in the recorder only make
+// c earlier and r later, so they can only weaken the check, never raise a
+// false alarm.
+//
+// A grant's own time on the backend's clock is bounded above by its return
+// time r and, when tokens are issued as max(last+1, backend time in µs)
+// (Valkey and PostgreSQL), by its token + 1µs: the token is at least the
+// backend time at which it was granted. That is the backend's own clock
+// judging the grant, independent of when the client saw the answer.
+//
+// Steps (anything not listed leaves the state alone and is always allowed):
+//
+//   - acquire OK with token T by acquisition A:
+//     if A with token T is the latest acquisition and was not released,
+//     it is an idempotent re-grant, and ExpLo becomes c + d (a grant or
+//     renewal sets the expiry to its own time plus its TTL, which may
+//     shorten it). Otherwise T must be greater than every token granted before
+//     ("token not above every earlier one", which also catches a token
+//     issued twice), and the grant's upper time bound must not be before
+//     ExpLo of the previous acquisition ("two acquisitions valid at the
+//     same time as judged by the backend's clock"). A becomes the latest.
+//   - acquire NotAcquired naming holder token H (when the backend names
+//     one): H must not be below the highest token granted before (the
+//     backend can't show an older acquisition as the holder) and must not
+//     be the latest acquisition after it was released.
+//   - renew OK by acquisition A: A must be the latest acquisition and not
+//     released (a superseded or released acquisition must never be
+//     renewed); ExpLo becomes c + d.
+//   - release OK by acquisition A: as for renew; A is released and ExpLo
+//     falls to c.
+//   - release Unknown by the latest acquisition, and a fault that lost the
+//     lease store's data: ExpLo falls to c (the lease may have ended then).
+//
+// # Resource partition
+//
+// The state is the fence's mark (the highest token accepted) and the
+// resource's value. A write with an unknown outcome may or may not have
+// been applied, so the model is nondeterministic and porcupine tracks every
+// state that is still possible.
+//
+//   - write OK with token T: T must be at least the mark ("an accepted
+//     fenced write whose token is below the highest already accepted");
+//     the mark becomes T and the value the written one (a claim keeps the
+//     value).
+//   - write Stale: T must be below the mark, and the mark the fence
+//     reported must be the mark; nothing changes. A stale write that
+//     changed the value anyway is caught by the next read, which then
+//     matches no state ("a stale write that changed data").
+//   - write Unknown: either nothing changed, or (if T is at least the
+//     mark) the write was applied.
+//   - read OK: the mark and value read must be the state's.
+
+// partition names the partition of an operation, or "" for an operation
+// that takes no part in the model.
+func partition(op Op) string {
+	switch op.Kind {
+	case KindAcquire, KindRenew, KindRelease:
+		return "lease " + op.Key
+	case KindWrite, KindRead:
+		return "resource " + op.Resource
+	case KindFault:
+		if op.LostData && op.Key != "" {
+			return "lease " + op.Key // a copy per key; see Check
+		}
+	}
+	return ""
+}
+
+// state is the state of one partition; only the half that matches the
+// partition's kind is used.
+type state struct {
+	// Lease partition.
+	Max      uint64 // highest token granted
+	Holder   uint64 // token of the latest acquisition, 0 if none
+	Acq      string // id of the latest acquisition
+	Released bool   // the latest acquisition was released
+	ExpLo    int64  // the latest acquisition ends no earlier than this (µs)
+
+	// Resource partition.
+	Mark  uint64 // highest token the fence accepted
+	Value string // the resource's value
+}
+
+// ModelOptions configure the model.
+type ModelOptions struct {
+	// ClockTokens says that tokens are issued as max(last+1, backend time
+	// in µs since the Unix epoch) on the clock Op times are read from, so
+	// that a token bounds the time of its grant. True for Valkey and
+	// PostgreSQL, false for the memory backend, which counts from 1.
+	ClockTokens bool
+}
+
+// Model returns the porcupine model of the lease and fence rules. Inputs are
+// Op values whose Return is already set to math.MaxInt64 for operations
+// with unknown outcomes; outputs are ignored (the outcome is in the Op).
+func Model(o ModelOptions) porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			parts := map[string][]porcupine.Operation{}
+			var names []string
+			for _, h := range history {
+				p := partition(h.Input.(Op))
+				if _, ok := parts[p]; !ok {
+					names = append(names, p)
+				}
+				parts[p] = append(parts[p], h)
+			}
+			sort.Strings(names)
+			out := make([][]porcupine.Operation, 0, len(names))
+			for _, n := range names {
+				out = append(out, parts[n])
+			}
+			return out
+		},
+		Init: func() []any { return []any{state{}} },
+		Step: func(s, in, _ any) []any {
+			return step(o, s.(state), in.(Op))
+		},
+		DescribeOperation: func(in, _ any) string { return describe(in.(Op)) },
+		DescribeState:     func(s any) string { return describeState(s.(state)) },
+	}
+	return nm.ToModel()
+}
+
+// step returns the states s can move to with op: none if op is not allowed
+// in s.
+func step(o ModelOptions, s state, op Op) []any {
+	one := func(ok bool, next state) []any {
+		if !ok {
+			return nil
+		}
+		return []any{next}
+	}
+	switch op.Kind {
+	case KindAcquire:
+		switch op.Outcome {
+		case OK:
+			if s.current(op) {
+				s.ExpLo = op.Call + op.TTL
+				return one(true, s)
+			}
+			if op.Token <= s.Max {
+				return nil
+			}
+			if s.Holder != 0 && grantedBy(o, op) < s.ExpLo {
+				return nil
+			}
+			return one(true, state{Max: op.Token, Holder: op.Token, Acq: op.Acq, ExpLo: op.Call + op.TTL})
+		case NotAcquired:
+			if op.Out == 0 {
+				return one(true, s)
+			}
+			return one(op.Out >= s.Max && !(op.Out == s.Holder && s.Released), s)
+		}
+	case KindRenew:
+		if op.Outcome == OK && op.Token == 0 && op.Acq != s.Acq {
+			return one(true, s) // by secret alone: an acquisition never seen granted
+		}
+		if op.Outcome == OK {
+			s.ExpLo = op.Call + op.TTL
+			return one(s.current(op), s)
+		}
+	case KindRelease:
+		switch {
+		case op.Outcome == OK && op.Token == 0 && op.Acq != s.Acq:
+			return one(true, s) // by secret alone: an acquisition never seen granted
+		case op.Outcome == OK:
+			ok := s.current(op)
+			s.Released, s.ExpLo = true, min(s.ExpLo, op.Call)
+			return one(ok, s)
+		case op.Outcome == Unknown:
+			if op.Token != 0 && op.Token == s.Holder && op.Acq == s.Acq {
+				s.ExpLo = min(s.ExpLo, op.Call)
+			}
+		}
+	case KindFault:
+		if op.LostData {
+			s.ExpLo = min(s.ExpLo, op.Call)
+		}
+	case KindWrite:
+		applied := s
+		applied.Mark = op.Token
+		if !op.Claim {
+			applied.Value = op.Value
+		}
+		admitted := op.Token >= s.Mark
+		switch op.Outcome {
+		case OK:
+			return one(admitted, applied)
+		case Stale:
+			return one(!admitted && op.Out == s.Mark, s)
+		case Unknown:
+			if admitted {
+				return []any{s, applied}
+			}
+		}
+	case KindRead:
+		if op.Outcome == OK {
+			return one(op.Out == s.Mark && op.Value == s.Value, s)
+		}
+	}
+	return []any{s}
+}
+
+// current reports whether op (a renew or release) names the latest
+// acquisition, which was not released. Token 0 names an acquisition by its
+// secret alone (Backend.Release allows it; the memory and PostgreSQL
+// backends allow it for Renew too).
+func (s state) current(op Op) bool {
+	return s.Holder != 0 && (op.Token == s.Holder || op.Token == 0) && op.Acq == s.Acq && !s.Released
+}
+
+// grantedBy returns a time no earlier than the backend time of the grant
+// op: its return time and, with clock tokens, its token + 1µs.
+func grantedBy(o ModelOptions, op Op) int64 {
+	t := op.Return
+	if o.ClockTokens && op.Token < math.MaxInt64 {
+		t = min(t, int64(op.Token)+1)
+	}
+	return t
+}
+
+// relevant reports whether op can change a partition's state or be
+// refused by the model. Other operations (an acquire with an unknown
+// outcome, a renew that was refused, …) are always allowed and change
+// nothing, so leaving them out of the checked history changes no verdict;
+// they are drawn in the visualisation as annotations instead.
+func relevant(op Op) bool {
+	switch op.Kind {
+	case KindAcquire:
+		return op.Outcome == OK || op.Outcome == NotAcquired && op.Out != 0
+	case KindRenew:
+		return op.Outcome == OK
+	case KindRelease:
+		return op.Outcome == OK || op.Outcome == Unknown && op.Token != 0
+	case KindWrite:
+		return op.Outcome == OK || op.Outcome == Stale || op.Outcome == Unknown
+	case KindRead:
+		return op.Outcome == OK
+	case KindFault:
+		return op.LostData
+	}
+	return false
+}
+
+func describe(op Op) string {
+	switch op.Kind {
+	case KindAcquire:
+		switch op.Outcome {
+		case OK:
+			return fmt.Sprintf("acquire %s → token %d", op.Acq, op.Token)
+		case NotAcquired:
+			return fmt.Sprintf("acquire %s → held by %d", op.Acq, op.Out)
+		}
+	case KindRenew, KindRelease:
+		return fmt.Sprintf("%s %s/%d → %s", op.Kind, op.Acq, op.Token, op.Outcome)
+	case KindWrite:
+		what := "write " + op.Value
+		if op.Claim {
+			what = "claim"
+		}
+		if op.Late {
+			what = "late " + what
+		}
+		if op.Outcome == Stale {
+			return fmt.Sprintf("%s @%d → stale (mark %d)", what, op.Token, op.Out)
+		}
+		return fmt.Sprintf("%s @%d → %s", what, op.Token, op.Outcome)
+	case KindRead:
+		return fmt.Sprintf("read → mark %d, %q", op.Out, op.Value)
+	case KindFault:
+		return "fault: " + op.Fault
+	case KindEvent:
+		return fmt.Sprintf("%s %s/%d: %s", op.Fault, op.Key, op.Token, op.Err)
+	}
+	return fmt.Sprintf("%s → %s", op.Kind, op.Outcome)
+}
+
+func describeState(s state) string {
+	switch {
+	case s.Holder != 0:
+		rel := ""
+		if s.Released {
+			rel = ", released"
+		}
+		return fmt.Sprintf("holder %s/%d%s, ends ≥ %d µs", s.Acq, s.Holder, rel, s.ExpLo)
+	case s.Mark != 0 || s.Value != "":
+		return fmt.Sprintf("mark %d, value %q", s.Mark, s.Value)
+	}
+	return "initial"
+}

@@ -1,0 +1,245 @@
+package chaos_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/golib/lease/internal/chaos"
+)
+
+// ms is a millisecond in the µs of Op times; the histories below give
+// times in ms after t0, a plausible backend time, so that clock tokens near
+// it make sense.
+const (
+	ms = 1000
+	t0 = 1_800_000_000_000_000
+)
+
+func grant(lane, acq string, token uint64, call, ret, ttl int64) chaos.Op {
+	return chaos.Op{Lane: lane, Kind: chaos.KindAcquire, Key: "k", Acq: acq, Token: token, TTL: ttl,
+		Outcome: chaos.OK, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+func refused(lane, acq string, holder uint64, call, ret int64) chaos.Op {
+	return chaos.Op{Lane: lane, Kind: chaos.KindAcquire, Key: "k", Acq: acq, TTL: 1000 * ms,
+		Outcome: chaos.NotAcquired, Out: holder, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+func leaseOp(kind chaos.Kind, lane, acq string, token uint64, outcome chaos.Outcome, call, ret, ttl int64) chaos.Op {
+	return chaos.Op{Lane: lane, Kind: kind, Key: "k", Acq: acq, Token: token, TTL: ttl,
+		Outcome: outcome, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+func write(lane string, token uint64, value string, outcome chaos.Outcome, out uint64, call, ret int64) chaos.Op {
+	return chaos.Op{Lane: lane, Kind: chaos.KindWrite, Key: "k", Token: token, Resource: "r", Value: value,
+		Claim: value == "", Outcome: outcome, Out: out, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+func read(lane string, mark uint64, value string, call, ret int64) chaos.Op {
+	return chaos.Op{Lane: lane, Kind: chaos.KindRead, Resource: "r", Outcome: chaos.OK, Out: mark, Value: value,
+		Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+// TestModel runs the checker on small histories, legal and not, with
+// counter tokens (as the memory backend issues them).
+func TestModel(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	const ttl = 1000 * ms
+	cases := []struct {
+		name  string
+		ops   []chaos.Op
+		legal bool
+	}{
+		{"grant, renew, release, grant", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.OK, 300, 310, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 600, 610, 0),
+			grant("b/0", "B", 2, 700, 710, ttl),
+		}, true},
+		{"second grant while the first is valid", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			grant("b/0", "B", 2, 500, 510, ttl),
+		}, false},
+		{"second grant after the first's TTL", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			grant("b/0", "B", 2, 1005, 1020, ttl),
+		}, true},
+		{"second grant after a renewal's TTL, not the grant's", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.OK, 500, 510, ttl),
+			grant("b/0", "B", 2, 1005, 1020, ttl),
+		}, false},
+		{"unknown renewal is no proof of validity", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.Unknown, 500, 510, ttl),
+			grant("b/0", "B", 2, 1005, 1020, ttl),
+		}, true},
+		{"grant during an unknown release", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.Unknown, 200, 210, 0),
+			grant("b/0", "B", 2, 300, 310, ttl),
+		}, true},
+		{"token not above an earlier one", []chaos.Op{
+			grant("a/0", "A", 5, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 5, chaos.OK, 20, 30, 0),
+			grant("b/0", "B", 3, 40, 50, ttl),
+		}, false},
+		{"token issued twice", []chaos.Op{
+			grant("a/0", "A", 5, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 5, chaos.OK, 20, 30, 0),
+			grant("b/0", "B", 5, 40, 50, ttl),
+		}, false},
+		{"concurrent grants in token order", []chaos.Op{
+			grant("a/0", "A", 2, 0, 100, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 2, chaos.OK, 100, 100, 0),
+			grant("b/0", "B", 1, 0, 100, ttl),
+			leaseOp(chaos.KindRelease, "b/0", "B", 1, chaos.OK, 0, 100, 0),
+		}, true},
+		{"idempotent re-grant", []chaos.Op{
+			grant("a/0", "A", 7, 0, 10, ttl),
+			grant("a/0", "A", 7, 20, 30, ttl),
+			refused("b/0", "B", 7, 900, 910),
+		}, true},
+		{"renewal of a superseded acquisition", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			grant("b/0", "B", 2, 1100, 1110, ttl),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.OK, 1200, 1210, ttl),
+		}, false},
+		{"renewal of a released acquisition", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 20, 30, 0),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.OK, 40, 50, ttl),
+		}, false},
+		{"holder older than a known grant", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			grant("b/0", "B", 2, 1100, 1110, ttl),
+			refused("c/0", "C", 1, 1200, 1210),
+		}, false},
+		{"released holder still shown", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 20, 30, 0),
+			refused("c/0", "C", 1, 40, 50),
+		}, false},
+		{"data loss ends the lease", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			{Lane: "nemesis", Kind: chaos.KindFault, Fault: "kill -9", LostData: true, Call: t0 + 100*ms, Return: t0 + 200*ms},
+			grant("b/0", "B", 2, 300, 310, ttl),
+		}, true},
+		{"a fault without data loss does not", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			{Lane: "nemesis", Kind: chaos.KindFault, Fault: "pause", Call: t0 + 100*ms, Return: t0 + 200*ms},
+			grant("b/0", "B", 2, 300, 310, ttl),
+		}, false},
+		{"fenced writes in token order", []chaos.Op{
+			write("a/0", 1, "", chaos.OK, 0, 0, 10),
+			write("a/0", 1, "x", chaos.OK, 0, 20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			write("a/0", 1, "z", chaos.Stale, 2, 60, 70),
+			read("c/0", 2, "y", 80, 90),
+		}, true},
+		{"accepted write below the mark", []chaos.Op{
+			write("b/0", 2, "y", chaos.OK, 0, 0, 10),
+			write("a/0", 1, "z", chaos.OK, 0, 20, 30),
+		}, false},
+		{"stale with a wrong mark", []chaos.Op{
+			write("b/0", 2, "y", chaos.OK, 0, 0, 10),
+			write("a/0", 1, "z", chaos.Stale, 3, 20, 30),
+		}, false},
+		{"stale write that changed data", []chaos.Op{
+			write("b/0", 2, "y", chaos.OK, 0, 0, 10),
+			write("a/0", 1, "z", chaos.Stale, 2, 20, 30),
+			read("c/0", 2, "z", 40, 50),
+		}, false},
+		{"claim keeps the value", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			write("b/0", 2, "", chaos.OK, 0, 20, 30),
+			read("c/0", 2, "x", 40, 50),
+		}, true},
+		{"unknown write applied", []chaos.Op{
+			write("a/0", 1, "x", chaos.Unknown, 0, 0, 10),
+			read("c/0", 0, "", 20, 30),
+			read("c/0", 1, "x", 40, 50),
+		}, true},
+		{"unknown write not applied", []chaos.Op{
+			write("a/0", 1, "x", chaos.Unknown, 0, 0, 10),
+			read("c/0", 0, "", 20, 30),
+		}, true},
+		{"unknown write applied, then undone", []chaos.Op{
+			write("a/0", 1, "x", chaos.Unknown, 0, 0, 10),
+			read("c/0", 1, "x", 20, 30),
+			read("c/0", 0, "", 40, 50),
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := chaos.Check(c.ops, chaos.CheckOptions{Name: t.Name()})
+			if res.OK() != c.legal {
+				t.Fatalf("legal = %v, want %v: %v", res.OK(), c.legal, res)
+			}
+			if !c.legal {
+				if res.Verdict != porcupine.Illegal {
+					t.Errorf("verdict %s, want Illegal", res.Verdict)
+				}
+				if len(res.Files) != 2 {
+					t.Fatalf("files %q, want the visualisation and the history", res.Files)
+				}
+				for _, f := range res.Files {
+					if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+						t.Errorf("%s: %v", f, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestModelClockTokens checks the grant-time bound from clock tokens: a
+// grant whose token says the backend granted it before the previous lease
+// ended is refused even when the client saw the answer late.
+func TestModelClockTokens(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	const ttl = 1000 * ms
+	a := grant("a/0", "A", t0+5*ms, 0, 10, ttl)
+	late := grant("b/0", "B", t0+500*ms, 300, 1500, ttl) // granted at 500ms, seen at 1.5s
+	onTime := grant("b/0", "B", t0+1001*ms, 300, 1500, ttl)
+	for _, c := range []struct {
+		name        string
+		ops         []chaos.Op
+		clockTokens bool
+		legal       bool
+	}{
+		{"counter tokens: the return time bounds the grant", []chaos.Op{a, late}, false, true},
+		{"clock tokens: the token bounds the grant", []chaos.Op{a, late}, true, false},
+		{"clock tokens: granted after expiry", []chaos.Op{a, onTime}, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := chaos.Check(c.ops, chaos.CheckOptions{Name: t.Name(), ModelOptions: chaos.ModelOptions{ClockTokens: c.clockTokens}})
+			if res.OK() != c.legal {
+				t.Fatalf("legal = %v, want %v: %v", res.OK(), c.legal, res)
+			}
+		})
+	}
+}
+
+// TestDeadlineCheck checks the comparison of a client's belief with the
+// backend's expiry.
+func TestDeadlineCheck(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	const ttl = 1000 * ms
+	g := grant("a/0", "A", 1, 0, 10, ttl)
+	w := func(call, remaining int64) chaos.Op {
+		op := write("a/0", 1, "x", chaos.OK, 0, call, call+5)
+		op.Acq, op.Remaining, op.SampledBy = "A", remaining, t0+call*ms+1
+		return op
+	}
+	if res := chaos.Check([]chaos.Op{g, w(100, 700*ms)}, chaos.CheckOptions{Name: t.Name()}); !res.OK() {
+		t.Errorf("a belief within the TTL was refused: %v", res)
+	}
+	res := chaos.Check([]chaos.Op{g, w(100, 1200*ms)}, chaos.CheckOptions{Name: t.Name()})
+	if res.OK() || !strings.Contains(res.Problems[0], "believed") {
+		t.Errorf("a belief past the TTL was accepted: %v", res)
+	}
+}

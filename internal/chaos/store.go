@@ -1,0 +1,225 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
+)
+
+// A Store holds fenced resources: each has a value, written only through
+// package fence, and a fence mark.
+type Store interface {
+	// Write sets the resource's value under snap's token, through the
+	// fence; an empty value claims the resource without writing (it
+	// advances the fence only). A refused token comes back as a
+	// *fence.StaleError.
+	Write(ctx context.Context, snap lease.Snapshot, resource, value string) error
+	// Read returns the resource's fence mark and value, read in one atomic
+	// step. A resource never written reads as 0 and "".
+	Read(ctx context.Context, resource string) (lease.Token, string, error)
+}
+
+// Write is one fenced write for RecordingStore.Write.
+type Write struct {
+	Snap     lease.Snapshot
+	Acq      string // AcqID of the acquisition, for the deadline check
+	Resource string
+	// Value is written; empty claims the resource.
+	Value string
+	// Late marks a write made on purpose with a snapshot held across a
+	// pause (see Op.Late).
+	Late bool
+	// Remaining, if not nil, returns how long the client believes it
+	// still holds the lease; it is sampled just before the write.
+	Remaining func() time.Duration
+}
+
+// RecordingStore records the writes and reads of a Store.
+type RecordingStore struct {
+	s   Store
+	rec *Recorder
+}
+
+// NewRecordingStore returns s recording into rec.
+func NewRecordingStore(s Store, rec *Recorder) *RecordingStore {
+	return &RecordingStore{s: s, rec: rec}
+}
+
+// Write makes the fenced write w on lane and records it. It returns the
+// outcome and the error.
+func (r *RecordingStore) Write(ctx context.Context, lane *Lane, w Write) (Outcome, error) {
+	op := Op{Lane: lane.ID(), Kind: KindWrite, Key: w.Snap.Key, Acq: w.Acq, Token: uint64(w.Snap.Token),
+		Resource: w.Resource, Value: w.Value, Claim: w.Value == "", Late: w.Late, Call: r.rec.Now()}
+	if w.Remaining != nil {
+		op.Remaining = micros(w.Remaining())
+		op.SampledBy = r.rec.Now()
+	}
+	err := r.s.Write(ctx, w.Snap, w.Resource, w.Value)
+	op.Return = r.rec.Now()
+	op.Err = errText(err)
+	var stale *fence.StaleError
+	switch {
+	case err == nil:
+		op.Outcome = OK
+	case errors.As(err, &stale):
+		op.Outcome, op.Out = Stale, uint64(stale.Current)
+	case errors.Is(err, lease.ErrIndeterminate):
+		op.Outcome = Unknown
+	default:
+		op.Outcome = Failed
+	}
+	lane.record(r.rec, op)
+	return op.Outcome, err
+}
+
+// Read reads resource on lane and records it.
+func (r *RecordingStore) Read(ctx context.Context, lane *Lane, resource string) (lease.Token, string, error) {
+	op := Op{Lane: lane.ID(), Kind: KindRead, Resource: resource, Call: r.rec.Now()}
+	mark, value, err := r.s.Read(ctx, resource)
+	op.Return = r.rec.Now()
+	op.Err = errText(err)
+	if err == nil {
+		op.Outcome, op.Out, op.Value = OK, uint64(mark), value
+	} else {
+		op.Outcome = Failed // a read changes nothing; its outcome never matters
+	}
+	lane.record(r.rec, op)
+	return mark, value, err
+}
+
+// MemoryStore keeps resources in process memory, fenced by a fence.Memory.
+// The zero value is ready to use.
+type MemoryStore struct {
+	mu     sync.Mutex
+	f      fence.Memory
+	values map[string]string
+}
+
+// Write implements Store.
+func (s *MemoryStore) Write(_ context.Context, snap lease.Snapshot, resource, value string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var write func() error
+	if value != "" {
+		write = func() error {
+			if s.values == nil {
+				s.values = make(map[string]string)
+			}
+			s.values[resource] = value
+			return nil
+		}
+	}
+	return s.f.Do(snap, []string{resource}, write)
+}
+
+// Read implements Store.
+func (s *MemoryStore) Read(_ context.Context, resource string) (lease.Token, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f.Mark(resource).Token, s.values[resource], nil
+}
+
+// ValkeyStore keeps resources on Valkey: the fence key of package fence
+// and a value key in the same hash slot.
+type ValkeyStore struct {
+	c      valkey.Client
+	f      *fence.Valkey
+	prefix string
+}
+
+// NewValkeyStore returns a store on c whose keys start with prefix.
+func NewValkeyStore(c valkey.Client, prefix string) (*ValkeyStore, error) {
+	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	if err != nil {
+		return nil, err
+	}
+	return &ValkeyStore{c: c, f: f, prefix: prefix}, nil
+}
+
+func (s *ValkeyStore) valueKey(resource string) string { return s.prefix + "{" + resource + "}:value" }
+
+// Write implements Store.
+func (s *ValkeyStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
+	var cmds []fence.Command
+	if value != "" {
+		cmds = append(cmds, fence.Set(s.valueKey(resource), value, fence.SetOptions{}))
+	}
+	_, err := s.f.Do(ctx, snap, resource, cmds...)
+	return err
+}
+
+var readScript = valkey.NewLuaScriptReadOnly(`
+local t = redis.call('HGET', KEYS[1], 'token')
+local v = redis.call('GET', KEYS[2])
+return {t or '0', v or ''}`)
+
+// Read implements Store.
+func (s *ValkeyStore) Read(ctx context.Context, resource string) (lease.Token, string, error) {
+	vals, err := readScript.Exec(ctx, s.c, []string{s.f.FenceKey(resource), s.valueKey(resource)}, nil).AsStrSlice()
+	if err != nil {
+		return 0, "", err
+	}
+	if len(vals) != 2 {
+		return 0, "", fmt.Errorf("chaos: read %q: %d values", resource, len(vals))
+	}
+	mark, err := strconv.ParseUint(vals[0], 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("chaos: read %q: mark %q: %w", resource, vals[0], err)
+	}
+	return lease.Token(mark), vals[1], nil
+}
+
+// PostgresStore keeps resources in PostgreSQL: the fences table of
+// package fence and a table of values, chaos_values.
+type PostgresStore struct {
+	db *pgxpool.Pool
+}
+
+// MigratePostgres creates the fences table and the table of values.
+func MigratePostgres(ctx context.Context, db *pgxpool.Pool) error {
+	if err := fence.Migrate(ctx, db, fence.TableOptions{}); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS chaos_values (resource text PRIMARY KEY, value text NOT NULL)`)
+	return err
+}
+
+// NewPostgresStore returns a store on db; run MigratePostgres first.
+func NewPostgresStore(db *pgxpool.Pool) *PostgresStore { return &PostgresStore{db: db} }
+
+// Write implements Store.
+func (s *PostgresStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
+	var fn func(pgx.Tx) error
+	if value != "" {
+		fn = func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO chaos_values (resource, value) VALUES ($1, $2)
+				ON CONFLICT (resource) DO UPDATE SET value = excluded.value`, resource, value)
+			return err
+		}
+	}
+	return fence.Tx(ctx, s.db, snap, []string{resource}, fn)
+}
+
+// Read implements Store.
+func (s *PostgresStore) Read(ctx context.Context, resource string) (lease.Token, string, error) {
+	var (
+		mark  int64
+		value string
+	)
+	err := s.db.QueryRow(ctx, `SELECT coalesce((SELECT token FROM public.lease_fences WHERE resource = $1), 0),
+		coalesce((SELECT value FROM chaos_values WHERE resource = $1), '')`, resource).Scan(&mark, &value)
+	if err != nil {
+		return 0, "", err
+	}
+	return lease.Token(mark), value, nil
+}
