@@ -52,6 +52,12 @@ type Options struct {
 	// again.
 	Once bool
 
+	// Rest is how long Run waits after a term before it campaigns again.
+	// Default 0: at once, which usually wins the lease back before a
+	// waiting replica has been woken by the release. Set it to let another
+	// replica take over when the function returns to step down.
+	Rest time.Duration
+
 	// ReleaseTimeout bounds the release at the end of a term, which runs
 	// under a context detached from Run's. Default the policy's
 	// OperationTimeout.
@@ -121,6 +127,8 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 		return nil, errors.New("leaseservice: nil Client")
 	case fn == nil:
 		return nil, errors.New("leaseservice: nil Func")
+	case o.Rest < 0:
+		return nil, fmt.Errorf("leaseservice: Rest (%v) must not be negative", o.Rest)
 	case o.ReleaseTimeout < 0:
 		return nil, fmt.Errorf("leaseservice: ReleaseTimeout (%v) must not be negative", o.ReleaseTimeout)
 	}
@@ -195,6 +203,15 @@ func (s *Service) Run(ctx context.Context) error {
 			return errors.Join(ferr, rerr)
 		case ctx.Err() != nil || s.o.Once:
 			return rerr
+		}
+		if s.o.Rest > 0 {
+			t := time.NewTimer(s.o.Rest)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return rerr
+			case <-t.C:
+			}
 		}
 	}
 }

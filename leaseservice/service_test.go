@@ -269,3 +269,39 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestRestLetsAnotherReplicaLead: a function that returns at once steps
+// down; with Rest, another replica leads next instead of the same one
+// winning its lease straight back.
+func TestRestLetsAnotherReplicaLead(t *testing.T) {
+	mem := leasememory.New(leasememory.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var leaders []string
+	var wg sync.WaitGroup
+	for _, owner := range []string{"a", "b"} {
+		c := client(t, mem, owner)
+		wg.Go(func() {
+			err := leaseservice.Run(ctx, c, "k", policy(t, 300*time.Millisecond),
+				func(ctx context.Context, h *lease.Handle) error {
+					mu.Lock()
+					defer mu.Unlock()
+					leaders = append(leaders, owner)
+					if len(leaders) == 4 {
+						cancel()
+					}
+					return nil
+				}, leaseservice.Options{Rest: 200 * time.Millisecond})
+			if err != nil {
+				t.Errorf("%s: Run = %v", owner, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := 1; i < len(leaders); i++ {
+		if leaders[i] == leaders[i-1] {
+			t.Fatalf("terms %v: the same replica led twice in a row despite Rest", leaders)
+		}
+	}
+}
