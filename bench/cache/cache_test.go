@@ -13,6 +13,7 @@ import (
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
+	"golang.org/x/sync/singleflight"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
@@ -218,11 +219,13 @@ func sizeName(n int) string {
 }
 
 // BenchmarkStampede sends 1,000 concurrent Gets of one missing key, spread
-// over 4 replicas (each its own client and Cache), with a load that takes
-// 100ms. Each iteration uses a new key. It reports the source loads per
-// stampede (goal: 1), the time until the last of the 1,000 callers has its
-// value, and that time divided by the load's own duration (1.0 would be
-// free coordination).
+// over 4 replicas (each its own client), with a load that takes 100ms. Each
+// iteration uses a new key. It reports the source loads per stampede
+// (loads/op; goal 1), the time until the last of the 1,000 callers has its
+// value (ms-to-serve-all), and that time divided by the load's own duration
+// (x-load; 1.0 would be free coordination). impl=cache is Cache.Get;
+// impl=singleflight is what a replica gets from golang.org/x/sync's
+// singleflight in front of GET and SET: one load per replica.
 func BenchmarkStampede(b *testing.B) {
 	const (
 		replicas     = 4
@@ -230,54 +233,92 @@ func BenchmarkStampede(b *testing.B) {
 		loadDuration = 100 * time.Millisecond
 	)
 	addr := testserver.Valkey(b).Addr()
-	ns := "bench-stampede-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var cs []*cache.Cache
-	for range replicas {
-		cs = append(cs, newCache(b, addr, ns))
-	}
 	ctx := context.Background()
-	// Warm up: connect and load the scripts on every replica.
-	for i, c := range cs {
-		if _, _, err := c.Get(ctx, "warm-up-"+strconv.Itoa(i), func(context.Context, lease.Token) ([]byte, error) { return []byte("x"), nil }); err != nil {
-			b.Fatal(err)
-		}
-	}
 	var loads atomic.Int64
-	load := func(ctx context.Context, _ lease.Token) ([]byte, error) {
+	load := func(context.Context, lease.Token) ([]byte, error) {
 		loads.Add(1)
 		time.Sleep(loadDuration)
 		return []byte("the value"), nil
 	}
-	var total time.Duration
-	b.ResetTimer()
-	for i := range b.N {
-		key := "hot-" + strconv.Itoa(i)
-		var (
-			wg    sync.WaitGroup
-			ready sync.WaitGroup
-			go_   = make(chan struct{})
-		)
-		wg.Add(callers)
-		ready.Add(callers)
-		for j := range callers {
-			go func() {
-				defer wg.Done()
-				ready.Done()
-				<-go_
-				if v, _, err := cs[j%replicas].Get(ctx, key, load); err != nil || string(v) != "the value" {
-					b.Errorf("Get = %q, %v", v, err)
+	for _, impl := range []struct {
+		name string
+		// newGet returns one replica's read-through function.
+		newGet func(b *testing.B, ns string) func(key string) ([]byte, error)
+	}{
+		{"cache", func(b *testing.B, ns string) func(string) ([]byte, error) {
+			c := newCache(b, addr, ns)
+			return func(key string) ([]byte, error) {
+				v, _, err := c.Get(ctx, key, load)
+				return v, err
+			}
+		}},
+		{"singleflight", func(b *testing.B, ns string) func(string) ([]byte, error) {
+			c := valkeyClient(b, addr)
+			var g singleflight.Group
+			return func(key string) ([]byte, error) {
+				key = ns + ":" + key
+				v, err := c.Do(ctx, c.B().Get().Key(key).Build()).AsBytes()
+				if !valkey.IsValkeyNil(err) {
+					return v, err
 				}
-			}()
-		}
-		ready.Wait()
-		start := time.Now()
-		close(go_)
-		wg.Wait()
-		total += time.Since(start)
+				r, err, _ := g.Do(key, func() (any, error) {
+					v, err := load(ctx, 0)
+					if err != nil {
+						return nil, err
+					}
+					return v, c.Do(ctx, c.B().Set().Key(key).Value(string(v)).Ex(time.Hour).Build()).Error()
+				})
+				if err != nil {
+					return nil, err
+				}
+				return r.([]byte), nil
+			}
+		}},
+	} {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			ns := "bench-stampede-" + impl.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			var gets []func(string) ([]byte, error)
+			for range replicas {
+				gets = append(gets, impl.newGet(b, ns))
+			}
+			// Warm up: connect and load the scripts on every replica.
+			for i, get := range gets {
+				if _, err := get("warm-up-" + strconv.Itoa(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			loads.Store(0)
+			var total time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				key := "hot-" + strconv.Itoa(i)
+				var (
+					wg, ready sync.WaitGroup
+					start     = make(chan struct{})
+				)
+				wg.Add(callers)
+				ready.Add(callers)
+				for j := range callers {
+					go func() {
+						defer wg.Done()
+						ready.Done()
+						<-start
+						if v, err := gets[j%replicas](key); err != nil || string(v) != "the value" {
+							b.Errorf("Get = %q, %v", v, err)
+						}
+					}()
+				}
+				ready.Wait()
+				t0 := time.Now()
+				close(start)
+				wg.Wait()
+				total += time.Since(t0)
+			}
+			b.StopTimer()
+			perRun := total / time.Duration(b.N)
+			b.ReportMetric(float64(loads.Load())/float64(b.N), "loads/op")
+			b.ReportMetric(float64(perRun)/float64(time.Millisecond), "ms-to-serve-all")
+			b.ReportMetric(float64(perRun)/float64(loadDuration), "x-load")
+		})
 	}
-	b.StopTimer()
-	perRun := total / time.Duration(b.N)
-	b.ReportMetric(float64(loads.Load())/float64(b.N), "loads/op")
-	b.ReportMetric(float64(perRun)/float64(time.Millisecond), "ms-to-serve-all")
-	b.ReportMetric(float64(perRun)/float64(loadDuration), "x-load")
 }
