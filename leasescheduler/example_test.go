@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/robfig/cron/v3"
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
@@ -88,4 +89,62 @@ func ExampleLocker_Task() {
 	}
 	s.Start()
 	defer s.Shutdown()
+}
+
+// A robfig/cron scheduler, with the same locking around its jobs.
+func ExampleLocker_CronJob() {
+	var locker *leasescheduler.Locker // from NewLocker, as for gocron
+	// docs:begin cron
+	c := cron.New(cron.WithSeconds())
+	// A job that uses its lease: ctx is cancelled on loss, run.Lease fences.
+	_, err := c.AddJob("0 */5 * * * *", locker.CronJob("report",
+		func(ctx context.Context, run leasescheduler.Run) error {
+			return nil
+		}, cron.DefaultLogger))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A job that doesn't: wrap it.
+	_, err = c.AddJob("0 0 * * * *",
+		cron.NewChain(locker.CronWrapper("cleanup", cron.DefaultLogger)).Then(cron.FuncJob(cleanup)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	defer func() { <-c.Stop().Done() }()
+	// docs:end cron
+}
+
+func cleanup() {}
+
+// An Elector: one replica leads and runs every job of its scheduler.
+func ExampleElector() {
+	var (
+		client *lease.Client
+		ctx    context.Context
+	)
+	// docs:begin elector
+	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 15 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	elector, err := leasescheduler.NewElector(client, "jobs/leader", policy, leasescheduler.ElectorOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go elector.Run(ctx) // campaigns until ctx ends, then releases
+	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = s.NewJob(gocron.DurationJob(time.Minute),
+		elector.Task("sync", func(ctx context.Context, run leasescheduler.Run) error {
+			// Runs on the leader only; ctx ends if leadership is lost.
+			return nil
+		}))
+	// docs:end elector
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
 }
