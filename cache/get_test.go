@@ -364,8 +364,8 @@ func TestStaleServedWhileAnotherRefreshes(t *testing.T) {
 			t.Error("load ran while another replica holds the refresh lease")
 			return nil, errors.New("unexpected")
 		})
-		if err != nil || string(v) != "old" || info.Outcome != cache.Stale {
-			t.Fatalf("Get = %q, %+v, %v; want old, stale", v, info, err)
+		if err != nil || string(v) != "old" || info.Outcome != cache.Stale || info.Token == 0 {
+			t.Fatalf("Get = %q, %+v, %v; want old, stale, with the token that published it", v, info, err)
 		}
 		if err := hd.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -128,6 +128,13 @@ func policy(t testing.TB, o lease.PolicyOptions) lease.Policy {
 	return p
 }
 
+// shortPolicy returns a policy whose lease ends soon, for a holder that is
+// "paused": it never renews. Its operations still get 100ms, so that a
+// loaded machine does not make them time out.
+func shortPolicy(t testing.TB) lease.Policy {
+	return policy(t, lease.PolicyOptions{TTL: 500 * time.Millisecond, OperationTimeout: 100 * time.Millisecond})
+}
+
 // rawValue returns what the server holds as key's value, and whether it
 // holds one, without going through Get.
 func rawValue(t testing.TB, r *replica, key string) (string, bool) {

@@ -116,7 +116,7 @@ func TestPausedHolderIsRejected(t *testing.T) {
 		src := &source{v: "v1"}
 
 		// H's lease is short and H never renews it: H is "paused".
-		hd, err := h.leases.TryAcquire(ctxT(t), h.cache.LeaseKey(key), policy(t, lease.PolicyOptions{TTL: 200 * time.Millisecond}))
+		hd, err := h.leases.TryAcquire(ctxT(t), h.cache.LeaseKey(key), shortPolicy(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestPublishRefusesReleasedAndExpiredLeases(t *testing.T) {
 			t.Fatalf("Publish after release = %v; want ErrNotCurrent saying it was released", err)
 		}
 
-		hd, err = r.leases.TryAcquire(ctx, r.cache.LeaseKey("expired"), policy(t, lease.PolicyOptions{TTL: 20 * time.Millisecond}))
+		hd, err = r.leases.TryAcquire(ctx, r.cache.LeaseKey("expired"), shortPolicy(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 				}
 				t.Logf("output:\n%s", out.String())
 				for _, want := range []string{
-					`(?m)^100 requests on 2 replicas: 1 database query; 1 loaded, 99 shared$`,
+					`(?m)^100 requests on 2 replicas: 1 database query; 1 request loaded the report, the other 99 got that load's result$`,
 					`(?m)^replica b: total=100 \(hit, published under token \d+\)$`,
 					`(?m)^replica b's publication of total=100 was refused: cache: "report/daily" was invalidated after the refresh with token \d+ began`,
 					`(?m)^replica a: total=120 \(loaded\)$`,
