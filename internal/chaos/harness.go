@@ -258,13 +258,13 @@ func (w *worker) once(ctx context.Context) error {
 	}
 	until := time.Now().Add(w.randDur(w.o.Hold))
 	last := time.Now()
-	for ctx.Err() == nil && time.Now().Before(until) {
+	for ctx.Err() == nil {
 		if w.o.LateWrites && time.Since(last) > p.TTL {
 			// Paused past the TTL: make the late write first, as a
 			// program that was about to write when it was stopped would.
 			write(h.Snapshot(), w.value(), true, false)
 		}
-		if !holding() {
+		if !time.Now().Before(until) || !holding() {
 			break
 		}
 		write(h.Snapshot(), w.value(), false, true)

@@ -125,10 +125,20 @@ func now() int64 { return time.Now().UnixMicro() }
 type Recorder struct {
 	now func() int64
 
-	mu  sync.Mutex
-	ops []Op
-	out io.Writer // also written to as JSON lines, when not nil
-	err error     // the first error writing to out
+	mu      sync.Mutex
+	ops     []Op
+	out     io.Writer // also written to as JSON lines, when not nil
+	err     error     // the first error writing to out
+	watches []func(Op)
+}
+
+// Watch calls f with every operation added from now on, in the goroutine
+// that adds it, after the operation is recorded. f must be fast and must
+// not call back into the recorder.
+func (r *Recorder) Watch(f func(Op)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watches = append(r.watches, f)
 }
 
 // NewRecorder returns an empty recorder that times operations on the wall
@@ -149,7 +159,6 @@ func (r *Recorder) Now() int64 { return r.now() }
 // Add records op.
 func (r *Recorder) Add(op Op) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.ops = append(r.ops, op)
 	if r.out != nil && r.err == nil {
 		b, err := json.Marshal(op)
@@ -157,6 +166,11 @@ func (r *Recorder) Add(op Op) {
 			_, err = r.out.Write(append(b, '\n'))
 		}
 		r.err = err
+	}
+	watches := r.watches
+	r.mu.Unlock()
+	for _, f := range watches {
+		f(op)
 	}
 }
 

@@ -1,0 +1,212 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/internal/chaos"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+// EnvDuration names the variable that sets, as a Go duration, how long the
+// fault rows run in all: `make chaos DURATION=10m` sets it. Each row gets
+// an equal share. Unset, each row runs for shortRow, which keeps the
+// matrix within about two minutes on two loaded cores with -race.
+const EnvDuration = "LEASE_CHAOS_DURATION"
+
+// rows is the number of fault rows that share LEASE_CHAOS_DURATION (tests
+// that call rowDuration).
+const rows = 16
+
+const shortRow = 4 * time.Second
+
+// rowDuration returns how long a fault row runs its workload.
+func rowDuration(t testing.TB) time.Duration {
+	t.Helper()
+	v := os.Getenv(EnvDuration)
+	if v == "" {
+		return shortRow
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration such as 10m", EnvDuration, v)
+	}
+	return max(d/rows, shortRow)
+}
+
+// long reports whether the matrix runs in its long form.
+func long() bool { return os.Getenv(EnvDuration) != "" }
+
+// ttl is the lease TTL of the fault rows: long enough that a client on a
+// loaded machine renews in time, short enough that a few seconds see many
+// leases expire and move.
+const ttl = time.Second
+
+// rowPolicy is the policy of the fault rows.
+func rowPolicy(t testing.TB) lease.Policy {
+	t.Helper()
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: ttl, OperationTimeout: 150 * time.Millisecond,
+		Retry: 50 * time.Millisecond, Wait: ttl / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var keys = []string{"k1", "k2", "k3"}
+
+var prefixes atomic.Int64
+
+// valkeyTarget returns a target on the Valkey server at addr with a
+// prefix of its own.
+func valkeyTarget(addr string) chaos.Target {
+	return chaos.Target{Kind: "valkey", Addr: addr, Prefix: fmt.Sprintf("chaos%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))}
+}
+
+// postgresDB returns a fresh, migrated database on the shared server.
+func postgresDB(t *testing.T) string {
+	t.Helper()
+	return migrate(t, testserver.Postgres(t).NewDatabase(t))
+}
+
+// migrate creates the lease, fences and values tables in the database at
+// url and returns url.
+func migrate(t *testing.T, url string) string {
+	t.Helper()
+	ctx := ctxT(t)
+	pool, err := chaos.Pool(ctx, url, "chaos-migrate", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chaos.MigratePostgres(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run is one run of a fault row: the harness's goroutine clients and a
+// child process on one target, and a nemesis in the test's goroutine.
+type run struct {
+	t      *testing.T
+	target chaos.Target
+	rec    *chaos.Recorder
+	h      *chaos.Harness
+	child  *chaos.Child
+	policy lease.Policy
+	until  time.Time
+	rng    *rand.Rand
+
+	childDone bool
+}
+
+// rowOptions configure a row.
+type rowOptions struct {
+	// Model options; ClockTokens is set for the network backends.
+	model chaos.ModelOptions
+	// noChild runs goroutine clients only.
+	noChild bool
+	// clock is the goroutine clients' clock.
+	clock lease.Clock
+	// converge is how long each key may take to be had after the faults
+	// healed. Default 20×TTL.
+	converge time.Duration
+}
+
+// startRun starts the clients of a row on target.
+func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
+	t.Helper()
+	r := &run{t: t, target: target, rec: chaos.NewRecorder(nil), policy: rowPolicy(t),
+		until: time.Now().Add(rowDuration(t)), rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}
+	r.h = chaos.NewHarness(r.rec, chaos.Options{Keys: keys, Policy: r.policy, Clients: 3, Open: target.Open,
+		Clock: o.clock, Seed: r.rng.Uint64()%1000 + 1})
+	if err := r.h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.h.Stop() })
+	if !o.noChild {
+		c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: target, Keys: keys,
+			Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.child = c
+		t.Cleanup(func() {
+			if !r.childDone {
+				_ = c.Stop(10 * time.Second)
+			}
+		})
+	}
+	return r
+}
+
+// running reports whether the nemesis should inject another fault.
+func (r *run) running() bool { return time.Now().Before(r.until) }
+
+// pause sleeps for a random time between lo and hi.
+func (r *run) pause(lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(r.rng.Int64N(int64(hi-lo)+1)))
+}
+
+// finish stops the clients, checks that every key can be had again, and
+// checks the history. It returns the result for row-specific checks.
+func (r *run) finish(o rowOptions) chaos.Result {
+	t := r.t
+	t.Helper()
+	if r.child != nil {
+		if err := r.child.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+		r.childDone = true
+	}
+	if err := r.h.Stop(); err != nil {
+		t.Error(err)
+	}
+	if o.converge == 0 {
+		o.converge = 20 * ttl
+	}
+	if err := r.h.Converge(ctxT(t), o.converge); err != nil {
+		t.Errorf("after the faults healed, not every key could be had again: %v", err)
+	}
+	o.model.ClockTokens = r.target.Kind != ""
+	res := chaos.Check(r.rec.Ops(), chaos.CheckOptions{Name: t.Name(), ModelOptions: o.model})
+	t.Logf("chaos-summary %s: %v (ran %v)", t.Name(), res, rowDuration(t))
+	if !res.OK() {
+		t.Errorf("the history does not check out:\n%v", res)
+	}
+	if res.Checked == 0 {
+		t.Error("nothing was checked")
+	}
+	return res
+}
+
+// count returns the number of operations of res's history that match f.
+func count(ops []chaos.Op, f func(chaos.Op) bool) int {
+	n := 0
+	for _, op := range ops {
+		if f(op) {
+			n++
+		}
+	}
+	return n
+}
+
+// lanePrefix reports whether op was issued by a lane with prefix p.
+func lanePrefix(op chaos.Op, p string) bool { return strings.HasPrefix(op.Lane, p+"/") }
