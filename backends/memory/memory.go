@@ -27,8 +27,9 @@ type Options struct {
 type Store struct {
 	clock lease.Clock
 
-	mu   sync.Mutex
-	recs map[string]*record
+	mu       sync.Mutex
+	recs     map[string]*record
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 type record struct {
@@ -43,10 +44,13 @@ func New(o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = lease.SystemClock()
 	}
-	return &Store{clock: o.Clock, recs: make(map[string]*record)}
+	return &Store{clock: o.Clock, recs: make(map[string]*record), watchers: make(map[string]map[chan struct{}]struct{})}
 }
 
-var _ lease.Backend = (*Store)(nil)
+var (
+	_ lease.Backend        = (*Store)(nil)
+	_ lease.ReleaseWatcher = (*Store)(nil)
+)
 
 // live returns the record of key if it is held and not expired at now.
 func (s *Store) live(key string, now time.Time) *record {
@@ -127,7 +131,40 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 		return err
 	}
 	r.held = false
+	for ch := range s.watchers[a.Key] {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
 	return nil
+}
+
+// WatchReleases implements lease.ReleaseWatcher: the channel receives a
+// value after each Release of key.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchers[key] == nil {
+		s.watchers[key] = make(map[chan struct{}]struct{})
+	}
+	s.watchers[key][ch] = struct{}{}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.watchers[key], ch)
+			if len(s.watchers[key]) == 0 {
+				delete(s.watchers, key)
+			}
+		})
+	}
+	return ch, stop, nil
 }
 
 // Inspect implements lease.Backend.

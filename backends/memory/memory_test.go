@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -26,4 +27,35 @@ func TestConformanceRealTime(t *testing.T) {
 		NewBackend: func(*testing.T) lease.Backend { return memory.New(memory.Options{}) },
 		TTL:        150 * time.Millisecond,
 	})
+}
+
+func TestWatchReleasesWakesWaiter(t *testing.T) {
+	store := memory.New(memory.Options{})
+	ctx := context.Background()
+	holder, _ := lease.NewClient(store, lease.ClientOptions{Owner: "holder"})
+	waiter, _ := lease.NewClient(store, lease.ClientOptions{Owner: "waiter"})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute, Retry: 3 * time.Second, Wait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := holder.Acquire(ctx, "k", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := waiter.Acquire(ctx, "k", p); done <- err }()
+	time.Sleep(50 * time.Millisecond) // let the waiter find the lease held and start watching
+	start := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second): // well below Retry, which is 3s shortened by at most 20%
+		t.Fatalf("the waiter was not woken by the release (waited %v)", time.Since(start))
+	}
+	store.Release(ctx, lease.Acquisition{Key: "k"}) // no watchers left: must not block
 }
