@@ -34,7 +34,7 @@ func TestWatchReleasesWakesWaiter(t *testing.T) {
 	ctx := context.Background()
 	holder, _ := lease.NewClient(store, lease.ClientOptions{Owner: "holder"})
 	waiter, _ := lease.NewClient(store, lease.ClientOptions{Owner: "waiter"})
-	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute, Retry: 3 * time.Second, Wait: time.Minute})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute, Retry: 15 * time.Second, Wait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestWatchReleasesWakesWaiter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(2 * time.Second): // well below Retry, which is 3s shortened by at most 20%
+	case <-time.After(10 * time.Second): // well below Retry, which is 15s shortened by at most 20%
 		t.Fatalf("the waiter was not woken by the release (waited %v)", time.Since(start))
 	}
 	store.Release(ctx, lease.Acquisition{Key: "k"}) // no watchers left: must not block
