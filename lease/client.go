@@ -57,6 +57,10 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 // Owner returns the client's owner string.
 func (c *Client) Owner() string { return c.owner }
 
+// Clock returns the clock the client measures deadlines on, so that code
+// built on the client can compare a Handle's Deadline with the same clock.
+func (c *Client) Clock() Clock { return c.clock }
+
 // Backend returns the backend the client was built with.
 func (c *Client) Backend() Backend { return c.b }
 
