@@ -229,10 +229,14 @@ func (t *Table) prepare(db Beginner, snap lease.Snapshot, resources []string) ([
 	if err := validSnapshot(snap); err != nil {
 		return nil, err
 	}
-	if snap.Token > math.MaxInt64 {
-		return nil, invalid("token %d of lease %q does not fit a PostgreSQL bigint (largest 2^63−1)", snap.Token, snap.Key)
+	rs, err := sortedResources(resources)
+	if err != nil {
+		return nil, err
 	}
-	return sortedResources(resources)
+	if snap.Token > math.MaxInt64 {
+		return nil, invalid("resources %q: token %d of lease %q does not fit a PostgreSQL bigint (largest 2^63−1)", rs, snap.Token, snap.Key)
+	}
+	return rs, nil
 }
 
 // check runs the advance statement and applies its verdict.
@@ -290,6 +294,8 @@ func commitError(rs []string, err error) error {
 	switch {
 	case isConflict(err):
 		return &ConflictError{Resources: rs, Err: err}
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return fmt.Errorf("fence: resources %q: the transaction had failed (a statement in fn failed and fn went on), rolled back, nothing written: %w", rs, err)
 	case errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC":
 		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
 	case pgconn.SafeToRetry(err):

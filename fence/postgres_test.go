@@ -412,3 +412,22 @@ func TestTxSameTokenLocksWithoutWriting(t *testing.T) {
 		t.Fatalf("a higher token: %v, xmin %s; want a new row version", err, xmin())
 	}
 }
+
+// TestTxSwallowedStatementError: fn swallows a failed statement; the
+// COMMIT rolls back, and Tx says nothing was written rather than that the
+// outcome is unknown.
+func TestTxSwallowedStatementError(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := ctxT(t)
+	err := fence.Tx(ctx, pool, snap("k", 1), []string{"r"}, func(tx pgx.Tx) error {
+		_, _ = tx.Exec(ctx, `SELECT 1/0`)
+		return nil
+	})
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("Tx = %v; want rolled back, nothing written", err)
+	}
+	if m := readMark(t, pool, "r"); !m.IsZero() {
+		t.Fatalf("fence = %v after a rolled-back commit", m)
+	}
+}

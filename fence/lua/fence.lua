@@ -34,30 +34,31 @@ local MAX_EX = 3153600000          -- 100 years in seconds
 local MAX_PX = MAX_EX * 1000
 local INCR_LIMIT = 9.2e18          -- below 2^63 by far more than a double's error
 
+local ARGV, KEYS = ARGV, KEYS
+local byte, match, tonumber = string.byte, string.match, tonumber
+
 local function refuse(msg)
   return redis.error_reply('ERR fence: ' .. msg)
-end
-
--- a < b for canonical decimal strings.
-local function lower(a, b)
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
 end
 
 -- The value of a canonical decimal integer string of at most 19 digits, as
 -- Valkey's INCRBY reads it; nil for anything else.
 local function int(s)
   if type(s) ~= 'string' or #s > 20 then return nil end
-  if s == '0' or string.match(s, '^-?[1-9]%d*$') then
+  if s == '0' or match(s, '^-?[1-9]%d*$') then
     local digits = #s
-    if string.sub(s, 1, 1) == '-' then digits = digits - 1 end
+    if byte(s, 1) == 45 then digits = digits - 1 end -- '-'
     if digits <= 19 then return tonumber(s) end
   end
   return nil
+end
+
+-- A small count or index in ARGV (the script's own framing): a whole
+-- number, compared against bounds by the caller.
+local function count(s)
+  local n = tonumber(s)
+  if n == nil or n ~= n - n % 1 then return nil end
+  return n
 end
 
 local function positive(s, max)
@@ -65,79 +66,63 @@ local function positive(s, max)
   return n ~= nil and n >= 1 and n <= max
 end
 
--- Argument checks, one per allowed command. Each returns nil when args (the
--- arguments after the key) are well formed, or what is wrong.
-local shapes = {}
-
-shapes.SET = function(a)
-  if #a < 1 then return 'SET needs a value' end
-  local cond, ttl = false, false
-  local i = 2
-  while i <= #a do
-    local o = a[i]
-    if o == 'NX' or o == 'XX' then
-      if cond then return 'SET takes one of NX and XX' end
-      cond = true
-    elseif o == 'KEEPTTL' then
-      if ttl then return 'SET takes one of EX, PX and KEEPTTL' end
-      ttl = true
-    elseif o == 'EX' or o == 'PX' then
-      if ttl then return 'SET takes one of EX, PX and KEEPTTL' end
-      ttl = true
-      i = i + 1
-      if not positive(a[i], o == 'EX' and MAX_EX or MAX_PX) then return 'SET ' .. o .. ' needs a TTL in range' end
-    else
-      return 'SET option ' .. tostring(o) .. ' is not allowed'
+-- The allowed commands, and the check of each one's arguments ARGV[i..j]
+-- (those after the key): nil when they are well formed, or what is wrong.
+local ALLOWED = {SET = true, HSET = true, DEL = true, INCRBY = true, EXPIRE = true, PEXPIRE = true, XADD = true}
+local function shape(name, i, j)
+  if name == 'SET' then
+    if j < i then return 'SET needs a value' end
+    local cond, ttl = false, false
+    local k = i + 1
+    while k <= j do
+      local o = ARGV[k]
+      if o == 'NX' or o == 'XX' then
+        if cond then return 'SET takes one of NX and XX' end
+        cond = true
+      elseif o == 'KEEPTTL' then
+        if ttl then return 'SET takes one of EX, PX and KEEPTTL' end
+        ttl = true
+      elseif o == 'EX' or o == 'PX' then
+        if ttl then return 'SET takes one of EX, PX and KEEPTTL' end
+        ttl = true
+        k = k + 1
+        if k > j or not positive(ARGV[k], o == 'EX' and MAX_EX or MAX_PX) then return 'SET ' .. o .. ' needs a TTL in range' end
+      else
+        return 'SET option ' .. tostring(o) .. ' is not allowed'
+      end
+      k = k + 1
     end
-    i = i + 1
+  elseif name == 'HSET' then
+    local n = j - i + 1
+    if n < 2 or n % 2 ~= 0 then return 'HSET needs field value pairs' end
+  elseif name == 'DEL' then
+    if j >= i then return 'DEL takes one key' end
+  elseif name == 'INCRBY' then
+    if j ~= i or int(ARGV[i]) == nil then return 'INCRBY needs one integer' end
+  elseif name == 'EXPIRE' then
+    if j ~= i or not positive(ARGV[i], MAX_EX) then return 'EXPIRE needs a TTL in range' end
+  elseif name == 'PEXPIRE' then
+    if j ~= i or not positive(ARGV[i], MAX_PX) then return 'PEXPIRE needs a TTL in range' end
+  elseif name == 'XADD' then
+    local k = i
+    if k <= j and ARGV[k] == 'NOMKSTREAM' then k = k + 1 end
+    if k <= j and ARGV[k] == 'MAXLEN' then
+      k = k + 1
+      if k <= j and (ARGV[k] == '=' or ARGV[k] == '~') then k = k + 1 end
+      local n = k <= j and int(ARGV[k])
+      if not n or n < 0 then return 'XADD MAXLEN needs a count' end
+      k = k + 1
+    end
+    if k > j or ARGV[k] ~= '*' then return 'XADD takes only the ID *' end
+    local rest = j - k
+    if rest < 2 or rest % 2 ~= 0 then return 'XADD needs field value pairs' end
   end
   return nil
 end
 
-shapes.HSET = function(a)
-  if #a < 2 or #a % 2 ~= 0 then return 'HSET needs field value pairs' end
-  return nil
-end
-
-shapes.DEL = function(a)
-  if #a ~= 0 then return 'DEL takes one key' end
-  return nil
-end
-
-shapes.INCRBY = function(a)
-  if #a ~= 1 or int(a[1]) == nil then return 'INCRBY needs one integer' end
-  return nil
-end
-
-shapes.EXPIRE = function(a)
-  if #a ~= 1 or not positive(a[1], MAX_EX) then return 'EXPIRE needs a TTL in range' end
-  return nil
-end
-
-shapes.PEXPIRE = function(a)
-  if #a ~= 1 or not positive(a[1], MAX_PX) then return 'PEXPIRE needs a TTL in range' end
-  return nil
-end
-
-shapes.XADD = function(a)
-  local i = 1
-  if a[i] == 'NOMKSTREAM' then i = i + 1 end
-  if a[i] == 'MAXLEN' then
-    i = i + 1
-    if a[i] == '=' or a[i] == '~' then i = i + 1 end
-    local n = int(a[i])
-    if n == nil or n < 0 then return 'XADD MAXLEN needs a count' end
-    i = i + 1
-  end
-  if a[i] ~= '*' then return 'XADD takes only the ID *' end
-  local rest = #a - i
-  if rest < 2 or rest % 2 ~= 0 then return 'XADD needs field value pairs' end
-  return nil
-end
-
--- The token.
+-- The token: canonical decimal, compared as a string.
 local token = ARGV[2]
-if type(token) ~= 'string' or #token > 20 or not string.match(token, '^[1-9]%d*$') then
+if type(token) ~= 'string' or #token > 20 or not match(token, '^[1-9]%d*$') then
   return refuse('bad token')
 end
 if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
@@ -145,104 +130,122 @@ if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
 end
 
 -- The data keys: distinct, and none of them the fence key.
-local seen = {[KEYS[1]] = true}
-for i = 2, #KEYS do
-  if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key or repeated') end
-  seen[KEYS[i]] = true
+local nkeys = #KEYS
+if nkeys > 1 then
+  local seen = {[KEYS[1]] = true}
+  for i = 2, nkeys do
+    if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key or repeated') end
+    seen[KEYS[i]] = true
+  end
 end
 
--- The commands.
-local n = int(ARGV[4])
+-- The commands: {name, key index, first argument, last argument}.
+local nargv = #ARGV
+local n = count(ARGV[4])
 if n == nil or n < 0 then return refuse('bad command count') end
 local cmds = {}
 local pos = 5
 for c = 1, n do
-  local name, ki, argc = ARGV[pos], int(ARGV[pos + 1]), int(ARGV[pos + 2])
-  if shapes[name] == nil then return refuse('command ' .. c .. ': ' .. tostring(name) .. ' is not allowed') end
-  if ki == nil or ki < 2 or ki > #KEYS then return refuse('command ' .. c .. ': key index out of range') end
-  if argc == nil or argc < 0 or pos + 2 + argc > #ARGV then return refuse('command ' .. c .. ': bad argument count') end
-  local args = {}
-  for j = 1, argc do args[j] = ARGV[pos + 2 + j] end
-  local bad = shapes[name](args)
+  local name, ki, argc = ARGV[pos], count(ARGV[pos + 1]), count(ARGV[pos + 2])
+  if not ALLOWED[name] then return refuse('command ' .. c .. ': ' .. tostring(name) .. ' is not allowed') end
+  if ki == nil or ki < 2 or ki > nkeys then return refuse('command ' .. c .. ': key index out of range') end
+  if argc == nil or argc < 0 or pos + 2 + argc > nargv then return refuse('command ' .. c .. ': bad argument count') end
+  local first, last = pos + 3, pos + 2 + argc
+  local bad = shape(name, first, last)
   if bad then return refuse('command ' .. c .. ': ' .. bad) end
-  cmds[c] = {name = name, key = ki, args = args}
-  pos = pos + 3 + argc
+  cmds[c] = {name, ki, first, last}
+  pos = last + 1
 end
-if pos ~= #ARGV + 1 then return refuse('arguments left over') end
+if pos ~= nargv + 1 then return refuse('arguments left over') end
 
 -- The fence.
 local f = redis.call('HMGET', KEYS[1], 'key', 'token')
 if f[1] then
-  if type(f[2]) ~= 'string' or not string.match(f[2], '^[1-9]%d*$') then
+  local cur = f[2]
+  if type(cur) ~= 'string' or not match(cur, '^[1-9]%d*$') then
     return refuse('the fence key holds no token')
   end
-  if f[1] ~= ARGV[1] then return {3, f[1], f[2]} end
-  if lower(token, f[2]) then return {2, f[1], f[2]} end
+  if f[1] ~= ARGV[1] then return {3, f[1], cur} end
+  -- token < cur, comparing canonical decimal strings: length, then digits.
+  if #token ~= #cur then
+    if #token < #cur then return {2, f[1], cur} end
+  elseif token ~= cur then
+    for i = 1, #token do
+      local x, y = byte(token, i), byte(cur, i)
+      if x ~= y then
+        if x < y then return {2, f[1], cur} end
+        break
+      end
+    end
+  end
 end
 
 -- Simulate the group on the keys' types and integer values, so that every
--- failure is found before the first write.
--- A key's type is read (TYPE) only when a command depends on it: a plain
--- SET, DEL or EXPIRE never fails and needs none.
+-- failure is found before the first write. A key's type is read (TYPE) only
+-- when a command depends on it: a plain SET, DEL or EXPIRE never fails.
+-- state[ki] = {t = type or nil if unread, v = string value if known}
 local state = {}
-local function typed(s, ki)
+local function typeof(s, ki)
   if s.t == nil then s.t = redis.call('TYPE', KEYS[ki])['ok'] end
-  return s
+  return s.t
 end
-for c, cmd in ipairs(cmds) do
-  local s, a, name = state[cmd.key], cmd.args, cmd.name
+local function wrongtype(c, name, t)
+  return redis.error_reply('WRONGTYPE fence: command ' .. c .. ' (' .. name .. ') on a key holding a ' .. t .. '; nothing written')
+end
+for c = 1, n do
+  local cmd = cmds[c]
+  local name, ki, i, j = cmd[1], cmd[2], cmd[3], cmd[4]
+  local s = state[ki]
   if s == nil then
     s = {}
-    state[cmd.key] = s
-  end
-  local function wrongtype()
-    return redis.error_reply('WRONGTYPE fence: command ' .. c .. ' (' .. name .. ') on a key holding a ' .. s.t .. '; nothing written')
+    state[ki] = s
   end
   if name == 'SET' then
-    local nx, xx = false, false
-    for i = 2, #a do
-      if a[i] == 'NX' then nx = true elseif a[i] == 'XX' then xx = true end
+    local cond = nil
+    for k = i + 1, j do
+      if ARGV[k] == 'NX' or ARGV[k] == 'XX' then cond = ARGV[k] end
     end
-    local exists = true
-    if nx or xx then exists = typed(s, cmd.key).t ~= 'none' end
-    if (not nx or not exists) and (not xx or exists) then
-      s.t, s.n, s.known = 'string', int(a[1]), true
+    if cond == nil or (cond == 'NX') ~= (typeof(s, ki) ~= 'none') then
+      s.t, s.v = 'string', ARGV[i]
     end
   elseif name == 'HSET' then
-    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'hash' then return wrongtype() end
-    s.t, s.known = 'hash', false
+    local t = typeof(s, ki)
+    if t ~= 'none' and t ~= 'hash' then return wrongtype(c, name, t) end
+    s.t = 'hash'
   elseif name == 'DEL' then
-    s.t, s.n, s.known = 'none', nil, true
+    s.t, s.v = 'none', nil
   elseif name == 'INCRBY' then
-    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'string' then return wrongtype() end
+    local t = typeof(s, ki)
+    if t ~= 'none' and t ~= 'string' then return wrongtype(c, name, t) end
     local v = 0
-    if s.t == 'string' then
-      if not s.known then
-        s.n, s.known = int(redis.call('GET', KEYS[cmd.key])), true
-      end
-      v = s.n
+    if t == 'string' then
+      if s.v == nil then s.v = redis.call('GET', KEYS[ki]) end
+      v = int(s.v)
     end
     if v == nil then
       return refuse('command ' .. c .. ' (INCRBY): the value is not an integer; nothing written')
     end
-    local d = int(a[1])
+    local d = int(ARGV[i])
     if math.abs(v) + math.abs(d) >= INCR_LIMIT then
       return refuse('command ' .. c .. ' (INCRBY): the result could overflow; nothing written')
     end
-    s.t, s.n, s.known = 'string', v + d, true
+    s.t, s.v = 'string', string.format('%.0f', v + d)
   elseif name == 'XADD' then
-    if typed(s, cmd.key).t ~= 'none' and s.t ~= 'stream' then return wrongtype() end
-    if s.t == 'stream' or a[1] ~= 'NOMKSTREAM' then s.t = 'stream' end
+    local t = typeof(s, ki)
+    if t ~= 'none' and t ~= 'stream' then return wrongtype(c, name, t) end
+    if t == 'stream' or ARGV[i] ~= 'NOMKSTREAM' then s.t = 'stream' end
   end
   -- EXPIRE and PEXPIRE with a positive TTL change no type and never fail.
 end
 
--- Write: the fence first, then the commands.
+-- Write: the fence first (unless it already holds this token), then the
+-- commands.
 if f[1] ~= ARGV[1] or f[2] ~= token then
   redis.call('HSET', KEYS[1], 'key', ARGV[1], 'token', token, 'owner', ARGV[3])
 end
 local replies = {}
-for c, cmd in ipairs(cmds) do
-  replies[c] = redis.call(cmd.name, KEYS[cmd.key], unpack(cmd.args))
+for c = 1, n do
+  local cmd = cmds[c]
+  replies[c] = redis.call(cmd[1], KEYS[cmd[2]], unpack(ARGV, cmd[3], cmd[4]))
 end
 return {1, replies}
