@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,7 +36,17 @@ func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQ
 }
 func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func newPool(b *testing.B) (*pgxpool.Pool, *counter) {
+// writer is one worker's write; each worker has rows or keys of its own,
+// so the runs measure the fence's cost, not contention.
+type writer func() error
+
+// impls builds, for each implementation, a function that returns a new
+// worker's writer.
+type impls map[string]func() writer
+
+// pgImpls returns the plain and fenced transaction on a fresh database:
+// one UPDATE of the worker's own row, in a transaction.
+func pgImpls(b *testing.B) (impls, *counter) {
 	url := testserver.Postgres(b).NewDatabase(b)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -44,51 +55,41 @@ func newPool(b *testing.B) (*pgxpool.Pool, *counter) {
 	c := &counter{}
 	cfg.ConnConfig.Tracer = c
 	cfg.MaxConns = parallelGoroutines
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	cfg.MinConns = parallelGoroutines
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	ctx := context.Background()
 	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE docs (id bigint PRIMARY KEY, body text NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	return pool, c
-}
-
-// BenchmarkTx compares fence.Tx with the same transaction without a fence:
-// one UPDATE of the caller's own row. Each worker writes its own row, so
-// the runs measure the fence's cost, not contention. It reports the
-// statements (round trips) per transaction.
-func BenchmarkTx(b *testing.B) {
-	for _, mode := range []string{"serial", "parallel"} {
-		for _, impl := range []string{"plain", "fenced"} {
-			b.Run(fmt.Sprintf("mode=%s/impl=%s", mode, impl), func(b *testing.B) {
-				pool, c := newPool(b)
-				ctx := context.Background()
-				var ids atomic.Int64
-				worker := func() func() error {
-					id := ids.Add(1)
-					if _, err := pool.Exec(ctx, `INSERT INTO docs VALUES ($1, '')`, id); err != nil {
-						b.Fatal(err)
-					}
-					resources := []string{fmt.Sprintf("docs/%d", id)}
-					update := func(tx pgx.Tx) error {
-						_, err := tx.Exec(ctx, `UPDATE docs SET body = $1 WHERE id = $2`, "written", id)
-						return err
-					}
-					if impl == "plain" {
-						return func() error { return pgx.BeginFunc(ctx, pool, update) }
-					}
-					return func() error { return fence.Tx(ctx, pool, snap, resources, update) }
-				}
-				run(b, mode, worker, &c.n)
-			})
+	var ids atomic.Int64
+	row := func() (int64, func(tx pgx.Tx) error) {
+		id := ids.Add(1)
+		if _, err := pool.Exec(ctx, `INSERT INTO docs VALUES ($1, '')`, id); err != nil {
+			b.Fatal(err)
+		}
+		return id, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE docs SET body = $1 WHERE id = $2`, "written", id)
+			return err
 		}
 	}
+	return impls{
+		"plain": func() writer {
+			_, update := row()
+			return func() error { return pgx.BeginFunc(ctx, pool, update) }
+		},
+		"fenced": func() writer {
+			id, update := row()
+			resources := []string{fmt.Sprintf("docs/%d", id)}
+			return func() error { return fence.Tx(ctx, pool, snap, resources, update) }
+		},
+	}, c
 }
 
 // luaSet is the floor of any script that writes: a script that only runs
@@ -97,74 +98,152 @@ func BenchmarkTx(b *testing.B) {
 // checks cost.
 var luaSet = valkey.NewLuaScript(`return redis.call('SET', KEYS[1], ARGV[1])`, valkey.WithLoadSHA1(true))
 
-// BenchmarkSet compares a fenced SET (one script) with a plain SET and with
-// a script that only runs SET.
-func BenchmarkSet(b *testing.B) {
+// valkeyImpls returns a plain SET, a SET-only script and a fenced SET.
+func valkeyImpls(b *testing.B) impls {
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{testserver.Valkey(b).Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(client.Close)
+	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: "bench-fence:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var ids atomic.Int64
+	key := func() (string, string) {
+		resource := fmt.Sprintf("docs/%d", ids.Add(1))
+		return resource, "doc:{" + resource + "}"
+	}
+	return impls{
+		"plain": func() writer {
+			_, k := key()
+			return func() error { return client.Do(ctx, client.B().Set().Key(k).Value("written").Build()).Error() }
+		},
+		"lua": func() writer {
+			_, k := key()
+			return func() error { return luaSet.Exec(ctx, client, []string{k}, []string{"written"}).Error() }
+		},
+		"fenced": func() writer {
+			r, k := key()
+			set := fence.Set(k, "written", fence.SetOptions{})
+			return func() error { _, err := fences.Do(ctx, snap, r, set); return err }
+		},
+	}
+}
+
+// BenchmarkTx times fence.Tx and the same transaction without the fence,
+// serially and from parallelGoroutines goroutines. Serial runs report the
+// statements (round trips) per transaction.
+func BenchmarkTx(b *testing.B) {
+	im, c := pgImpls(b)
 	for _, mode := range []string{"serial", "parallel"} {
-		for _, impl := range []string{"plain", "lua", "fenced"} {
+		for _, impl := range []string{"plain", "fenced"} {
 			b.Run(fmt.Sprintf("mode=%s/impl=%s", mode, impl), func(b *testing.B) {
-				client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{testserver.Valkey(b).Addr()}, DisableCache: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(client.Close)
-				fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: "bench-fence:"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx := context.Background()
-				var ids atomic.Int64
-				worker := func() func() error {
-					resource := fmt.Sprintf("docs/%d", ids.Add(1))
-					key := "doc:{" + resource + "}"
-					switch impl {
-					case "plain":
-						return func() error { return client.Do(ctx, client.B().Set().Key(key).Value("written").Build()).Error() }
-					case "lua":
-						return func() error { return luaSet.Exec(ctx, client, []string{key}, []string{"written"}).Error() }
-					}
-					set := fence.Set(key, "written", fence.SetOptions{})
-					return func() error { _, err := fences.Do(ctx, snap, resource, set); return err }
-				}
-				// The first script call loads the script; keep it out of the timing.
-				if err := worker()(); err != nil {
-					b.Fatal(err)
-				}
-				run(b, mode, worker, nil)
+				run(b, mode, im[impl], &c.n)
 			})
 		}
 	}
 }
 
-// run times newWorker's writes, serially or from parallelGoroutines
-// goroutines, and reports statements per op if stmts is not nil.
-func run(b *testing.B, mode string, newWorker func() func() error, stmts *atomic.Int64) {
-	var before int64
+// BenchmarkSet times a fenced SET, a plain SET and a SET-only script.
+func BenchmarkSet(b *testing.B) {
+	im := valkeyImpls(b)
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, impl := range []string{"plain", "lua", "fenced"} {
+			b.Run(fmt.Sprintf("mode=%s/impl=%s", mode, impl), func(b *testing.B) {
+				run(b, mode, im[impl], nil)
+			})
+		}
+	}
+}
+
+// BenchmarkPaired runs the implementations of one write alternately, one
+// after the other in every iteration (in turns of order), and reports each
+// one's mean time and its ratio to the plain write. Load from other
+// processes then hits all of them alike, which makes the ratio steadier
+// than that of separate runs on a busy machine.
+func BenchmarkPaired(b *testing.B) {
+	b.Run("op=Tx", func(b *testing.B) {
+		im, _ := pgImpls(b)
+		paired(b, im, "plain", "fenced")
+	})
+	b.Run("op=Set", func(b *testing.B) {
+		paired(b, valkeyImpls(b), "plain", "lua", "fenced")
+	})
+}
+
+func paired(b *testing.B, im impls, names ...string) {
+	ws := make([]writer, len(names))
+	for i, n := range names {
+		ws[i] = im[n]()
+		if err := ws[i](); err != nil { // warm up: connections, script load
+			b.Fatal(err)
+		}
+	}
+	spent := make([]time.Duration, len(names))
+	n := 0
+	for b.Loop() {
+		for j := range ws {
+			k := (j + n) % len(ws)
+			start := time.Now()
+			if err := ws[k](); err != nil {
+				b.Fatal(err)
+			}
+			spent[k] += time.Since(start)
+		}
+		n++
+	}
+	for i, name := range names {
+		b.ReportMetric(float64(spent[i].Nanoseconds())/float64(n), name+"-ns/op")
+		if i > 0 {
+			b.ReportMetric(float64(spent[i])/float64(spent[0]), name+"/"+names[0])
+		}
+	}
+}
+
+// run times newWriter's writes, serially or from parallelGoroutines
+// goroutines, with every worker created and warmed up before the timer
+// starts. Serial runs report statements per op if stmts is not nil.
+func run(b *testing.B, mode string, newWriter func() writer, stmts *atomic.Int64) {
+	workers := 1
+	if mode == "parallel" {
+		b.SetParallelism(max(1, parallelGoroutines/runtime.GOMAXPROCS(0)))
+		workers = max(1, parallelGoroutines/runtime.GOMAXPROCS(0)) * runtime.GOMAXPROCS(0)
+	}
+	ws := make(chan writer, workers)
+	for range workers {
+		w := newWriter()
+		if err := w(); err != nil {
+			b.Fatal(err)
+		}
+		ws <- w
+	}
 	b.ReportAllocs()
 	if mode == "serial" {
-		write := newWorker()
+		w := <-ws
+		var before int64
 		if stmts != nil {
 			before = stmts.Load()
 		}
-		b.ResetTimer()
 		for b.Loop() {
-			if err := write(); err != nil {
+			if err := w(); err != nil {
 				b.Fatal(err)
 			}
 		}
-	} else {
-		b.SetParallelism(max(1, parallelGoroutines/runtime.GOMAXPROCS(0)))
-		b.RunParallel(func(pb *testing.PB) {
-			write := newWorker()
-			for pb.Next() {
-				if err := write(); err != nil {
-					b.Error(err)
-					return
-				}
+		if stmts != nil {
+			b.ReportMetric(float64(stmts.Load()-before)/float64(b.N), "stmts/op")
+		}
+		return
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := <-ws
+		for pb.Next() {
+			if err := w(); err != nil {
+				b.Error(err)
+				return
 			}
-		})
-	}
-	if stmts != nil && mode == "serial" {
-		b.ReportMetric(float64(stmts.Load()-before)/float64(b.N), "stmts/op")
-	}
+		}
+	})
 }
