@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
@@ -16,8 +17,13 @@ type Proxy struct {
 	p *toxiproxy.Proxy
 }
 
+// quiet silences toxiproxy's toxics, which log through zerolog's global
+// logger.
+var quiet sync.Once
+
 // NewProxy starts a proxy to upstream (host:port).
 func NewProxy(name, upstream string) (*Proxy, error) {
+	quiet.Do(func() { zerolog.SetGlobalLevel(zerolog.Disabled) })
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	p := toxiproxy.NewProxy(server, name, "127.0.0.1:0", upstream)
 	if err := server.Collection.Add(p, true); err != nil {
