@@ -25,8 +25,8 @@ var (
 
 	// ErrConflict means the database rolled the transaction back because
 	// of a serialization failure (SQLSTATE 40001) or a deadlock (40P01).
-	// Nothing was written and the fence was not checked to the end: retry
-	// the whole transaction. The error is a *ConflictError; IsRetryable
+	// Nothing was written: run the whole transaction again (the retry
+	// checks the fences afresh). The error is a *ConflictError; IsRetryable
 	// reports true for it.
 	ErrConflict = errors.New("fence: transaction conflict")
 

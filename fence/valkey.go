@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -126,9 +127,19 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 	}
 	fk := v.FenceKey(resource)
 	slot := keySlot(fk)
-	keys = []string{fk}
-	index := map[string]int{}
-	args = []string{snap.Key, snap.Token.String(), snap.Owner, strconv.Itoa(len(cmds))}
+	n := 4
+	for _, c := range cmds {
+		n += 3 + len(c.args)
+	}
+	keys = make([]string, 1, 1+len(cmds))
+	keys[0] = fk
+	args = make([]string, 0, n)
+	args = append(args, snap.Key, snap.Token.String(), snap.Owner, strconv.Itoa(len(cmds)))
+	var index map[string]int // for large groups; small ones search keys
+	if len(cmds) > 16 {
+		index = make(map[string]int, len(cmds)+1)
+		index[fk] = 1
+	}
 	for i, c := range cmds {
 		if err := c.check(); err != nil {
 			return nil, nil, invalid("resource %q: command %d: %v", resource, i+1, err)
@@ -140,11 +151,18 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 			return nil, nil, invalid("resource %q: command %d: key %q is in hash slot %d, not in slot %d of the fence key %q (put {%s} in the key)",
 				resource, i+1, c.key, s, slot, fk, resource)
 		}
-		ki, ok := index[c.key]
-		if !ok {
+		ki := 0 // the key's index in KEYS, from 1 as in Lua
+		if index != nil {
+			ki = index[c.key]
+		} else {
+			ki = slices.Index(keys, c.key) + 1
+		}
+		if ki == 0 {
 			keys = append(keys, c.key)
-			ki = len(keys) // Lua indexes from 1
-			index[c.key] = ki
+			ki = len(keys)
+			if index != nil {
+				index[c.key] = ki
+			}
 		}
 		args = append(args, c.name, strconv.Itoa(ki), strconv.Itoa(len(c.args)))
 		args = append(args, c.args...)

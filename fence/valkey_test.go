@@ -3,6 +3,7 @@ package fence_test
 import (
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,27 @@ func TestValkeyWrongTypeFenceKey(t *testing.T) {
 	err := v.Claim(ctx, snap("k", 1), "r")
 	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || errors.Is(err, lease.ErrIndeterminate) {
 		t.Fatalf("Claim on a string fence key = %v; want WRONGTYPE, not applied", err)
+	}
+}
+
+// TestValkeyLargeGroup: a group of many commands on repeated keys.
+func TestValkeyLargeGroup(t *testing.T) {
+	t.Parallel()
+	c := standalone(t)
+	v := newFence(t, c)
+	ctx := ctxT(t)
+	var cmds []fence.Command
+	for i := range 200 {
+		cmds = append(cmds, fence.IncrBy("n:{big}", 1), fence.HSet("h:{big}", "f"+strconv.Itoa(i%50), "v"))
+	}
+	replies, err := v.Do(ctx, snap("k", 1), "big", cmds...)
+	if err != nil || len(replies) != 400 {
+		t.Fatalf("%d replies, %v", len(replies), err)
+	}
+	if n, _ := replies[398].AsInt64(); n != 200 {
+		t.Fatalf("last INCRBY = %v; want 200", replies[398])
+	}
+	if n, _ := c.Do(ctx, c.B().Hlen().Key("h:{big}").Build()).AsInt64(); n != 50 {
+		t.Fatalf("HLEN = %d; want 50", n)
 	}
 }
