@@ -11,3 +11,10 @@ func WaitMarked(s *Store) { s.w.arms.Wait() }
 
 // Channel returns the notification channel of s.
 func Channel(s *Store) string { return s.channel }
+
+// ListenerRunning reports whether a listener goroutine serves s.
+func ListenerRunning(s *Store) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.running
+}

@@ -214,12 +214,16 @@ func (s *Store) listen(ctx context.Context) {
 	defer s.w.wg.Done()
 	backoff := listenBackoffMin
 	for ctx.Err() == nil {
+		started := time.Now()
 		err := s.listenOnce(ctx)
 		if err == nil {
 			return // idle
 		}
-		if ctx.Err() != nil {
-			return
+		if time.Since(started) > listenBackoffMax {
+			backoff = listenBackoffMin // it listened for a while: a new failure
+		}
+		if ctx.Err() != nil || s.idleExit() {
+			return // closed, or nobody waits any more
 		}
 		t := time.NewTimer(backoff)
 		select {

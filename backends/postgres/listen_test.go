@@ -270,3 +270,22 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 		t.Fatalf("waiter: %v", err)
 	}
 }
+
+// TestListenerWithoutConnection: a listener that cannot get a connection
+// keeps trying while someone waits, and stops by itself when nobody does.
+func TestListenerWithoutConnection(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), nil)
+	closed := newPool(t, newDatabase(t), nil)
+	closed.Close()
+	s := newStore(t, pool, leasepostgres.Options{ListenPool: closed})
+	_, stop, err := s.WatchReleases(ctxT(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leasepostgres.ListenerRunning(s) {
+		t.Fatal("no listener after WatchReleases")
+	}
+	stop()
+	eventually(t, "the listener stops", func() bool { return !leasepostgres.ListenerRunning(s) })
+}

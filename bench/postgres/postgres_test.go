@@ -20,8 +20,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
-// ttl is the lease TTL of every cycle; cycles release long before it.
-const ttl = 10 * time.Second
+// ttl is the lease TTL of every cycle; cycles release long before it. It
+// is long so that OperationTimeout (TTL/10, at most 5s) survives the stalls
+// of a shared, overloaded machine.
+const ttl = time.Minute
 
 // parallelGoroutines is the number of goroutines of the parallel runs.
 const parallelGoroutines = 16
@@ -116,7 +118,7 @@ var cyclers = []cycler{
 		// nonce, no notification.
 		return func(ctx context.Context, key string) error {
 			var token int64
-			err := pool.QueryRow(ctx, `INSERT INTO plain_leases AS l VALUES ($1, 'bench', 1, now() + interval '10 seconds')
+			err := pool.QueryRow(ctx, `INSERT INTO plain_leases AS l VALUES ($1, 'bench', 1, now() + interval '1 minute')
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at
 WHERE l.expires_at <= now() RETURNING l.token`, key).Scan(&token)
 			if err != nil {
@@ -170,7 +172,7 @@ WHERE l.expires_at <= now() RETURNING l.token`, key).Scan(&token)
 				if !free {
 					return errors.New("held")
 				}
-				_, err := tx.Exec(ctx, "UPDATE naive_leases SET owner = 'bench', token = $2, expires_at = now() + interval '10 seconds' WHERE key = $1", key, token+1)
+				_, err := tx.Exec(ctx, "UPDATE naive_leases SET owner = 'bench', token = $2, expires_at = now() + interval '1 minute' WHERE key = $1", key, token+1)
 				return err
 			})
 			if err != nil {
