@@ -1,0 +1,93 @@
+// Package leasequeue claims work with leases: work items, each processed
+// under a lease of its own, and partitions shared evenly among the live
+// workers of a group. Completion and failure are fenced writes, so a
+// worker that lost its claim (paused past its lease, cut off from the
+// lease backend) can never complete, fail or double-process an item, and
+// an item whose worker died can be claimed again as soon as its lease
+// expires, with no fixed rescue delay.
+//
+// # Items
+//
+// A Queue claims the items of a Source for one worker. Claim takes one
+// item: it acquires the lease Options.Name + "/items/" + id, records the
+// start of an attempt with a write fenced by the new token (the item is
+// now running, its attempt count one higher), and renews the lease in the
+// background until the claim is completed, failed or released:
+//
+//	c, err := q.Claim(ctx, "invoice-42")
+//	...
+//	err = c.Complete(ctx) // fenced: refused once another worker claimed the item
+//
+// Run is the worker loop: it asks the source for as many ready items as it
+// has free slots (Options.Concurrency), claims each and runs a Handler
+// under the claim's context, which is cancelled the moment the lease is
+// lost. A nil result completes the item; an error fails it, and after
+// Options.MaxAttempts attempts the item goes to the dead-letter state.
+// Attempts are counted when they begin, so an item whose workers keep
+// dying is buried too.
+//
+// Complete and Fail return a *lease.LostError when the claim's lease is
+// known to be gone, and the source refuses them with a *fence.StaleError
+// once a newer claim has begun: the item keeps the new owner's state.
+// PostgresSource.CompleteTx and ValkeySource.CompleteClaimWith complete an
+// item together with writes of your own, atomically and under the same
+// fence, so those writes happen exactly once.
+//
+// # Sources
+//
+// A Source hands out the IDs of items that may be ready and records each
+// attempt with fenced writes. PostgresSource keeps the items of any number
+// of queues in one table (see MigratePostgres): pollers hand out due rows
+// with FOR UPDATE SKIP LOCKED and hide them for a TTL, and the fence is a
+// pair of columns checked in the statement that writes the row.
+// ValkeySource keeps the IDs in a list (producers can RPUSH to it) and a
+// sorted set of handed-out items, with each item's state fenced with
+// package fence. MemorySource is the in-process reference.
+//
+// An item a worker holds is hidden from the pollers until its lease would
+// expire: a poller that finds the lease held asks the source to hide the
+// item for the holder's remaining time, and tries again then. So the item
+// of a worker that died is claimed within a poll of its lease's expiry,
+// while a live worker's items cost one probe per lease period.
+//
+// # Partitions
+//
+// A Group shares named partitions (shards, tenants) among the live workers
+// of a group, with one lease per partition and one membership lease per
+// worker (GroupOptions.Name + "/members/" + worker). Workers find each
+// other through a Roster, which only records names; a name counts while
+// its membership lease is held. There is no coordinator: every
+// RebalanceEvery each worker sorts the live members, takes its share
+// (len(Partitions)/members, plus one for the first len(Partitions)%members
+// workers), gives up partitions above its share and acquires free ones
+// below it, in an order of preference of its own (rendezvous hashing).
+//
+// For each partition it owns, the worker runs a PartitionFunc with the
+// partition's Snapshot, whose token fences the handler's writes, under a
+// context that is cancelled the moment the partition is lost (cause
+// wrapping lease.ErrLost) or revoked (cause ErrRevoked). A revoked
+// partition is released only after its handler has returned, so its next
+// owner never overlaps it; a lost one frees up when its lease expires.
+// Observers tell the two apart: Revoked is graceful, Lost is not.
+//
+// # Health
+//
+// A worker watches the local deadlines of the leases it holds. While a
+// renewal is overdue (a local deadline nearer than on-schedule renewals
+// allow) it takes no new work: Claim fails with ErrUnhealthy, Run claims
+// nothing and a Group acquires no partition, until renewals succeed again.
+//
+// # Observations
+//
+// An Observer receives events: Claimed, Heartbeat (a renewal went
+// through, or is overdue), Completed, Failed, Lost, Assigned, Revoked and
+// Rebalanced. NewSlogObserver logs them. The leases' own events go to the
+// lease.Client's observer.
+//
+// # What a lease does not do
+//
+// Leases bound how long a claim lasts; they do not stop a paused process.
+// Pass Claim.Snapshot or Partition.Snapshot to every write your handler
+// makes outside the source (see package fence), or make those writes with
+// CompleteTx or CompleteClaimWith.
+package leasequeue

@@ -1,0 +1,175 @@
+package leasequeue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
+)
+
+// MemoryOptions configure a MemorySource. The zero value is valid.
+type MemoryOptions struct {
+	// Clock tells time for hiding items; use the lease client's. Default
+	// lease.SystemClock().
+	Clock lease.Clock
+}
+
+// MemorySource is a Source in the memory of one process, fenced by a
+// fence.Memory: the reference implementation of the Source rules, for
+// tests, examples and single-process programs (with a memory lease
+// backend). Items are handed out in the order they were enqueued. It is
+// safe for concurrent use, and is lost with the process.
+type MemorySource struct {
+	clock lease.Clock
+	fence fence.Memory
+
+	mu    sync.Mutex
+	items map[string]*memoryItem
+	order []string // IDs in the order they were enqueued
+}
+
+type memoryItem struct {
+	Item
+	visible time.Time
+}
+
+var _ Source = (*MemorySource)(nil)
+
+// NewMemorySource returns an empty MemorySource.
+func NewMemorySource(o MemoryOptions) *MemorySource {
+	if o.Clock == nil {
+		o.Clock = lease.SystemClock()
+	}
+	return &MemorySource{clock: o.Clock, items: make(map[string]*memoryItem)}
+}
+
+// Enqueue adds pending items with the given IDs, ready at once, and
+// returns how many were added: an ID the source already has, in any
+// state, is left alone. IDs must be valid fence resource names (see
+// fence.ValidateResource); Enqueue panics otherwise.
+func (s *MemorySource) Enqueue(ids ...string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if err := fence.ValidateResource(id); err != nil {
+			panic(err)
+		}
+		if s.items[id] != nil {
+			continue
+		}
+		s.items[id] = &memoryItem{Item: Item{ID: id, State: Pending}, visible: s.clock.Now()}
+		s.order = append(s.order, id)
+		n++
+	}
+	return n
+}
+
+// Item returns the state of item id, and false if the source does not
+// know it.
+func (s *MemorySource) Item(id string) (Item, bool) {
+	s.mu.Lock()
+	it := s.items[id]
+	s.mu.Unlock()
+	if it == nil {
+		return Item{}, false
+	}
+	m := s.fence.Mark(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := it.Item
+	out.FenceKey, out.Token = m.Key, m.Token
+	return out, true
+}
+
+// Next implements Source.
+func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	var out []string
+	for _, id := range s.order {
+		if len(out) >= n {
+			break
+		}
+		it := s.items[id]
+		if (it.State == Pending || it.State == Running) && !now.Before(it.visible) {
+			it.visible = now.Add(hide)
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// Begin implements Source.
+func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, hide time.Duration) (int, error) {
+	var attempt int
+	err := s.fence.Do(snap, []string{id}, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		it := s.items[id]
+		switch {
+		case it == nil:
+			return notFound(id)
+		case it.State == Done || it.State == Dead:
+			return finished(id, it.State)
+		}
+		it.State, it.Owner = Running, snap.Owner
+		it.Attempts++
+		it.visible = s.clock.Now().Add(hide)
+		attempt = it.Attempts
+		return nil
+	})
+	return attempt, err
+}
+
+// Complete implements Source.
+func (s *MemorySource) Complete(_ context.Context, snap lease.Snapshot, id string) error {
+	return s.finish(snap, id, func(it *memoryItem) {
+		it.State, it.LastError = Done, ""
+	})
+}
+
+// Fail implements Source.
+func (s *MemorySource) Fail(_ context.Context, snap lease.Snapshot, id string, f Failure) error {
+	return s.finish(snap, id, func(it *memoryItem) {
+		it.State = Pending
+		if f.Dead {
+			it.State = Dead
+		}
+		if f.Err != nil {
+			it.LastError = f.Err.Error()
+		}
+		it.visible = s.clock.Now().Add(f.RetryAfter)
+	})
+}
+
+// finish applies end to the running item id, fenced by snap.
+func (s *MemorySource) finish(snap lease.Snapshot, id string, end func(*memoryItem)) error {
+	return s.fence.Do(snap, []string{id}, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		it := s.items[id]
+		switch {
+		case it == nil:
+			return notFound(id)
+		case it.State != Running:
+			return notRunning(id, it.State)
+		}
+		it.Owner = snap.Owner
+		end(it)
+		return nil
+	})
+}
+
+// Defer implements Source.
+func (s *MemorySource) Defer(_ context.Context, id string, d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it := s.items[id]; it != nil {
+		it.visible = s.clock.Now().Add(d)
+	}
+	return nil
+}

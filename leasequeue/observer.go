@@ -1,0 +1,241 @@
+package leasequeue
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/golib/lease/lease"
+)
+
+// An Observer receives an Event for every step of the claims and partitions
+// of a Queue or a Group. Observe is called synchronously from the goroutine
+// that took the step, so it must be fast and must not call back into the
+// Queue or Group. It must be safe for concurrent use.
+//
+// The lease events of the same leases (acquired, renewed, released) go to
+// the lease.Client's own observer.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to the Observer interface.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// NopObserver is the Observer that ignores every event; a nil Observer in
+// Options or GroupOptions means NopObserver.
+var NopObserver Observer = ObserverFunc(func(Event) {})
+
+// MultiObserver returns an Observer that passes each event to every
+// non-nil observer in order.
+func MultiObserver(observers ...Observer) Observer {
+	var list []Observer
+	for _, o := range observers {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	return multiObserver(list)
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(e Event) {
+	for _, o := range m {
+		o.Observe(e)
+	}
+}
+
+// Event is one of *Claimed, *Heartbeat, *Completed, *Failed, *Lost (items
+// and partitions), *Assigned, *Revoked and *Rebalanced (partitions). The set
+// is closed to other packages so that new kinds can be added; switch on the
+// type and ignore the rest.
+type Event interface {
+	// Info returns the fields every event has.
+	Info() EventInfo
+	event()
+}
+
+// EventInfo holds the fields every event carries.
+type EventInfo struct {
+	// Name is the queue's or the group's name.
+	Name string
+	// Worker is the worker's name: the lease client's owner for a Queue,
+	// GroupOptions.Worker for a Group.
+	Worker string
+	// ID is the item's ID or the partition's name; empty for events of a
+	// whole group.
+	ID string
+	// Key is the lease key, and Token the acquisition's token (0 when
+	// none was granted).
+	Key   string
+	Token lease.Token
+	// Latency is how long the step took: for Completed and Failed, the
+	// time since the item was claimed.
+	Latency time.Duration
+	// Err is the step's error; nil for successes.
+	Err error
+}
+
+// Info returns e.
+func (e EventInfo) Info() EventInfo { return e }
+
+type (
+	// Claimed is emitted when a claim on an item was taken (its lease
+	// acquired and its attempt recorded), and by Queue.Run when a claim
+	// failed for a reason other than the item being held by another
+	// worker or finished (Err then says why).
+	Claimed struct {
+		EventInfo
+		// Attempt counts the attempts at the item, this one included.
+		Attempt int
+	}
+
+	// Heartbeat is emitted by a running Queue or Group for each lease it
+	// holds (items, partitions and the group membership) whose local
+	// deadline moved forward since the last check, that is, after each
+	// successful renewal; and with Err matching ErrUnhealthy when a
+	// renewal is overdue, while the worker takes no new work.
+	Heartbeat struct {
+		EventInfo
+		// Deadline is the lease's local deadline.
+		Deadline time.Time
+	}
+
+	// Completed is emitted after a claim's fenced completion; Err is set
+	// when it was refused (lease.ErrLost, fence.ErrStale) or failed.
+	Completed struct {
+		EventInfo
+		Attempt int
+	}
+
+	// Failed is emitted after a claim's fenced failure; Err is set when
+	// recording it was refused or failed.
+	Failed struct {
+		EventInfo
+		Attempt int
+		// Cause is the attempt's failure.
+		Cause error
+		// Dead reports that the item went to the dead-letter state.
+		Dead bool
+		// RetryAfter is when the item may be claimed again, if not Dead.
+		RetryAfter time.Duration
+	}
+
+	// Lost is emitted when the lease of a claimed item or an owned
+	// partition was lost (it expired, or another worker took it); Err is
+	// the *lease.LostError. The item's or partition's context is cancelled
+	// with that cause.
+	Lost struct{ EventInfo }
+
+	// Assigned is emitted when the worker took a partition, before its
+	// handler starts.
+	Assigned struct{ EventInfo }
+
+	// Revoked is emitted when the worker gave a partition up gracefully:
+	// its handler has returned and its lease was released (Err is the
+	// release's error). Reason says why.
+	Revoked struct {
+		EventInfo
+		// Reason is ErrRevoked (rebalancing), the cause of Run's context
+		// (shutdown), or the handler's own error or nil when it returned by
+		// itself.
+		Reason error
+	}
+
+	// Rebalanced is emitted by a Group when the live members or the
+	// worker's target share changed.
+	Rebalanced struct {
+		EventInfo
+		// Members are the live members, sorted.
+		Members []string
+		// Target is the number of partitions this worker aims to own.
+		Target int
+		// Owned are the partitions it owns now, sorted.
+		Owned []string
+	}
+)
+
+func (*Claimed) event()    {}
+func (*Heartbeat) event()  {}
+func (*Completed) event()  {}
+func (*Failed) event()     {}
+func (*Lost) event()       {}
+func (*Assigned) event()   {}
+func (*Revoked) event()    {}
+func (*Rebalanced) event() {}
+
+// NewSlogObserver returns an Observer that writes each event to logger:
+// heartbeats at Debug, claims, completions and partition changes at Info,
+// failures at Warn and losses and refused completions at Error. A nil
+// logger means slog.Default().
+func NewSlogObserver(logger *slog.Logger) Observer {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &slogObserver{logger}
+}
+
+type slogObserver struct{ l *slog.Logger }
+
+func (o *slogObserver) Observe(e Event) {
+	level, msg := slog.LevelInfo, "leasequeue event"
+	var attrs []slog.Attr
+	i := e.Info()
+	switch e := e.(type) {
+	case *Claimed:
+		msg = "item claimed"
+		attrs = append(attrs, slog.Int("attempt", e.Attempt))
+	case *Heartbeat:
+		level, msg = slog.LevelDebug, "lease renewed"
+		if i.Err != nil {
+			level, msg = slog.LevelWarn, "lease renewal overdue"
+		}
+	case *Completed:
+		msg = "item completed"
+		attrs = append(attrs, slog.Int("attempt", e.Attempt))
+	case *Failed:
+		level, msg = slog.LevelWarn, "item failed"
+		if e.Dead {
+			msg = "item dead"
+		}
+		attrs = append(attrs, slog.Int("attempt", e.Attempt), slog.Any("cause", e.Cause))
+	case *Lost:
+		level, msg = slog.LevelError, "lease lost"
+	case *Assigned:
+		msg = "partition assigned"
+	case *Revoked:
+		msg = "partition revoked"
+		if e.Reason != nil {
+			attrs = append(attrs, slog.Any("reason", e.Reason))
+		}
+	case *Rebalanced:
+		msg = "group rebalanced"
+		attrs = append(attrs, slog.Any("members", e.Members), slog.Int("target", e.Target), slog.Any("owned", e.Owned))
+	}
+	if i.Err != nil && level < slog.LevelWarn {
+		level = slog.LevelWarn
+		if errors.Is(i.Err, lease.ErrLost) {
+			level = slog.LevelError
+		}
+	}
+	ctx := context.Background()
+	if !o.l.Enabled(ctx, level) {
+		return
+	}
+	attrs = append(attrs,
+		slog.String("name", i.Name),
+		slog.String("worker", i.Worker),
+		slog.String("id", i.ID),
+		slog.String("key", i.Key),
+		slog.Uint64("token", uint64(i.Token)),
+		slog.Duration("latency", i.Latency))
+	if i.Err != nil {
+		attrs = append(attrs, slog.Any("error", i.Err))
+	}
+	o.l.LogAttrs(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,443 @@
+package leasequeue
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
+)
+
+// Default names of PostgresOptions.
+const (
+	DefaultPostgresSchema = "public"
+	DefaultPostgresTable  = "leasequeue_jobs"
+)
+
+var (
+	//go:embed migrations/*.sql
+	migrationFiles embed.FS
+	//go:embed queries/*.sql
+	queryFiles embed.FS
+)
+
+// PostgresMigrations returns the embedded migrations of the leasequeue
+// tables, for migration tools (goose, golang-migrate): NNN_name.up.sql and
+// NNN_name.down.sql, naming the default tables public.leasequeue_jobs and
+// public.leasequeue_jobs_members. MigratePostgres applies them itself,
+// under any names.
+func PostgresMigrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded directory exists
+	}
+	return sub
+}
+
+// PostgresOptions name the leasequeue tables. The zero value names
+// public.leasequeue_jobs (items) and public.leasequeue_jobs_members
+// (rosters).
+type PostgresOptions struct {
+	// Schema holds the tables. Default DefaultPostgresSchema ("public").
+	Schema string
+	// Table is the items table. Default DefaultPostgresTable
+	// ("leasequeue_jobs"). The roster table is Table + "_members", the
+	// index of due items Table + "_due", and MigratePostgres records its
+	// versions in Table + "_migrations", so Table is at most 52 bytes.
+	// Names are always quoted, so any other characters are allowed.
+	Table string
+}
+
+// PostgresDB runs the statements of the PostgreSQL source and roster: a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx. They never close it.
+type PostgresDB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// pgNames holds the validated, quoted names of the leasequeue tables.
+type pgNames struct {
+	schema, table string // as given
+	jobs          string // "schema"."table"
+	members       string // "schema"."table_members"
+	versions      string // "schema"."table_migrations"
+	due           string // "table_due"
+}
+
+const maxIdentLen = 63 // PostgreSQL's limit on identifiers, in bytes
+
+func newPgNames(o PostgresOptions) (pgNames, error) {
+	if o.Schema == "" {
+		o.Schema = DefaultPostgresSchema
+	}
+	if o.Table == "" {
+		o.Table = DefaultPostgresTable
+	}
+	for _, f := range []struct{ field, name string }{
+		{"Schema", o.Schema},
+		{"Table + \"_migrations\"", o.Table + "_migrations"},
+	} {
+		if len(f.name) > maxIdentLen || !utf8.ValidString(f.name) || strings.ContainsRune(f.name, 0) {
+			return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.%s %q must be valid UTF-8 without NUL, at most %d bytes", f.field, f.name, maxIdentLen)
+		}
+	}
+	return pgNames{
+		schema:   o.Schema,
+		table:    o.Table,
+		jobs:     pgx.Identifier{o.Schema, o.Table}.Sanitize(),
+		members:  pgx.Identifier{o.Schema, o.Table + "_members"}.Sanitize(),
+		versions: pgx.Identifier{o.Schema, o.Table + "_migrations"}.Sanitize(),
+		due:      pgx.Identifier{o.Table + "_due"}.Sanitize(),
+	}, nil
+}
+
+// defaultNames matches the default names in the embedded SQL: the two
+// tables, schema-qualified, and the index.
+var defaultNames = regexp.MustCompile(`\bpublic\.leasequeue_jobs(_members)?\b|\bleasequeue_jobs_due\b`)
+
+// render replaces the default names in embedded SQL with n's, dropping the
+// lines that are whole comments.
+func (n pgNames) render(sql string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(sql, "\n") {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return defaultNames.ReplaceAllStringFunc(b.String(), func(m string) string {
+		switch m {
+		case "public.leasequeue_jobs":
+			return n.jobs
+		case "public.leasequeue_jobs_members":
+			return n.members
+		}
+		return n.due
+	})
+}
+
+func (n pgNames) query(name string) string {
+	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic(err) // the files are embedded
+	}
+	return n.render(string(b))
+}
+
+// PostgresSource is a Source on a PostgreSQL table shared by any number of
+// queues (see the package documentation for the table). Each method is
+// one statement; Next claims with FOR UPDATE SKIP LOCKED, and Begin,
+// Complete and Fail check the row's fence in the statement that writes
+// it. Create the tables with MigratePostgres. It is safe for concurrent
+// use.
+type PostgresSource struct {
+	db    PostgresDB
+	queue string
+	n     pgNames
+
+	next, begin, complete, fail, deferQ, item, enqueue string
+}
+
+var _ Source = (*PostgresSource)(nil)
+
+// NewPostgresSource returns the source of queue on db. It does no I/O, so
+// it is cheap to make one on a transaction, for example to enqueue items
+// atomically with the writes that call for them.
+func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*PostgresSource, error) {
+	if db == nil {
+		return nil, errors.New("leasequeue: NewPostgresSource: nil database")
+	}
+	if queue == "" {
+		return nil, errors.New("leasequeue: NewPostgresSource: empty queue name")
+	}
+	n, err := newPgNames(o)
+	if err != nil {
+		return nil, err
+	}
+	return &PostgresSource{
+		db: db, queue: queue, n: n,
+		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
+		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
+	}, nil
+}
+
+// Table returns the quoted, schema-qualified name of the items table.
+func (s *PostgresSource) Table() string { return s.n.jobs }
+
+// Enqueue adds pending items with the given IDs, ready at once, and
+// returns how many were added: IDs the queue already has, in any state,
+// are left alone.
+func (s *PostgresSource) Enqueue(ctx context.Context, ids ...string) (int, error) {
+	tag, err := s.db.Exec(ctx, s.enqueue, s.queue, ids)
+	if err != nil {
+		return 0, pgError("enqueue into", s.queue, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Item returns the state of item id, or an error matching ErrNotFound.
+func (s *PostgresSource) Item(ctx context.Context, id string) (Item, error) {
+	return s.readItem(ctx, s.db, id)
+}
+
+func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string) (Item, error) {
+	var (
+		it       = Item{ID: id}
+		state    string
+		key      *string
+		token    *int64
+		owner    *string
+		lastErr  *string
+		attempts int32
+	)
+	err := db.QueryRow(ctx, s.item, s.queue, id).Scan(&state, &attempts, &key, &token, &owner, &lastErr)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Item{}, notFound(id)
+	case err != nil:
+		return Item{}, pgError("read item", id, err)
+	}
+	it.State, it.Attempts = State(state), int(attempts)
+	if key != nil {
+		it.FenceKey = *key
+	}
+	if token != nil {
+		it.Token = lease.Token(*token)
+	}
+	if owner != nil {
+		it.Owner = *owner
+	}
+	if lastErr != nil {
+		it.LastError = *lastErr
+	}
+	return it, nil
+}
+
+// Next implements Source.
+func (s *PostgresSource) Next(ctx context.Context, n int, hide time.Duration) ([]string, error) {
+	rows, err := s.db.Query(ctx, s.next, s.queue, n, millis(hide))
+	if err != nil {
+		return nil, pgError("next of", s.queue, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, pgError("next of", s.queue, err)
+	}
+	return ids, nil
+}
+
+// Begin implements Source.
+func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (int, error) {
+	if err := checkToken(snap); err != nil {
+		return 0, err
+	}
+	var attempt int32
+	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide)).Scan(&attempt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, s.refusal(ctx, s.db, snap, id, false)
+	case err != nil:
+		return 0, pgError("begin", id, err)
+	}
+	return int(attempt), nil
+}
+
+// Complete implements Source.
+func (s *PostgresSource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
+	return s.finish(ctx, s.db, snap, id, s.complete)
+}
+
+// Fail implements Source.
+func (s *PostgresSource) Fail(ctx context.Context, snap lease.Snapshot, id string, f Failure) error {
+	state, text := Pending, ""
+	if f.Dead {
+		state = Dead
+	}
+	if f.Err != nil {
+		text = f.Err.Error()
+	}
+	return s.finish(ctx, s.db, snap, id, s.fail, string(state), millis(f.RetryAfter), text)
+}
+
+// finish runs the fenced statement sql (complete or fail) on the running
+// item id.
+func (s *PostgresSource) finish(ctx context.Context, db PostgresDB, snap lease.Snapshot, id, sql string, more ...any) error {
+	if err := checkToken(snap); err != nil {
+		return err
+	}
+	args := append([]any{s.queue, id, snap.Key, int64(snap.Token), snap.Owner}, more...)
+	tag, err := db.Exec(ctx, sql, args...)
+	switch {
+	case err != nil:
+		return pgError("finish", id, err)
+	case tag.RowsAffected() == 0:
+		return s.refusal(ctx, db, snap, id, true)
+	}
+	return nil
+}
+
+// CompleteTx completes claim c with fn's writes: in one transaction on the
+// source's database, it marks the item done (checking the fence first,
+// which locks the row), runs fn, and commits. So the item is done exactly
+// when fn's writes are committed, and a worker that lost its claim can
+// neither complete the item nor commit fn's writes. If the fence refuses
+// the claim, fn is not called. If fn fails, nothing of the transaction is
+// written, the attempt is failed with fn's error as Claim.Fail would, and
+// CompleteTx returns fn's error. Otherwise it returns what Claim.Complete
+// returns. The claim is closed in every case.
+func (s *PostgresSource) CompleteTx(ctx context.Context, c *Claim, fn func(pgx.Tx) error) error {
+	return c.complete(ctx, func(ctx context.Context, snap lease.Snapshot) error {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			return pgError("begin transaction for", c.id, err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := s.finish(ctx, tx, snap, c.id, s.complete); err != nil {
+			return err
+		}
+		if fn != nil {
+			if err := fn(tx); err != nil {
+				_ = tx.Rollback(ctx)
+				if ferr := s.Fail(ctx, snap, c.id, c.q.failure(c.attempt, err)); ferr != nil {
+					return errors.Join(err, ferr)
+				}
+				return err
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return commitError(c.id, err)
+		}
+		return nil
+	})
+}
+
+// Defer implements Source.
+func (s *PostgresSource) Defer(ctx context.Context, id string, d time.Duration) error {
+	if _, err := s.db.Exec(ctx, s.deferQ, s.queue, id, millis(d)); err != nil {
+		return pgError("defer", id, err)
+	}
+	return nil
+}
+
+// refusal explains why a fenced statement on item id wrote nothing: the
+// fence refused snap, the item is unknown, or its state did not allow
+// the write. With fenceFirst, a refusing fence wins over a finished item
+// (for writes of a running claim); without, a finished item wins (for
+// Begin).
+func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.Snapshot, id string, fenceFirst bool) error {
+	it, err := s.readItem(ctx, db, id)
+	if err != nil {
+		return err
+	}
+	var stale error
+	if it.FenceKey != "" {
+		_, stale = fence.Mark{Key: it.FenceKey, Token: it.Token}.Admit(s.queue+"/"+id, snap)
+	}
+	switch {
+	case stale != nil && (fenceFirst || it.State == Pending || it.State == Running):
+		return stale
+	case fenceFirst:
+		return notRunning(id, it.State)
+	case it.State == Done || it.State == Dead:
+		return finished(id, it.State)
+	}
+	// The row changed between the statement and the read: say so, and let
+	// the caller try again.
+	return fmt.Errorf("leasequeue: item %q changed while it was written; try again", id)
+}
+
+// checkToken refuses a token that does not fit a bigint, before any I/O.
+func checkToken(snap lease.Snapshot) error {
+	if snap.Token == 0 || snap.Token > math.MaxInt64 {
+		return fmt.Errorf("%w: token %d of lease %q is not between 1 and 2^63−1", fence.ErrInvalid, snap.Token, snap.Key)
+	}
+	return nil
+}
+
+// pgError explains an error of a statement. One that reached the
+// database and was refused, or was never sent, wrote nothing; any other
+// may have been applied.
+func pgError(op, name string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err)
+	}
+	return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
+}
+
+// commitError explains a failed COMMIT.
+func commitError(id string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC":
+		return fmt.Errorf("leasequeue: postgres: complete %q: commit refused, nothing written: %w", id, err)
+	case pgconn.SafeToRetry(err):
+		return fmt.Errorf("leasequeue: postgres: complete %q: commit not sent, nothing written: %w", id, err)
+	}
+	return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: complete %q: commit: %w", id, err))
+}
+
+// PostgresRoster is a Roster in the roster table of the leasequeue tables
+// (PostgresOptions.Table + "_members"). It is safe for concurrent use.
+type PostgresRoster struct {
+	db                  PostgresDB
+	join, members, quit string
+}
+
+var _ Roster = (*PostgresRoster)(nil)
+
+// NewPostgresRoster returns the roster in the tables o names, on db. It
+// does no I/O.
+func NewPostgresRoster(db PostgresDB, o PostgresOptions) (*PostgresRoster, error) {
+	if db == nil {
+		return nil, errors.New("leasequeue: NewPostgresRoster: nil database")
+	}
+	n, err := newPgNames(o)
+	if err != nil {
+		return nil, err
+	}
+	return &PostgresRoster{db: db, join: n.query("join"), members: n.query("members"), quit: n.query("leave")}, nil
+}
+
+// Join implements Roster.
+func (r *PostgresRoster) Join(ctx context.Context, group, worker string) error {
+	if _, err := r.db.Exec(ctx, r.join, group, worker); err != nil {
+		return pgError("join group", group, err)
+	}
+	return nil
+}
+
+// Members implements Roster.
+func (r *PostgresRoster) Members(ctx context.Context, group string) ([]string, error) {
+	rows, err := r.db.Query(ctx, r.members, group)
+	if err != nil {
+		return nil, pgError("members of group", group, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, pgError("members of group", group, err)
+	}
+	return names, nil
+}
+
+// Leave implements Roster.
+func (r *PostgresRoster) Leave(ctx context.Context, group, worker string) error {
+	if _, err := r.db.Exec(ctx, r.quit, group, worker); err != nil {
+		return pgError("leave group", group, err)
+	}
+	return nil
+}

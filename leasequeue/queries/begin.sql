@@ -1,0 +1,17 @@
+-- begin: start an attempt at item $2 of queue $1 under lease key $3, token
+-- $4, owner $5, if the item is pending or running and its fence admits the
+-- token (no fence yet, or the same lease key with a token not above $4);
+-- hide it for $6 milliseconds. Returns the attempt count; no row when
+-- refused (item.sql then says why).
+UPDATE public.leasequeue_jobs
+SET state       = 'running',
+    attempts    = attempts + 1,
+    fence_key   = $3::text,
+    fence_token = $4::bigint,
+    owner       = $5::text,
+    visible_at  = now() + $6::bigint * interval '1 millisecond',
+    updated_at  = now()
+WHERE queue = $1::text AND id = $2::text
+  AND state IN ('pending', 'running')
+  AND (fence_key IS NULL OR (fence_key = $3::text AND fence_token <= $4::bigint))
+RETURNING attempts

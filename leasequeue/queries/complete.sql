@@ -1,0 +1,11 @@
+-- complete: mark the running item $2 of queue $1 done, if its fence admits
+-- lease key $3 and token $4. No row when refused.
+UPDATE public.leasequeue_jobs
+SET state       = 'done',
+    fence_token = $4::bigint,
+    owner       = $5::text,
+    last_error  = NULL,
+    updated_at  = now()
+WHERE queue = $1::text AND id = $2::text
+  AND state = 'running'
+  AND fence_key = $3::text AND fence_token <= $4::bigint

@@ -1,0 +1,388 @@
+package leasequeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golib/lease/lease"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxAttempts is the number of attempts an item gets when
+	// Options.MaxAttempts is 0.
+	DefaultMaxAttempts = 5
+)
+
+// DefaultRetryDelay is the pause before an item is retried after its
+// attempt-th failed attempt when Options.RetryDelay is nil: one second,
+// doubling with each attempt, at most ten minutes.
+func DefaultRetryDelay(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 11 {
+		return 10 * time.Minute
+	}
+	return min(time.Second<<(attempt-1), 10*time.Minute)
+}
+
+// Options configure a Queue. Name and Policy are required.
+type Options struct {
+	// Name names the queue. Item id is claimed under the lease key
+	// Name + "/items/" + id, which must pass lease.ValidateKey. Keep the
+	// keys of different queues and groups apart.
+	Name string
+
+	// Policy is the policy of the items' leases: its TTL is how long an
+	// item whose worker died stays claimed. Required.
+	Policy lease.Policy
+
+	// Concurrency is the number of items Run processes at once. Default 1.
+	Concurrency int
+
+	// MaxAttempts is the number of attempts an item gets: after the last
+	// one fails, or when a claim would begin one more (its workers died
+	// while running it), the item goes to the dead-letter state. Default
+	// DefaultMaxAttempts.
+	MaxAttempts int
+
+	// RetryDelay returns how long an item stays hidden after its
+	// attempt-th attempt failed. Default DefaultRetryDelay.
+	RetryDelay func(attempt int) time.Duration
+
+	// PollEvery is how long Run waits before asking the source again when
+	// it had no ready item. Default the smaller of one second and TTL/4.
+	PollEvery time.Duration
+
+	// Observer receives the queue's events. Default NopObserver.
+	Observer Observer
+
+	// Clock tells time for local deadlines and pauses; use the lease
+	// client's. Default lease.SystemClock().
+	Clock lease.Clock
+}
+
+// Handler processes one claimed item. ctx is the claim's context: it is
+// cancelled when the claim's lease is lost or Run's context ends. When the
+// handler returns nil, Run completes the claim; when it returns an error,
+// Run fails it (or, if Run's context ended, releases it). A handler may
+// also complete, fail or release the claim itself, for example with
+// PostgresSource.CompleteTx, and Run then leaves it alone.
+type Handler func(ctx context.Context, c *Claim) error
+
+// A Queue claims items of a Source for one worker, each under its own
+// lease, and processes them with Run or hands them out with Claim. Create
+// it with New; its methods are safe for concurrent use. The workers of a
+// queue are Queues with the same Name and Source in several processes.
+type Queue struct {
+	client *lease.Client
+	src    Source
+	o      Options
+	obs    Observer
+	clock  lease.Clock
+	track  tracker
+
+	running atomic.Bool
+	crashed atomic.Bool
+	mu      sync.Mutex
+	stop    context.CancelCauseFunc // of the running Run
+}
+
+// New returns a Queue that claims the items of src with client's leases.
+// It validates its arguments; it does no I/O.
+func New(client *lease.Client, src Source, o Options) (*Queue, error) {
+	switch {
+	case client == nil:
+		return nil, errors.New("leasequeue: New: nil Client")
+	case src == nil:
+		return nil, errors.New("leasequeue: New: nil Source")
+	case o.Policy.TTL() == 0:
+		return nil, fmt.Errorf("leasequeue: New: %w: the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
+	case o.Concurrency < 0:
+		return nil, fmt.Errorf("leasequeue: New: Concurrency (%d) must not be negative", o.Concurrency)
+	case o.MaxAttempts < 0:
+		return nil, fmt.Errorf("leasequeue: New: MaxAttempts (%d) must not be negative", o.MaxAttempts)
+	case o.PollEvery < 0:
+		return nil, fmt.Errorf("leasequeue: New: PollEvery (%v) must not be negative", o.PollEvery)
+	}
+	if err := lease.ValidateKey(itemKey(o.Name, "x")); o.Name == "" || err != nil {
+		return nil, fmt.Errorf("leasequeue: New: Name %q does not make valid lease keys: %v", o.Name, err)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 1
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.RetryDelay == nil {
+		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.PollEvery == 0 {
+		o.PollEvery = min(time.Second, o.Policy.TTL()/4)
+	}
+	q := &Queue{client: client, src: src, o: o, obs: o.Observer, clock: o.Clock}
+	if q.obs == nil {
+		q.obs = NopObserver
+	}
+	if q.clock == nil {
+		q.clock = lease.SystemClock()
+	}
+	return q, nil
+}
+
+func itemKey(name, id string) string { return name + "/items/" + id }
+
+// Key returns the lease key of item id.
+func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
+
+// Claim claims item id for the caller: it makes one attempt to acquire the
+// item's lease, records the start of an attempt at the item (fenced by the
+// new token), and starts renewing the lease. The caller must end the claim
+// with Complete, Fail or Release.
+//
+// It fails with a *lease.NotAcquiredError if another worker holds the
+// item; an error matching ErrFinished if the item is done or dead, or was
+// just moved to the dead-letter state because this attempt would exceed
+// MaxAttempts; ErrNotFound if the source does not know it; ErrUnhealthy
+// while a renewal of one of the queue's claims is overdue; or the lease's
+// or the source's error.
+func (q *Queue) Claim(ctx context.Context, id string) (*Claim, error) {
+	return q.claim(ctx, id)
+}
+
+func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
+	key := q.Key(id)
+	if err := lease.ValidateKey(key); err != nil {
+		return nil, fmt.Errorf("leasequeue: item %q: %w", id, err)
+	}
+	if !q.track.healthy(q.clock.Now()) {
+		return nil, ErrUnhealthy
+	}
+	start := q.clock.Now()
+	h, err := q.client.TryAcquire(ctx, key, q.o.Policy)
+	if err != nil {
+		return nil, err
+	}
+	attempt, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
+	if err != nil {
+		_ = h.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	m := h.StartManaged(context.WithoutCancel(ctx))
+	c := &Claim{q: q, id: id, h: h, m: m, attempt: attempt, claimed: start}
+	c.ctx, c.cancel = context.WithCancelCause(m.Context())
+	c.stopWatch = context.AfterFunc(m.Context(), func() {
+		if err := m.Err(); err != nil {
+			q.emit(&Lost{c.info(err)})
+		}
+	})
+	q.track.add(h, id)
+	q.emit(&Claimed{c.info(nil), attempt})
+	if attempt > q.o.MaxAttempts {
+		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
+		if err := c.fail(ctx, Failure{Err: cause, Dead: true}); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: item %q moved to the dead-letter state: %w", ErrFinished, id, cause)
+	}
+	return c, nil
+}
+
+// failure returns the failure of the attempt-th attempt.
+func (q *Queue) failure(attempt int, cause error) Failure {
+	if attempt >= q.o.MaxAttempts {
+		return Failure{Err: cause, Dead: true}
+	}
+	return Failure{Err: cause, RetryAfter: max(q.o.RetryDelay(attempt), 0)}
+}
+
+// Run claims ready items of the source and processes each with handler,
+// up to Options.Concurrency at a time, until ctx ends. It asks the source
+// for as many items as it has free slots, claims each, and runs handler
+// under the claim; after handler returns it completes, fails or releases
+// the claim (see Handler). While a renewal of one of its leases is
+// overdue it claims nothing (a sick worker takes no new work); when the
+// source has no ready item it waits Options.PollEvery. An item that
+// another worker holds is hidden from the source until that worker's
+// lease would expire, so an item whose worker died is claimed as soon as
+// its lease has expired.
+//
+// When ctx ends, Run cancels the handlers' contexts and returns after
+// every handler has returned and its claim was closed. It returns nil
+// then; errors of single items are reported to the Observer. A Queue runs
+// at most one Run at a time.
+func (q *Queue) Run(ctx context.Context, handler Handler) error {
+	if handler == nil {
+		return errors.New("leasequeue: Run: nil Handler")
+	}
+	if !q.running.CompareAndSwap(false, true) {
+		return errors.New("leasequeue: Run is already running")
+	}
+	defer q.running.Store(false)
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	q.mu.Lock()
+	q.stop = stop
+	q.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { q.monitor(runCtx) })
+	slots := make(chan struct{}, q.o.Concurrency)
+	for {
+		n := reserve(runCtx, slots)
+		if n == 0 {
+			break
+		}
+		ids := q.next(runCtx, n)
+		for _, id := range ids {
+			wg.Go(func() {
+				defer func() { <-slots }()
+				q.process(runCtx, id, handler)
+			})
+		}
+		for range n - len(ids) {
+			<-slots
+		}
+		if len(ids) == 0 && sleep(runCtx, q.clock, q.o.PollEvery) != nil {
+			break
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// reserve waits for a free slot and takes every other free one; it returns
+// how many it took, or 0 when ctx ended.
+func reserve(ctx context.Context, slots chan struct{}) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(slots) {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// next asks the source for up to n ready items, unless the worker is
+// unhealthy.
+func (q *Queue) next(ctx context.Context, n int) []string {
+	if !q.track.healthy(q.clock.Now()) {
+		return nil
+	}
+	ids, err := q.src.Next(ctx, n, q.o.Policy.TTL())
+	if err != nil && ctx.Err() == nil {
+		q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), Err: fmt.Errorf("leasequeue: next ready items: %w", err)}})
+	}
+	return ids
+}
+
+// process claims item id and runs handler under the claim.
+func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
+	c, err := q.claim(runCtx, id)
+	if err != nil {
+		var na *lease.NotAcquiredError
+		switch {
+		case errors.As(err, &na):
+			// Look again when the holder's lease would expire.
+			d := na.Remaining
+			if d <= 0 {
+				d = q.o.PollEvery
+			}
+			_ = q.src.Defer(runCtx, id, d)
+		case errors.Is(err, ErrFinished), runCtx.Err() != nil:
+		default:
+			q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), ID: id, Key: q.Key(id), Err: err}})
+		}
+		return
+	}
+	stop := context.AfterFunc(runCtx, func() { c.cancel(context.Cause(runCtx)) })
+	defer stop()
+	err = call(handler, c)
+	switch {
+	case q.crashed.Load():
+		c.abandon()
+		return
+	case c.isClosed():
+		return // the handler closed the claim itself
+	}
+	// Record the outcome for as long as the lease may live, even after
+	// Run's context ended.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), q.o.Policy.LocalLifetime())
+	defer cancel()
+	switch {
+	case c.m.Err() != nil:
+		// Lost: nothing may be written. Release in case the backend was
+		// only unreachable and still shows the claim.
+		if c.close() {
+			c.end(fctx, true)
+		}
+	case err == nil:
+		_ = c.Complete(fctx)
+	case runCtx.Err() != nil:
+		_ = c.Release(fctx) // shut down mid-item: not the item's failure
+	default:
+		_ = c.Fail(fctx, err)
+	}
+}
+
+// call runs handler, turning a panic into an error.
+func call(handler Handler, c *Claim) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("leasequeue: handler of item %q panicked: %v\n%s", c.id, r, debug.Stack())
+		}
+	}()
+	return handler(c.ctx, c)
+}
+
+// monitor emits heartbeats for the queue's claims until ctx ends.
+func (q *Queue) monitor(ctx context.Context) {
+	every := q.o.Policy.Options().RenewEvery / 2
+	info := EventInfo{Name: q.o.Name, Worker: q.client.Owner()}
+	for sleep(ctx, q.clock, every) == nil {
+		for _, e := range q.track.beat(q.clock.Now(), info) {
+			q.emit(e)
+		}
+	}
+}
+
+func (q *Queue) emit(e Event) { q.obs.Observe(e) }
+
+// crash stops Run as a crashed process would: claims are neither renewed,
+// released nor written again.
+func (q *Queue) crash() {
+	q.crashed.Store(true)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stop != nil {
+		q.stop(errCrashed)
+	}
+}
+
+var errCrashed = errors.New("leasequeue: crashed (test)")
+
+// sleep waits for d on clock, or until ctx ends, whose cause it returns.
+func sleep(ctx context.Context, clock lease.Clock, d time.Duration) error {
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C():
+		return nil
+	}
+}
