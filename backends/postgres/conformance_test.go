@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"testing"
+	"time"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/lease"
@@ -10,11 +11,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// suiteTTL is the lease TTL of the suite's subtests that wait for expiry:
+// long enough that a loaded machine's stalls do not expire a lease that a
+// subtest expects to be held.
+const suiteTTL = 1500 * time.Millisecond
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	s, _ := freshStore(t, leasepostgres.Options{})
 	leasetest.RunBackendSuite(t, leasetest.Suite{
 		NewBackend: func(*testing.T) lease.Backend { return s },
+		TTL:        suiteTTL,
 	})
 }
 
@@ -23,6 +30,7 @@ func TestConformanceUnlogged(t *testing.T) {
 	s, _ := freshStore(t, leasepostgres.Options{Schema: "leases unlogged", Table: "Lease \"Table\"", Unlogged: true})
 	leasetest.RunBackendSuite(t, leasetest.Suite{
 		NewBackend: func(*testing.T) lease.Backend { return s },
+		TTL:        suiteTTL,
 	})
 }
 
@@ -50,6 +58,7 @@ func TestConformanceExecModes(t *testing.T) {
 			s := newStore(t, pool, leasepostgres.Options{})
 			leasetest.RunBackendSuite(t, leasetest.Suite{
 				NewBackend: func(*testing.T) lease.Backend { return s },
+				TTL:        suiteTTL,
 			})
 		})
 	}

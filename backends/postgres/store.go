@@ -227,7 +227,8 @@ const (
 	outcomeSuperseded = 2
 )
 
-// lost converts the outcome of renew.sql or release.sql to an error.
+// lost converts the outcome of renew.sql or release.sql to an error; ok
+// reports whether the statement returned a row.
 func lost(a lease.Acquisition, ok bool, outcome int32) error {
 	switch {
 	case !ok || outcome == outcomeExpired:

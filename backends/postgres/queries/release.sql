@@ -1,34 +1,35 @@
 -- Release: end acquisition ($2, $3) of key $1 if it holds the key and has
 -- not expired, by setting its expiry to now. The row stays, so the key's
 -- token is never reset. Token 0 identifies the acquisition by nonce alone.
--- If $4 is not empty and a waiter marked the row (watch.sql),
--- pg_notify($4, key) tells waiters, when the statement commits, that the
--- key is free. NOTIFY serialises committing transactions on a global lock,
--- so releases nobody waits for skip it.
+--
+-- If $4 is not empty and a waiter marked the row (watch.sql), the release
+-- also calls pg_notify($4, key), so that waiters learn when it commits
+-- that the key is free. NOTIFY makes committing transactions queue on a
+-- global lock, so releases that nobody waits for skip it.
 --
 -- $1 key, $2 nonce, $3 token or 0, $4 notification channel or ''.
--- One row with the outcome: 0 released, 1 expired, 2 superseded, as for
--- renew; no row: no record of the key.
-WITH now AS MATERIALIZED (
-    SELECT clock_timestamp() AS t
-), released AS (
+-- One row with the outcome: 0 released, 1 expired (the row still shows
+-- this acquisition, or there is no row), 2 superseded (the row shows
+-- another one).
+--
+-- coalesce evaluates its second argument only if the update refused; it
+-- then reads the row FOR SHARE, so that the outcome comes from the latest
+-- row version, not from the statement's snapshot.
+WITH released AS (
     UPDATE public.leases AS l
-    SET expires_at = now.t
-    FROM now
+    SET expires_at = clock_timestamp()
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
-      AND l.expires_at > now.t
-    RETURNING l.key, l.watched_until
-), notified AS (
-    SELECT pg_notify($4::text, r.key)
-    FROM released AS r, now
-    WHERE $4::text <> '' AND r.watched_until > now.t
-), latest AS (
-    SELECT l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint) AS mine
-    FROM public.leases AS l
-    WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM released)
-    FOR SHARE
+      AND l.expires_at > clock_timestamp()
+    RETURNING l.watched_until > l.expires_at AS watched
 )
-SELECT 0 FROM released, (SELECT count(*) FROM notified) AS n
-UNION ALL
-SELECT CASE WHEN c.mine THEN 1 ELSE 2 END FROM latest AS c
+SELECT coalesce(
+    (SELECT CASE WHEN r.watched AND $4::text <> ''
+                 THEN (SELECT 0 FROM pg_notify($4::text, $1::text))
+                 ELSE 0 END
+     FROM released AS r),
+    (SELECT CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint) THEN 1 ELSE 2 END
+     FROM public.leases AS l
+     WHERE l.key = $1::text
+     FOR SHARE),
+    1)
