@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -17,7 +18,7 @@ func TestMain(m *testing.M) {
 	}
 	code := testserver.Main(m)
 	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := findLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
@@ -29,4 +30,18 @@ func TestMain(m *testing.M) {
 // the test binary by design.
 var leakOptions = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
+}
+
+// findLeaks looks for leaked goroutines for up to five seconds: valkey-go's
+// reconnection back-off sleeps up to about a second after a connection
+// failed, and returns on its own after its client was closed.
+func findLeaks() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find(leakOptions...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
