@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,8 +100,9 @@ func pgImpls(b *testing.B) (impls, *counter) {
 // checks cost.
 var luaSet = valkey.NewLuaScript(`return redis.call('SET', KEYS[1], ARGV[1])`, valkey.WithLoadSHA1(true))
 
-// valkeyImpls returns a plain SET, a SET-only script and a fenced SET.
-func valkeyImpls(b *testing.B) impls {
+// valkeyImpls returns a plain SET, a SET-only script and a fenced SET, and
+// the client they use.
+func valkeyImpls(b *testing.B) (impls, valkey.Client) {
 	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{testserver.Valkey(b).Addr()}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)
@@ -129,7 +132,7 @@ func valkeyImpls(b *testing.B) impls {
 			set := fence.Set(k, "written", fence.SetOptions{})
 			return func() error { _, err := fences.Do(ctx, snap, r, set); return err }
 		},
-	}
+	}, client
 }
 
 // BenchmarkTx times fence.Tx and the same transaction without the fence,
@@ -140,19 +143,26 @@ func BenchmarkTx(b *testing.B) {
 	for _, mode := range []string{"serial", "parallel"} {
 		for _, impl := range []string{"plain", "fenced"} {
 			b.Run(fmt.Sprintf("mode=%s/impl=%s", mode, impl), func(b *testing.B) {
-				run(b, mode, im[impl], &c.n)
+				m := statements(c)
+				run(b, mode, im[impl], &m)
 			})
 		}
 	}
 }
 
 // BenchmarkSet times a fenced SET, a plain SET and a SET-only script.
+// Serial runs also report the server's own time per write.
 func BenchmarkSet(b *testing.B) {
-	im := valkeyImpls(b)
+	im, client := valkeyImpls(b)
 	for _, mode := range []string{"serial", "parallel"} {
 		for _, impl := range []string{"plain", "lua", "fenced"} {
 			b.Run(fmt.Sprintf("mode=%s/impl=%s", mode, impl), func(b *testing.B) {
-				run(b, mode, im[impl], nil)
+				command := "evalsha"
+				if impl == "plain" {
+					command = "set"
+				}
+				m := serverTime(client, command)
+				run(b, mode, im[impl], &m)
 			})
 		}
 	}
@@ -169,7 +179,8 @@ func BenchmarkPaired(b *testing.B) {
 		paired(b, im, "plain", "fenced")
 	})
 	b.Run("op=Set", func(b *testing.B) {
-		paired(b, valkeyImpls(b), "plain", "lua", "fenced")
+		im, _ := valkeyImpls(b)
+		paired(b, im, "plain", "lua", "fenced")
 	})
 }
 
@@ -202,10 +213,58 @@ func paired(b *testing.B, im impls, names ...string) {
 	}
 }
 
+// meter measures something besides time over the serial runs: start is
+// called when the timer starts, report when it stops.
+type meter struct {
+	start  func()
+	report func(b *testing.B)
+}
+
+// statements reports the statements (round trips) per op counted by c.
+func statements(c *counter) meter {
+	var before int64
+	return meter{
+		start:  func() { before = c.n.Load() },
+		report: func(b *testing.B) { b.ReportMetric(float64(c.n.Load()-before)/float64(b.N), "stmts/op") },
+	}
+}
+
+// serverTime reports the server's own time per op for command, from INFO
+// commandstats: what the write costs the single-threaded server, whatever
+// the load on the client's side of the machine.
+func serverTime(client valkey.Client, command string) meter {
+	ctx := context.Background()
+	return meter{
+		start: func() {
+			if err := client.Do(ctx, client.B().ConfigResetstat().Build()).Error(); err != nil {
+				panic(err)
+			}
+		},
+		report: func(b *testing.B) {
+			info, err := client.Do(ctx, client.B().Info().Section("commandstats").Build()).ToString()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for line := range strings.SplitSeq(info, "\n") {
+				rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+				if !ok {
+					continue
+				}
+				for field := range strings.SplitSeq(rest, ",") {
+					if v, ok := strings.CutPrefix(field, "usec="); ok {
+						usec, _ := strconv.ParseFloat(v, 64)
+						b.ReportMetric(usec*1000/float64(b.N), "server-ns/op")
+					}
+				}
+			}
+		},
+	}
+}
+
 // run times newWriter's writes, serially or from parallelGoroutines
 // goroutines, with every worker created and warmed up before the timer
-// starts. Serial runs report statements per op if stmts is not nil.
-func run(b *testing.B, mode string, newWriter func() writer, stmts *atomic.Int64) {
+// starts. Serial runs also report what m measures, if m is not nil.
+func run(b *testing.B, mode string, newWriter func() writer, m *meter) {
 	workers := 1
 	if mode == "parallel" {
 		b.SetParallelism(max(1, parallelGoroutines/runtime.GOMAXPROCS(0)))
@@ -222,17 +281,16 @@ func run(b *testing.B, mode string, newWriter func() writer, stmts *atomic.Int64
 	b.ReportAllocs()
 	if mode == "serial" {
 		w := <-ws
-		var before int64
-		if stmts != nil {
-			before = stmts.Load()
+		if m != nil {
+			m.start()
 		}
 		for b.Loop() {
 			if err := w(); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if stmts != nil {
-			b.ReportMetric(float64(stmts.Load()-before)/float64(b.N), "stmts/op")
+		if m != nil {
+			m.report(b)
 		}
 		return
 	}
