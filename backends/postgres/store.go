@@ -227,11 +227,10 @@ const (
 	outcomeSuperseded = 2
 )
 
-// lost converts the outcome of renew.sql or release.sql to an error; ok
-// reports whether the statement returned a row.
-func lost(a lease.Acquisition, ok bool, outcome int32) error {
+// lost converts the outcome of renew.sql or release.sql to an error.
+func lost(a lease.Acquisition, outcome int32) error {
 	switch {
-	case !ok || outcome == outcomeExpired:
+	case outcome == outcomeExpired:
 		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
 	case outcome == outcomeSuperseded:
 		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
@@ -251,7 +250,10 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	return lost(a, ok, outcome)
+	if !ok {
+		return errors.New("postgres: renew: the statement returned no row")
+	}
+	return lost(a, outcome)
 }
 
 // Release implements lease.Backend in one statement (queries/release.sql).
@@ -264,7 +266,10 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 	if err != nil {
 		return err
 	}
-	return lost(a, ok, outcome)
+	if !ok {
+		return errors.New("postgres: release: the statement returned no row")
+	}
+	return lost(a, outcome)
 }
 
 // Inspect implements lease.Backend in one statement (queries/inspect.sql).

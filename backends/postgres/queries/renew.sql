@@ -3,27 +3,24 @@
 --
 -- $1 key, $2 nonce, $3 token (0: any token), $4 TTL in milliseconds.
 -- One row with the outcome: 0 renewed, 1 expired (the row still shows this
--- acquisition), 2 superseded (the row shows another one). No row: there is
--- no record of the key, which counts as expired.
+-- acquisition, or there is no row), 2 superseded (the row shows another
+-- one).
 --
--- When the update refuses, the row is read FOR SHARE so that the outcome
--- comes from the latest row version, not from the statement's snapshot.
-WITH now AS MATERIALIZED (
-    SELECT clock_timestamp() AS t
-), renewed AS (
+-- coalesce evaluates its second argument only if the update refused; it
+-- then reads the row FOR SHARE, so that the outcome comes from the latest
+-- row version, not from the statement's snapshot.
+WITH renewed AS (
     UPDATE public.leases AS l
-    SET expires_at = now.t + $4::bigint * interval '1 millisecond'
-    FROM now
+    SET expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond'
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
-      AND l.expires_at > now.t
-    RETURNING 0
-), latest AS (
-    SELECT l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint) AS mine
-    FROM public.leases AS l
-    WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM renewed)
-    FOR SHARE
+      AND l.expires_at > clock_timestamp()
+    RETURNING 0 AS outcome
 )
-SELECT 0 FROM renewed
-UNION ALL
-SELECT CASE WHEN c.mine THEN 1 ELSE 2 END FROM latest AS c
+SELECT coalesce(
+    (SELECT r.outcome FROM renewed AS r),
+    (SELECT CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint) THEN 1 ELSE 2 END
+     FROM public.leases AS l
+     WHERE l.key = $1::text
+     FOR SHARE),
+    1)
