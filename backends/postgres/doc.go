@@ -107,16 +107,18 @@
 //
 // The statements need no session state: no session advisory lock, no
 // temporary table, no SET. They work through PgBouncer in transaction (or
-// statement) mode, provided pgx does not rely on named prepared statements
-// living on one server connection: set
+// statement) mode. With PgBouncer 1.21 or later and max_prepared_statements
+// set, keep pgx's default exec mode, which prepares each statement once per
+// connection. Otherwise pgx must not rely on named prepared statements
+// living on one server connection:
 //
 //	config.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // or QueryExecModeCacheDescribe, QueryExecModeSimpleProtocol
 //
-// (or use PgBouncer 1.21 or later with max_prepared_statements). Every
-// parameter is cast in the SQL, so every exec mode works. LISTEN does need
-// a session: behind a pooler in transaction mode, give Options.ListenPool
-// a small pool that connects to PostgreSQL directly, or set
-// Options.DisableNotify.
+// Every parameter is cast in the SQL, so every exec mode works, but the
+// database then plans each statement every time, which costs more than
+// running it. LISTEN does need a session: behind a pooler in transaction
+// mode, give Options.ListenPool a small pool that connects to PostgreSQL
+// directly, or set Options.DisableNotify.
 //
 // # Guards
 //
