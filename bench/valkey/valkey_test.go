@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -74,7 +75,9 @@ var cyclers = []cycler{
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := lease.NewPolicy(lease.PolicyOptions{TTL: ttl})
+		// A generous OperationTimeout: on a loaded machine the default
+		// (TTL/10) fails a cycle now and then, which ends the benchmark.
+		p, err := lease.NewPolicy(lease.PolicyOptions{TTL: ttl, OperationTimeout: 2 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +117,7 @@ var cyclers = []cycler{
 	{"redsync", func(b *testing.B, addr string) func(context.Context, string) error {
 		rs := redsync.New(redsyncgoredis.NewPool(goredisClient(b, addr)))
 		return func(ctx context.Context, key string) error {
-			m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+			m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1), redsync.WithTimeoutFactor(0.2))
 			if err := m.LockContext(ctx); err != nil {
 				return err
 			}
@@ -159,6 +162,7 @@ func BenchmarkCycle(b *testing.B) {
 			if err := cycle(ctx, key); err != nil { // warm up: connect, load scripts
 				b.Fatal(err)
 			}
+			srv := newServerCPU(b, addr)
 			b.ResetTimer()
 			start := time.Now()
 			for range b.N {
@@ -167,6 +171,7 @@ func BenchmarkCycle(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+			srv.report(b)
 		})
 		b.Run("impl="+c.name+"/mode=parallel64", func(b *testing.B) {
 			cycle := c.newCycle(b, addr)
@@ -176,6 +181,7 @@ func BenchmarkCycle(b *testing.B) {
 			}
 			var worker atomic.Int64
 			b.SetParallelism(max(1, parallelGoroutines/runtime.GOMAXPROCS(0)))
+			srv := newServerCPU(b, addr)
 			b.ResetTimer()
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
@@ -188,8 +194,51 @@ func BenchmarkCycle(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+			srv.report(b)
 		})
 	}
+}
+
+// serverCPU measures the CPU time valkey-server and this process spend,
+// per cycle: at 64 goroutines the two share the machine's cores, so their
+// sum decides the throughput.
+type serverCPU struct {
+	c           valkey.Client
+	start       float64
+	clientStart time.Duration
+}
+
+func newServerCPU(b *testing.B, addr string) *serverCPU {
+	s := &serverCPU{c: valkeyClient(b, addr)}
+	s.start = s.seconds(b)
+	s.clientStart = cpuTime()
+	return s
+}
+
+// seconds returns the server's used_cpu_sys + used_cpu_user.
+func (s *serverCPU) seconds(b *testing.B) float64 {
+	info, err := s.c.Do(context.Background(), s.c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// report reports the server's and this process's CPU time per cycle since
+// s was made.
+func (s *serverCPU) report(b *testing.B) {
+	client := float64((cpuTime() - s.clientStart).Microseconds())
+	b.ReportMetric((s.seconds(b)-s.start)*1e6/float64(b.N), "server-us/cycle")
+	b.ReportMetric(client/float64(b.N), "client-us/cycle")
 }
 
 // renewalCounter counts successful renewals.
