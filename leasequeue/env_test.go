@@ -326,6 +326,14 @@ func newPolicy(t testing.TB, o lease.PolicyOptions) lease.Policy {
 	return p
 }
 
+// loadedPolicy returns a policy of ttl whose backend calls may take a
+// quarter of it, as they may on a loaded test machine: renew every ttl/4,
+// time out after ttl/4.
+func loadedPolicy(t testing.TB, ttl time.Duration) lease.Policy {
+	t.Helper()
+	return newPolicy(t, lease.PolicyOptions{TTL: ttl, RenewEvery: ttl / 4, OperationTimeout: ttl / 4, Retry: ttl / 20})
+}
+
 // newClient returns a lease client for owner on b.
 func newClient(t testing.TB, b lease.Backend, owner string, clock lease.Clock) *lease.Client {
 	t.Helper()

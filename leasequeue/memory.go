@@ -19,7 +19,8 @@ type MemoryOptions struct {
 // MemorySource is a Source in the memory of one process, fenced by a
 // fence.Memory: the reference implementation of the Source rules, for
 // tests, examples and single-process programs (with a memory lease
-// backend). Items are handed out in the order they were enqueued. It is
+// backend). Next hands out running items whose claim may have expired
+// first, then pending ones, each in the order they were enqueued. It is
 // safe for concurrent use, and is lost with the process.
 type MemorySource struct {
 	clock lease.Clock
@@ -90,14 +91,15 @@ func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]str
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	var out []string
-	for _, id := range s.order {
-		if len(out) >= n {
-			break
-		}
-		it := s.items[id]
-		if (it.State == Pending || it.State == Running) && !now.Before(it.visible) {
-			it.visible = now.Add(hide)
-			out = append(out, id)
+	for _, state := range []State{Running, Pending} { // rescues first
+		for _, id := range s.order {
+			if len(out) >= n {
+				break
+			}
+			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
+				it.visible = now.Add(hide)
+				out = append(out, id)
+			}
 		}
 	}
 	return out, nil

@@ -303,9 +303,17 @@ func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
 				d = q.o.PollEvery
 			}
 			_ = q.src.Defer(runCtx, id, d)
-		case errors.Is(err, ErrFinished), runCtx.Err() != nil:
+		case errors.Is(err, ErrFinished), errors.Is(err, ErrNotFound):
+		case runCtx.Err() != nil:
+			// Shutting down: give the item back at once.
+			_ = q.src.Defer(context.WithoutCancel(runCtx), id, 0)
 		default:
-			q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), ID: id, Key: q.Key(id), Err: err}})
+			// Unhealthy since the items were handed out, or the backend
+			// failed: give the item back to the other workers at once.
+			_ = q.src.Defer(runCtx, id, 0)
+			if !errors.Is(err, ErrUnhealthy) {
+				q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), ID: id, Key: q.Key(id), Err: err}})
+			}
 		}
 		return
 	}

@@ -28,8 +28,9 @@ CREATE TABLE IF NOT EXISTS public.leasequeue_jobs (
     PRIMARY KEY (queue, id)
 );
 
--- The items pollers look at, in the order they are due.
-CREATE INDEX IF NOT EXISTS leasequeue_jobs_due ON public.leasequeue_jobs (queue, visible_at)
+-- The items pollers look at: for each queue, running items (whose claim
+-- may expire) and pending ones, each in the order they are due.
+CREATE INDEX IF NOT EXISTS leasequeue_jobs_due ON public.leasequeue_jobs (queue, state, visible_at)
     WHERE state IN ('pending', 'running');
 
 CREATE TABLE IF NOT EXISTS public.leasequeue_jobs_members (
