@@ -151,6 +151,18 @@ func TestErrorClassification(t *testing.T) {
 		}
 	})
 
+	t.Run("a paused server does not hold up WatchReleases", func(t *testing.T) {
+		srv.Pause()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, stop, err := s.WatchReleases(wctx, "watched-while-paused")
+		cancel()
+		srv.Resume()
+		if err != nil {
+			t.Fatalf("WatchReleases on a paused server = %v, want the channel without waiting for the server", err)
+		}
+		stop()
+	})
+
 	t.Run("cancelled before sending is not indeterminate", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()

@@ -25,11 +25,18 @@ type watch struct {
 // unsubscribeTimeout bounds the SUNSUBSCRIBE sent when a watch ends.
 const unsubscribeTimeout = time.Second
 
+// subscribeWait is how long WatchReleases waits for the server to confirm
+// the subscription before it returns the channel anyway, so that a slow
+// server never holds up the caller's retries.
+const subscribeWait = 100 * time.Millisecond
+
 // WatchReleases implements lease.ReleaseWatcher: the returned channel
 // receives a value when Release frees key, announced by the release script
 // on the key's shard channel. Calls for the same key share one
-// subscription, which ends when the last of them is stopped. ctx bounds the
-// time to subscribe; stop waits for the subscription's goroutine to exit.
+// subscription, which ends when the last of them is stopped. It waits at
+// most 100ms, and no longer than ctx allows, for the server to confirm the
+// subscription; stop ends it (sending SUNSUBSCRIBE, bounded by a second)
+// and waits for its goroutine to exit.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	const op = "watch releases"
 	if err := validate(op, key); err != nil {
@@ -57,18 +64,19 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		w.subs[c] = struct{}{}
 		s.mu.Unlock()
 
-		select {
-		case <-w.ready:
-		case <-ctx.Done():
-		}
 		stop := func() { s.unwatch(w, c) }
+		t := time.NewTimer(subscribeWait)
+		defer t.Stop()
 		select {
 		case <-w.ready:
 			if w.err != nil {
 				stop()
 				return nil, nil, fmt.Errorf("leasevalkey: %s: %w", op, w.err)
 			}
-		default:
+		case <-t.C:
+			// Not confirmed yet (a slow or paused server): watch anyway.
+			// Notifications are a shortcut; the caller keeps polling.
+		case <-ctx.Done():
 			stop()
 			return nil, nil, fmt.Errorf("leasevalkey: %s: %w", op, context.Cause(ctx))
 		}
