@@ -74,8 +74,9 @@
 //
 // A worker watches the local deadlines of the leases it holds. While a
 // renewal is overdue (a local deadline nearer than on-schedule renewals
-// allow) it takes no new work: Claim fails with ErrUnhealthy, Run claims
-// nothing and a Group acquires no partition, until renewals succeed again.
+// allow), and for a TTL after it lost a lease because its renewals did not
+// go through, it takes no new work: Claim fails with ErrUnhealthy, Run
+// claims nothing and a Group acquires no partition.
 //
 // # Observations
 //

@@ -216,7 +216,9 @@ func (g *Group) Members() (members []string, target int) {
 //
 // Membership: the worker holds the lease Name + "/members/" + Worker
 // (waiting up to a TTL for a previous incarnation's lease to expire) and
-// records its name in the Roster. Every RebalanceEvery it reads the
+// records its name in the Roster; it takes no partition for one
+// RebalanceEvery, so that workers starting together see each other first.
+// Every RebalanceEvery it reads the
 // roster, keeps the names whose membership lease is held (Inspect) and
 // removes the others, and sorts them; the worker at index i of n live
 // members aims to own len(Partitions)/n partitions, one more if
@@ -249,9 +251,13 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { g.monitor(runCtx) })
-	var member *lease.Managed
+	var (
+		member *lease.Managed
+		settle time.Time // no partition is taken before then
+	)
 	for runCtx.Err() == nil {
 		if member != nil && member.Err() != nil {
+			g.track.lost(member.Handle(), member.Err(), g.clock.Now())
 			g.emit(&Lost{g.info(member.Handle(), "", member.Err())})
 			g.track.remove(member.Handle())
 			_ = member.Stop(runCtx)
@@ -259,9 +265,13 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 		}
 		if member == nil {
 			member = g.enter(runCtx)
+			// Let workers that start together see each other before any
+			// takes partitions, so that they do not all pass through a
+			// one-worker share.
+			settle = g.clock.Now().Add(g.o.RebalanceEvery)
 		}
 		if member != nil {
-			g.rebalance(runCtx, fn, &wg)
+			g.rebalance(runCtx, fn, &wg, !g.clock.Now().Before(settle))
 		}
 		t := g.clock.NewTimer(g.o.RebalanceEvery)
 		select {
@@ -304,8 +314,9 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 	return m
 }
 
-// rebalance takes or gives up partitions towards the worker's share.
-func (g *Group) rebalance(ctx context.Context, fn PartitionFunc, wg *sync.WaitGroup) {
+// rebalance takes (if take is set) or gives up partitions towards the
+// worker's share.
+func (g *Group) rebalance(ctx context.Context, fn PartitionFunc, wg *sync.WaitGroup, take bool) {
 	members, err := g.live(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -345,7 +356,7 @@ func (g *Group) rebalance(ctx context.Context, fn PartitionFunc, wg *sync.WaitGr
 		g.emit(&Rebalanced{EventInfo: g.info(nil, "", nil), Members: members, Target: target, Owned: g.Owned()})
 	}
 	for _, p := range g.order {
-		if need <= 0 || ctx.Err() != nil || !g.track.healthy(g.clock.Now()) {
+		if !take || need <= 0 || ctx.Err() != nil || !g.track.healthy(g.clock.Now()) {
 			return
 		}
 		if owned[p] {
@@ -431,6 +442,7 @@ func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, 
 	case err = <-done:
 	case <-o.m.Lost():
 		lost = true
+		g.track.lost(o.h, o.m.Err(), g.clock.Now())
 		g.emit(&Lost{g.info(o.h, o.name, o.m.Err())})
 		err = <-done
 	}

@@ -1,6 +1,7 @@
 package leasequeue
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,10 +13,13 @@ import (
 // needs no I/O: a lease whose renewals succeed on schedule always has a
 // local deadline at least overdueBelow away (see overdue); one that is
 // nearer means a renewal failed or hangs, and the worker takes no new work
-// until it recovers.
+// until it recovers. A lease lost because its renewals did not go through
+// keeps the worker from new work for a TTL more, even when it holds no
+// other lease to tell by.
 type tracker struct {
-	mu   sync.Mutex
-	held map[*lease.Handle]*tracked
+	mu        sync.Mutex
+	held      map[*lease.Handle]*tracked
+	sickUntil time.Time
 }
 
 type tracked struct {
@@ -50,10 +54,26 @@ func overdue(h *lease.Handle, now time.Time) bool {
 	return h.Deadline().Sub(now) < p.LocalLifetime()-o.RenewEvery-o.OperationTimeout-o.Retry
 }
 
-// healthy reports whether no tracked lease is overdue at now.
+// lost records the loss of h with err at now.
+func (t *tracker) lost(h *lease.Handle, err error, now time.Time) {
+	var le *lease.LostError
+	if errors.As(err, &le) && le.Reason == lease.DeadlinePassed {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if until := now.Add(h.Policy().TTL()); until.After(t.sickUntil) {
+			t.sickUntil = until
+		}
+	}
+}
+
+// healthy reports whether no tracked lease is overdue at now, and no lease
+// was lost to failing renewals in the last TTL.
 func (t *tracker) healthy(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if now.Before(t.sickUntil) {
+		return false
+	}
 	for h := range t.held {
 		if overdue(h, now) {
 			return false

@@ -179,6 +179,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 	c.ctx, c.cancel = context.WithCancelCause(m.Context())
 	c.stopWatch = context.AfterFunc(m.Context(), func() {
 		if err := m.Err(); err != nil {
+			q.track.lost(h, err, q.clock.Now())
 			q.emit(&Lost{c.info(err)})
 		}
 	})

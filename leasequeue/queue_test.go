@@ -232,6 +232,43 @@ func (b *failingRenewals) Renew(ctx context.Context, a lease.Acquisition, ttl ti
 	return b.Backend.Renew(ctx, a, ttl)
 }
 
+// cutOff is a backend that fails every operation, without sending it,
+// while cut is set: a worker on the wrong side of a network partition.
+type cutOff struct {
+	lease.Backend
+	cut atomic.Bool
+}
+
+var errCut = errors.New("connect: connection refused")
+
+func (b *cutOff) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if b.cut.Load() {
+		return 0, errCut
+	}
+	return b.Backend.Acquire(ctx, r)
+}
+
+func (b *cutOff) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	if b.cut.Load() {
+		return errCut
+	}
+	return b.Backend.Renew(ctx, a, ttl)
+}
+
+func (b *cutOff) Release(ctx context.Context, a lease.Acquisition) error {
+	if b.cut.Load() {
+		return errCut
+	}
+	return b.Backend.Release(ctx, a)
+}
+
+func (b *cutOff) Inspect(ctx context.Context, key string) (lease.Record, error) {
+	if b.cut.Load() {
+		return lease.Record{}, errCut
+	}
+	return b.Backend.Inspect(ctx, key)
+}
+
 // TestSickWorkerTakesNoNewWork: while a renewal of one of its claims is
 // overdue, a queue claims nothing; once renewals go through, it claims
 // again.

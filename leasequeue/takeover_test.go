@@ -69,7 +69,7 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 
 			// A worker cut off from the backend loses its lease at its local
 			// deadline, and then writes nothing.
-			cut := &failingRenewals{Backend: s.backend(t)}
+			cut := &cutOff{Backend: s.backend(t)}
 			c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), src, o)
 			if err != nil {
 				t.Fatal(err)
@@ -78,7 +78,7 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cut.fail.Store(true)
+			cut.cut.Store(true)
 			select {
 			case <-cc.Context().Done():
 			case <-ctx.Done():
