@@ -1,0 +1,76 @@
+package leasequeue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/leasequeue"
+)
+
+// TestValkeyProducersPushToTheList: a producer that is not a Go program
+// enqueues with HSETNX and RPUSH.
+func TestValkeyProducersPushToTheList(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := valkeyClient(t, []string{testserver.Valkey(t).Addr()})
+	src, err := leasequeue.NewValkeySource(c, "pushed", leasequeue.ValkeyOptions{Prefix: fmt.Sprintf("push%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{
+		{"HSETNX", src.ItemKey("x", "item"), "state", "pending"},
+		{"RPUSH", src.ReadyKey(), "x"},
+	} {
+		if err := c.Do(ctx, c.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, err := src.Next(ctx, 10, time.Hour); err != nil || len(ids) != 1 || ids[0] != "x" {
+		t.Fatalf("Next = %q, %v; want [x]", ids, err)
+	}
+	mustBegin(ctx, t, src, snap("x", 1), "x", 1)
+}
+
+// TestValkeyCompleteClaimWith: commands applied with the completion, in
+// the item's slot; a command outside it is refused before any I/O.
+func TestValkeyCompleteClaimWith(t *testing.T) {
+	t.Parallel()
+	s := valkeyStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := s.source(t, "with").(*leasequeue.ValkeySource)
+	mustEnqueue(ctx, t, src, "a", "b")
+	q := newQueue(t, s, src, "w", leasequeue.Options{Name: "with", Policy: loadedPolicy(t, 2*time.Second)})
+	c, err := q.Claim(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.CompleteClaimWith(ctx, c, fence.Set(src.ItemKey("a", "receipt"), "sent", fence.SetOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	shared := valkeyClient(t, []string{testserver.Valkey(t).Addr()})
+	if v, err := shared.Do(ctx, shared.B().Get().Key(src.ItemKey("a", "receipt")).Build()).ToString(); err != nil || v != "sent" {
+		t.Fatalf("receipt = %q, %v", v, err)
+	}
+	if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Done {
+		t.Fatalf("after CompleteClaimWith: %+v", it)
+	}
+
+	c, err = q.Claim(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = src.CompleteClaimWith(ctx, c, fence.Set("elsewhere", "x", fence.SetOptions{}))
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("CompleteClaimWith with a key in another slot = %v; want fence.ErrInvalid", err)
+	}
+	if it := mustItem(ctx, t, src, "b"); it.State != leasequeue.Running {
+		t.Fatalf("after a refused CompleteClaimWith: %+v; want it still running", it)
+	}
+}
