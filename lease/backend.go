@@ -104,11 +104,13 @@ type Record struct {
 // ReleaseWatcher is an optional Backend capability, found by type
 // assertion: it tells an Acquire that is waiting for a key the moment the
 // key is released, instead of at its next retry. Acquire still polls every
-// Retry, so a watcher may miss notifications without harm.
+// Retry, so a watcher may miss notifications, or send spurious ones,
+// without harm.
 type ReleaseWatcher interface {
 	// WatchReleases returns a channel that receives a value (at least
 	// once, possibly more) after key is released, and a function that
 	// stops the watch and frees its resources. The channel is never
-	// closed. WatchReleases must not block for long; ctx bounds the setup.
+	// closed. WatchReleases must not block for long; ctx bounds the setup
+	// only (the client gives it OperationTimeout), not the watch.
 	WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error)
 }

@@ -33,6 +33,7 @@ type Client struct {
 	owner string
 	clock Clock
 	obs   Observer
+	quiet bool // obs is NopObserver: build no events
 }
 
 // NewClient returns a Client that acquires leases from b. It fails if b is
@@ -51,6 +52,7 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 	if c.obs == nil {
 		c.obs = NopObserver
 	}
+	c.quiet = c.obs == NopObserver
 	return c, nil
 }
 
@@ -117,6 +119,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 	o := p.o
 	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
 	start := c.clock.Now()
+	sent := start
 	waitUntil := start.Add(o.Wait)
 	var (
 		lastErr  error
@@ -126,7 +129,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 	)
 	for {
 		attempts++
-		sent := c.clock.Now()
+		if attempts > 1 {
+			sent = c.clock.Now()
+		}
 		octx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 		tok, err := c.b.Acquire(octx, req)
 		cancel()
@@ -139,7 +144,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			}
 			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p,
 				deadline: sent.Add(p.LocalLifetime())}
-			c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: c.clock.Now().Sub(start)}, attempts})
+			if !c.quiet {
+				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: c.clock.Now().Sub(start)}, attempts})
+			}
 			return h, nil
 		}
 		lastErr = err
@@ -163,7 +170,10 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		if released == nil && errors.Is(err, ErrNotAcquired) {
 			if w, ok := c.b.(ReleaseWatcher); ok {
-				if ch, stop, werr := w.WatchReleases(ctx, key); werr == nil {
+				wctx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
+				ch, stop, werr := w.WatchReleases(wctx, key)
+				cancel()
+				if werr == nil {
 					released = ch
 					defer stop()
 				}
@@ -196,7 +206,9 @@ func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, sta
 		}
 	}
 	err = wrapOp("acquire", a.Key, err)
-	c.obs.Observe(&AcquireFailed{EventInfo{Key: a.Key, Owner: c.owner, Latency: c.clock.Now().Sub(start), Err: err}, attempts})
+	if !c.quiet {
+		c.obs.Observe(&AcquireFailed{EventInfo{Key: a.Key, Owner: c.owner, Latency: c.clock.Now().Sub(start), Err: err}, attempts})
+	}
 	return err
 }
 

@@ -90,18 +90,23 @@ func (h *Handle) renew(ctx context.Context, capped bool) error {
 	octx, cancel := context.WithTimeout(ctx, timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
 	cancel()
-	info.Latency = clock.Now().Sub(sent)
 	if err != nil {
-		info.Err = wrapOp("renew", h.key, err)
-		h.c.obs.Observe(&RenewFailed{info})
-		return info.Err
+		err = wrapOp("renew", h.key, err)
+		if !h.c.quiet {
+			info.Latency, info.Err = clock.Now().Sub(sent), err
+			h.c.obs.Observe(&RenewFailed{info})
+		}
+		return err
 	}
 	h.mu.Lock()
 	if d := sent.Add(h.policy.LocalLifetime()); d.After(h.deadline) {
 		h.deadline = d
 	}
 	h.mu.Unlock()
-	h.c.obs.Observe(&Renewed{info})
+	if !h.c.quiet {
+		info.Latency = clock.Now().Sub(sent)
+		h.c.obs.Observe(&Renewed{info})
+	}
 	return nil
 }
 
@@ -156,11 +161,16 @@ func (h *Handle) Release(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
 	cancel()
-	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: clock.Now().Sub(start)}
 	if err != nil {
-		info.Err = wrapOp("release", h.key, err)
+		err = wrapOp("release", h.key, err)
+	}
+	if h.c.quiet {
+		return err
+	}
+	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: clock.Now().Sub(start), Err: err}
+	if err != nil {
 		h.c.obs.Observe(&ReleaseFailed{info})
-		return info.Err
+		return err
 	}
 	h.c.obs.Observe(&Released{info})
 	return nil

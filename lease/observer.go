@@ -22,8 +22,13 @@ type ObserverFunc func(Event)
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // NopObserver is the Observer that ignores every event; a nil
-// ClientOptions.Observer means NopObserver.
-var NopObserver Observer = ObserverFunc(func(Event) {})
+// ClientOptions.Observer means NopObserver. A client with NopObserver does
+// not build events at all.
+var NopObserver Observer = nopObserver{}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(Event) {}
 
 // MultiObserver returns an Observer that passes each event to every
 // non-nil observer in order.

@@ -26,7 +26,7 @@ type Suite struct {
 	Clock *FakeClock
 
 	// TTL is the lease TTL of subtests that wait for expiry on real time.
-	// Default 400ms. Raise it for a backend with slow round trips.
+	// Default 1s. Raise it for a backend with slow round trips.
 	TTL time.Duration
 }
 
@@ -39,7 +39,7 @@ func RunBackendSuite(t *testing.T, s Suite) {
 		t.Fatal("leasetest: Suite.NewBackend is nil")
 	}
 	if s.TTL == 0 {
-		s.TTL = 400 * time.Millisecond
+		s.TTL = time.Second
 	}
 	if s.Clock != nil {
 		s.TTL = longTTL // virtual time costs nothing
@@ -70,6 +70,7 @@ func cases() []testCase {
 	all = append(all, releaseCases()...)
 	all = append(all, tokenCases()...)
 	all = append(all, expiryCases()...)
+	all = append(all, watchCases()...)
 	return all
 }
 

@@ -25,7 +25,7 @@ func TestConformanceFakeClock(t *testing.T) {
 func TestConformanceRealTime(t *testing.T) {
 	leasetest.RunBackendSuite(t, leasetest.Suite{
 		NewBackend: func(*testing.T) lease.Backend { return memory.New(memory.Options{}) },
-		TTL:        150 * time.Millisecond,
+		TTL:        time.Second,
 	})
 }
 
