@@ -4,6 +4,11 @@
 #               the race detector against real Valkey and PostgreSQL servers
 #               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips)
 #   make bench  the benchmarks, once each, with allocations
+#   make chaos  the fault matrix of internal/chaos in its long form: the fault
+#               rows share DURATION (default 10m; `make chaos DURATION=2m`),
+#               against real servers with the race detector; the output goes
+#               to internal/chaos/testdata/out/chaos.log, and a history that
+#               fails its check leaves its visualisation beside it
 #   make lint   gofmt, go vet and staticcheck with every check (staticcheck.conf)
 
 SHELL := /bin/bash
@@ -15,7 +20,10 @@ GO ?= go
 GOBIN_DIR := $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin)
 STATICCHECK := $(GOBIN_DIR)/staticcheck
 
-.PHONY: test bench lint deps
+.PHONY: test bench lint deps chaos
+
+DURATION ?= 10m
+CHAOS_OUT := internal/chaos/testdata/out
 
 deps:
 	@echo "==> scripts/install-deps.sh servers"; time bash scripts/install-deps.sh servers
@@ -27,6 +35,14 @@ test: deps
 
 bench: deps
 	@echo "==> go test -bench"; time $(GO) test -run '^$$' -bench . -benchmem ./...
+
+chaos: deps
+	@mkdir -p $(CHAOS_OUT)
+	@echo "==> go test ./internal/chaos (LEASE_CHAOS_DURATION=$(DURATION))"; \
+		time LEASE_REQUIRE_SERVERS=1 LEASE_CHAOS_DURATION=$(DURATION) \
+		$(GO) test -race -count=1 -timeout 0 -v ./internal/chaos > $(CHAOS_OUT)/chaos.log 2>&1 || \
+		{ grep -E '^(--- FAIL|FAIL)|chaos-summary|    [a-z_]+_test.go' $(CHAOS_OUT)/chaos.log; exit 1; }
+	@grep -E 'chaos-summary|^(ok|PASS)' $(CHAOS_OUT)/chaos.log
 
 lint:
 	@bash scripts/install-deps.sh lint

@@ -183,8 +183,17 @@ type worker struct {
 	seq    int
 }
 
+// openTimeout bounds how long a client keeps trying to connect: a child
+// may start in the middle of a fault.
+const openTimeout = 30 * time.Second
+
 func newWorker(ctx context.Context, o workerOptions) (*worker, func(), error) {
+	deadline := time.Now().Add(openTimeout)
 	b, s, closeFn, err := o.Open(ctx, o.Name)
+	for err != nil && ctx.Err() == nil && time.Now().Before(deadline) {
+		sleep(ctx, 100*time.Millisecond)
+		b, s, closeFn, err = o.Open(ctx, o.Name)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open client %s: %w", o.Name, err)
 	}

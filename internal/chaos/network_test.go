@@ -46,10 +46,12 @@ func newProxy(t *testing.T, upstream string) *chaos.Proxy {
 	return p
 }
 
-// eachBackend runs row on every network backend as a subtest.
+// eachBackend runs row on every network backend, as parallel subtests:
+// the rows wait on the network far more than they compute.
 func eachBackend(t *testing.T, row func(t *testing.T, r *run, p *chaos.Proxy, direct string)) {
 	for _, b := range networkBackends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			target, p, direct := b.target(t)
 			row(t, startRun(t, target, rowOptions{}), p, direct)
 		})
@@ -61,6 +63,14 @@ func toxic(t *testing.T, p *chaos.Proxy, toxics ...chaos.Toxic) {
 	t.Helper()
 	if err := p.Add(toxics...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// heal removes p's toxics, failing t if it can't.
+func heal(t *testing.T, p *chaos.Proxy) {
+	t.Helper()
+	if err := p.Heal(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -76,7 +86,7 @@ func TestLatencyAboveTTL(t *testing.T) {
 			d := 2*ttl + time.Duration(r.rng.Int64N(int64(ttl)))
 			r.h.Fault(fmt.Sprintf("latency %dms each way for %v", lat, d), false, func() {
 				toxic(t, p, chaos.Both("latency", map[string]any{"latency": lat, "jitter": lat / 10})...)
-				defer p.Heal()
+				defer heal(t, p)
 				time.Sleep(d)
 			})
 		}
@@ -92,9 +102,9 @@ func TestLatencyAboveTTL(t *testing.T) {
 //
 // The toxic drops bytes from the middle of a TCP stream, which a real
 // network never does (TCP retransmits them, or the connection dies), and
-// valkey-go matches replies to requests by order; so when the partition
-// heals the proxy's connections are closed, as the kernel closes them
-// after a partition of that length.
+// valkey-go matches replies to requests by order; healing closes the
+// proxy's connections (see chaos.Proxy), as the kernel closes them after a
+// partition of that length.
 func TestPartition(t *testing.T) {
 	eachBackend(t, func(t *testing.T, r *run, p *chaos.Proxy, _ string) {
 		for r.running() {
@@ -102,12 +112,7 @@ func TestPartition(t *testing.T) {
 			d := ttl + time.Duration(r.rng.Int64N(int64(ttl)))
 			r.h.Fault(fmt.Sprintf("blackhole for %v", d), false, func() {
 				toxic(t, p, chaos.Both("timeout", map[string]any{"timeout": 0})...)
-				defer func() {
-					p.Heal()
-					if err := p.Cut(); err != nil {
-						t.Error(err)
-					}
-				}()
+				defer heal(t, p)
 				time.Sleep(d)
 			})
 		}
@@ -132,7 +137,7 @@ func TestConnectionReset(t *testing.T) {
 					Attributes: map[string]any{"timeout": r.rng.IntN(30)}}
 				r.h.Fault(fmt.Sprintf("%v for %v", tx, d), false, func() {
 					toxic(t, p, tx)
-					defer p.Heal()
+					defer heal(t, p)
 					time.Sleep(d)
 				})
 			case n == 1:
@@ -140,7 +145,7 @@ func TestConnectionReset(t *testing.T) {
 					Attributes: map[string]any{"bytes": 50 + r.rng.IntN(2000)}}
 				r.h.Fault(fmt.Sprintf("%v for %v", tx, d), false, func() {
 					toxic(t, p, tx)
-					defer p.Heal()
+					defer heal(t, p)
 					time.Sleep(d)
 				})
 			case direct != "":
@@ -229,6 +234,7 @@ func TestSlowWire(t *testing.T) {
 		for r.running() {
 			time.Sleep(100 * time.Millisecond)
 		}
+		heal(t, p)
 		res := r.finish(rowOptions{})
 		ops := r.rec.Ops()
 		granted := count(ops, func(op chaos.Op) bool { return op.Kind == chaos.KindAcquire && op.Outcome == chaos.OK })
@@ -236,6 +242,5 @@ func TestSlowWire(t *testing.T) {
 		if granted == 0 || written == 0 {
 			t.Errorf("over the slow wire, %d grants and %d writes went through: %v", granted, written, res)
 		}
-		p.Heal()
 	})
 }

@@ -69,9 +69,11 @@ func (h *holdings) claimedAbove(g chaos.Op) bool {
 // and its Managed must report the loss.
 func TestHolderPaused(t *testing.T) {
 	t.Run("valkey", func(t *testing.T) {
+		t.Parallel()
 		holderPaused(t, valkeyTarget(testserver.Valkey(t).Addr()))
 	})
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		holderPaused(t, chaos.Target{Kind: "postgres", URL: postgresDB(t)})
 	})
 }

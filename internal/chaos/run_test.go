@@ -22,11 +22,12 @@ import (
 // matrix within about two minutes on two loaded cores with -race.
 const EnvDuration = "LEASE_CHAOS_DURATION"
 
-// rows is the number of fault rows that share LEASE_CHAOS_DURATION (tests
-// that call rowDuration).
-const rows = 16
+// rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
+// tests that call rowDuration, counting the parallel subtests of one test
+// once.
+const rows = 12
 
-const shortRow = 4 * time.Second
+const shortRow = 3 * time.Second
 
 // rowDuration returns how long a fault row runs its workload.
 func rowDuration(t testing.TB) time.Duration {
