@@ -3,15 +3,20 @@
 -- then pending items, each in the order they became due. SKIP LOCKED lets
 -- concurrent pollers pass over each other's rows instead of waiting; the
 -- new visible_at keeps the rows from the pollers that come after.
+--
+-- The rows are updated through id = ANY (an index scan of the primary
+-- key), not a join: a generic plan cannot know how many rows the LIMITs
+-- let through, guesses a tenth of the table, and would hash-join the
+-- whole table on every call.
 WITH rescue AS (
-    SELECT queue, id
+    SELECT id
     FROM public.leasequeue_jobs
     WHERE queue = $1::text AND state = 'running' AND visible_at <= now()
     ORDER BY visible_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT queue, id
+    SELECT id
     FROM public.leasequeue_jobs
     WHERE queue = $1::text AND state = 'pending' AND visible_at <= now()
     ORDER BY visible_at
@@ -20,6 +25,5 @@ WITH rescue AS (
 )
 UPDATE public.leasequeue_jobs AS j
 SET visible_at = now() + $3::bigint * interval '1 millisecond'
-FROM (SELECT queue, id FROM rescue UNION ALL SELECT queue, id FROM fresh) AS due
-WHERE j.queue = due.queue AND j.id = due.id
+WHERE j.queue = $1::text AND j.id = ANY (ARRAY(SELECT id FROM rescue UNION ALL SELECT id FROM fresh))
 RETURNING j.id
