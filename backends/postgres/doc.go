@@ -49,8 +49,14 @@
 //     or was superseded;
 //   - Inspect reads the row.
 //
-// Expiry is decided by the database's clock (clock_timestamp()), never the
-// client's. A TTL is kept in whole milliseconds, rounded up.
+// Expiry is decided by the database's clock, never the client's: "now" is
+// statement_timestamp(), the time the statement reached the server, read
+// once so that every part of a statement sees the same instant (unlike
+// now(), it is not frozen for a whole transaction, so a Store on a pgx.Tx
+// works too). A statement that waits for a row lock therefore only ever
+// judges a lease as of when it arrived and grants a lease that is shorter
+// by the wait, never longer. A TTL is kept in whole milliseconds, rounded
+// up.
 //
 // # Tokens
 //

@@ -185,7 +185,7 @@ func remaining(us int64) time.Duration {
 // Acquire implements lease.Backend in one statement (queries/acquire.sql):
 // an upsert that takes the key's row over only if it has expired on the
 // database's clock, or extends it if r.Nonce holds it, and otherwise
-// returns the holder.
+// leaves it as it is and returns the holder.
 func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	if r.TTL <= 0 {
 		return 0, fmt.Errorf("postgres: acquire: TTL %v is not positive", r.TTL)
@@ -193,8 +193,8 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	var (
 		granted bool
 		token   int64
-		holder  *string
-		left    *int64
+		holder  string
+		left    int64
 	)
 	ok, err := s.queryRow(ctx, s.q.acquire, []any{r.Key, r.Owner, r.Nonce, ttlMillis(r.TTL)},
 		&granted, &token, &holder, &left)
@@ -202,18 +202,9 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	case err != nil:
 		return 0, err
 	case !ok:
-		// Held by an acquisition that committed after this statement's
-		// snapshot was taken: the holder is not known.
-		return 0, &lease.NotAcquiredError{Key: r.Key}
+		return 0, errors.New("postgres: acquire: the statement returned no row")
 	case !granted:
-		e := &lease.NotAcquiredError{Key: r.Key, Token: lease.Token(token)}
-		if holder != nil {
-			e.Holder = *holder
-		}
-		if left != nil {
-			e.Remaining = remaining(*left)
-		}
-		return 0, e
+		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: remaining(left)}
 	case token <= 0:
 		return 0, fmt.Errorf("postgres: acquire: table %s returned token %d", s.names.qualified, token)
 	}

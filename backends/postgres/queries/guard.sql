@@ -5,8 +5,8 @@
 --
 -- $1 key, $2 owner, $3 token.
 -- One row (current, owner, token, held), or no row for an unknown key.
-SELECT l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > clock_timestamp(),
-       l.owner, l.token, l.expires_at > clock_timestamp()
+SELECT l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > statement_timestamp(),
+       l.owner, l.token, l.expires_at > statement_timestamp()
 FROM public.leases AS l
 WHERE l.key = $1::text
 FOR SHARE

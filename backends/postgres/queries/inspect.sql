@@ -4,7 +4,7 @@
 -- $1 key.
 -- One row (held, owner, token, remaining microseconds), or no row for a
 -- key that was never acquired.
-SELECT l.expires_at > now.t, l.owner, l.token,
-       floor(extract(epoch FROM l.expires_at - now.t) * 1000000)::bigint
-FROM public.leases AS l, (SELECT clock_timestamp() AS t) AS now
+SELECT l.expires_at > statement_timestamp(), l.owner, l.token,
+       floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint
+FROM public.leases AS l
 WHERE l.key = $1::text

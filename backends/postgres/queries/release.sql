@@ -17,10 +17,10 @@
 -- row version, not from the statement's snapshot.
 WITH released AS (
     UPDATE public.leases AS l
-    SET expires_at = clock_timestamp()
+    SET expires_at = statement_timestamp()
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
-      AND l.expires_at > clock_timestamp()
+      AND l.expires_at > statement_timestamp()
     RETURNING l.watched_until > l.expires_at AS watched
 )
 SELECT coalesce(

@@ -11,10 +11,10 @@
 -- row version, not from the statement's snapshot.
 WITH renewed AS (
     UPDATE public.leases AS l
-    SET expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond'
+    SET expires_at = statement_timestamp() + $4::bigint * interval '1 millisecond'
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
-      AND l.expires_at > clock_timestamp()
+      AND l.expires_at > statement_timestamp()
     RETURNING 0 AS outcome
 )
 SELECT coalesce(
