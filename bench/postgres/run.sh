@@ -16,7 +16,7 @@ go test -c -o "$bin" .
 for i in $(seq "$rounds"); do
 	"$bin" -test.run '^$' -test.bench 'Cycle|SerialPaired' -test.benchtime 1s >>"$out"
 done
-"$bin" -test.run '^$' -test.bench 'HandOver' -test.benchtime 40x -test.count 3 >>"$out"
+"$bin" -test.run '^$' -test.bench 'HandOver' -test.benchtime 30x -test.count 6 >>"$out"
 benchstat -col /impl -row /mode -filter '.name:Cycle' "$out"
 benchstat -filter '.name:SerialPaired' -col /impl "$out"
 benchstat -filter '.name:HandOver' "$out"
