@@ -24,6 +24,16 @@ import (
 // operation takes no time and is followed by a 1µs tick, so the history is
 // sequential.
 func TestMemoryBackendModel(t *testing.T) {
+	runs := 1
+	if long() {
+		runs = 50 // 100 random histories each
+	}
+	for range runs {
+		memoryBackendModel(t)
+	}
+}
+
+func memoryBackendModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		clock := leasetest.NewFakeClock(time.Unix(1_800_000_000, 0))
