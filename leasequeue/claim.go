@@ -62,10 +62,7 @@ func (c *Claim) Lost() <-chan struct{} { return c.m.Lost() }
 func (c *Claim) Err() error { return c.m.Err() }
 
 // Complete marks the item done with a write fenced by the claim's token,
-// then stops renewing the lease. A done item is never claimed again, so
-// its lease is left to expire rather than released, which saves a round
-// trip; after an error the lease is released. It returns nil if the item
-// is recorded done; a
+// then releases the lease. It returns nil if the item is recorded done; a
 // *lease.LostError if the claim's lease is known to be lost (nothing is
 // written); a *fence.StaleError if another worker has claimed the item
 // since (nothing is written, and the item keeps the new owner's state); an
@@ -87,17 +84,15 @@ func (c *Claim) complete(ctx context.Context, write func(context.Context, lease.
 	if err == nil {
 		err = write(ctx, c.h.Snapshot())
 	}
-	c.end(ctx, err != nil)
+	c.end(ctx, true)
 	c.q.emit(&Completed{c.info(err), c.attempt})
 	return err
 }
 
 // Fail records the failed attempt with a write fenced by the claim's
-// token, then releases the lease (or, for an item that went to the
-// dead-letter state, leaves it to expire). The item goes to the
-// dead-letter state if this was attempt Options.MaxAttempts, and is
-// pending again after Options.RetryDelay otherwise. Errors are as for
-// Complete.
+// token, then releases the lease. The item goes to the dead-letter state
+// if this was attempt Options.MaxAttempts, and is pending again after
+// Options.RetryDelay otherwise. Errors are as for Complete.
 func (c *Claim) Fail(ctx context.Context, cause error) error {
 	if cause == nil {
 		cause = errors.New("leasequeue: Fail called with a nil error")
@@ -113,7 +108,7 @@ func (c *Claim) fail(ctx context.Context, f Failure) error {
 	if err == nil {
 		err = c.q.src.Fail(ctx, c.h.Snapshot(), c.id, f)
 	}
-	c.end(ctx, err != nil || !f.Dead)
+	c.end(ctx, true)
 	e := &Failed{EventInfo: c.info(err), Attempt: c.attempt, Cause: f.Err, Dead: f.Dead}
 	if !f.Dead {
 		e.RetryAfter = f.RetryAfter
@@ -181,8 +176,7 @@ func (c *Claim) check() error {
 }
 
 // end stops tracking and renewing the claim, releasing its lease first if
-// release is set (otherwise the lease is left to expire), and cancels its
-// context.
+// release is set, and cancels its context.
 func (c *Claim) end(ctx context.Context, release bool) {
 	c.q.track.remove(c.h)
 	ctx = context.WithoutCancel(ctx)

@@ -68,7 +68,8 @@ type EventInfo struct {
 	// GroupOptions.Worker for a Group.
 	Worker string
 	// ID is the item's ID or the partition's name; empty for events of a
-	// whole group.
+	// whole group or of its membership lease, and for a failed poll of the
+	// source.
 	ID string
 	// Key is the lease key, and Token the acquisition's token (0 when
 	// none was granted).

@@ -271,3 +271,40 @@ func BenchmarkQueue(b *testing.B) {
 		})
 	}
 }
+
+// pairedBatch is the number of items each loop processes in one iteration
+// of BenchmarkPaired.
+const pairedBatch = 400
+
+// BenchmarkPaired runs both loops in every iteration, one batch of
+// pairedBatch items each, one after the other, so that load from other
+// processes hits both alike; x-plain is the plain loop's throughput over
+// the leased loop's.
+func BenchmarkPaired(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	var took [2]time.Duration
+	for i := range b.N {
+		for k, im := range impls {
+			queue := fmt.Sprintf("paired-%d-%s-%d", runs.Add(1), im.name, i)
+			src, err := leasequeue.NewPostgresSource(e.pools[0], queue, leasequeue.PostgresOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := make([]string, pairedBatch)
+			for j := range ids {
+				ids[j] = fmt.Sprintf("item-%04d", j)
+			}
+			if _, err := src.Enqueue(ctx, ids...); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			im.run(b, e, queue, pairedBatch)
+			took[k] += time.Since(start)
+		}
+	}
+	items := float64(b.N * pairedBatch)
+	b.ReportMetric(items/took[0].Seconds(), "leases-items/s")
+	b.ReportMetric(items/took[1].Seconds(), "plain-items/s")
+	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "x-plain")
+}
