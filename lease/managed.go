@@ -52,7 +52,8 @@ func (h *Handle) StartManaged(ctx context.Context) *Managed {
 }
 
 // Lost returns a channel that is closed when the lease is lost. It is not
-// closed by Stop or Release. Successive calls return the same channel.
+// closed by Release, nor by Stop unless the lease was lost before Stop (see
+// Stop). Successive calls return the same channel.
 func (m *Managed) Lost() <-chan struct{} { return m.lost }
 
 // Context returns a context that is cancelled when the renewer stops: with
@@ -77,10 +78,20 @@ func (m *Managed) Handle() *Handle { return m.h }
 // (before or after Stop; both orders work). It returns ctx's error if the
 // wait was cut short, the loss error if the lease was lost before Stop, and
 // nil otherwise. Stop may be called more than once.
+//
+// A local deadline that had passed when Stop was called is a loss, even if
+// the renewer had not noticed it yet (it had not run since: the process
+// was paused, or the machine busy): Stop then records it as a loss with
+// reason DeadlinePassed, with the Lost event, as the renewer would have.
 func (m *Managed) Stop(ctx context.Context) error {
+	late := m.ctx.Err() == nil && !m.h.c.clock.Now().Before(m.h.Deadline())
 	m.cancel(ErrStopped)
 	select {
 	case <-m.done:
+		if late {
+			h := m.h
+			m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed})
+		}
 		return m.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -131,8 +142,13 @@ func (m *Managed) run() {
 	}
 }
 
+// lose records the loss err, once: a later call does nothing.
 func (m *Managed) lose(err error) {
 	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		return
+	}
 	m.err = err
 	m.mu.Unlock()
 	h := m.h
