@@ -51,8 +51,8 @@ func (h *Handle) StartManaged(ctx context.Context) *Managed {
 	return m
 }
 
-// Lost returns a channel that is closed when the lease is lost. It is not
-// closed by Release, nor by Stop unless the lease was lost before Stop (see
+// Lost returns a channel that is closed when the lease is lost, after Err
+// is set and Context is cancelled. It is not closed by Release, nor by Stop unless the lease was lost before Stop (see
 // Stop). Successive calls return the same channel.
 func (m *Managed) Lost() <-chan struct{} { return m.lost }
 
@@ -151,8 +151,10 @@ func (m *Managed) lose(err error) {
 	}
 	m.err = err
 	m.mu.Unlock()
+	// Cancel before closing Lost, so that whoever sees Lost closed finds
+	// Err set and the context cancelled with its cause.
+	m.cancel(err)
+	close(m.lost)
 	h := m.h
 	h.c.obs.Observe(&Lost{EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Err: err}})
-	close(m.lost)
-	m.cancel(err)
 }
