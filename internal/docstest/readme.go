@@ -3,17 +3,23 @@ package docstest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // nightlyBilling is the core shape shown in README.md.
-func nightlyBilling(ctx context.Context, backend lease.Backend, db *pgxpool.Pool, hostname string) error {
+func nightlyBilling(ctx context.Context, pool *pgxpool.Pool, hostname string) error {
 	// docs:begin shape
-	client, err := lease.NewClient(backend, lease.ClientOptions{Owner: "billing-worker/" + hostname})
+	store, err := leasepostgres.New(pool, leasepostgres.Options{}) // or leasevalkey.New(valkeyClient, ...)
+	if err != nil {
+		return err
+	}
+	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "billing-worker/" + hostname})
 	if err != nil {
 		return err
 	}
@@ -33,19 +39,17 @@ func nightlyBilling(ctx context.Context, backend lease.Backend, db *pgxpool.Pool
 	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
 
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
-	// Every protected write carries the token, and the database refuses a
-	// token lower than the last one it accepted for that row.
-	tag, err := db.Exec(m.Context(),
-		`UPDATE billing_runs SET status = 'done', fence = $1 WHERE month = $2 AND fence <= $1`,
-		h.Token(), "2026-11")
-	if err != nil {
+	// Every protected write goes through a fence: it commits only if no
+	// newer holder of "billing/nightly" has written to the resource since.
+	err = fence.Tx(m.Context(), pool, h.Snapshot(), []string{"invoices/2026-11"}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(m.Context(), `UPDATE invoices SET status = 'billed' WHERE month = $1`, "2026-11")
 		return err
+	})
+	if errors.Is(err, fence.ErrStale) {
+		return nil // a newer holder took over; our write was refused, theirs stands
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("token %d is stale: a newer holder took over", h.Token())
-	}
+	return err
 	// docs:end shape
-	return nil
 }
 
 var _ = nightlyBilling
