@@ -340,3 +340,58 @@ func TestManagedClockJumpPastDeadline(t *testing.T) {
 		t.Fatalf("%d renewals attempted after the deadline, want 0", n)
 	}
 }
+
+// offsetClock reads the system clock plus an offset, and its timers run on
+// real time: moving the offset moves Now without firing any timer, as a
+// process sees the time when it runs again after being paused.
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *offsetClock) NewTimer(d time.Duration) lease.Timer {
+	return lease.SystemClock().NewTimer(d)
+}
+
+func TestManagedStopAfterUnnoticedDeadline(t *testing.T) {
+	// The process was paused past the local deadline and, on resuming,
+	// stops the renewer before the renewer has run: the lease was lost
+	// before Stop, so Stop must say so, as the renewer would have.
+	clock := &offsetClock{}
+	obs := &recorder{}
+	c, err := lease.NewClient(memory.New(memory.Options{Clock: clock}), lease.ClientOptions{Owner: "test", Clock: clock, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := c.Acquire(ctx, "k", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := h.StartManaged(ctx)
+	clock.offset.Store(int64(2 * time.Hour)) // no timer fires: the renewer sleeps on
+	err = m.Stop(ctx)
+	var le *lease.LostError
+	if !errors.As(err, &le) || le.Reason != lease.DeadlinePassed {
+		t.Fatalf("Stop = %v, want the local deadline passed", err)
+	}
+	if m.Err() != err {
+		t.Fatalf("Err() = %v, want %v", m.Err(), err)
+	}
+	select {
+	case <-m.Lost():
+	default:
+		t.Fatal("Lost not closed")
+	}
+	if n := obs.count(isLost); n != 1 {
+		t.Fatalf("%d Lost events, want 1", n)
+	}
+	if err2 := m.Stop(ctx); err2 != err {
+		t.Fatalf("second Stop = %v, want %v", err2, err)
+	}
+	if !errors.Is(context.Cause(m.Context()), lease.ErrStopped) {
+		t.Fatalf("Context cause = %v, want ErrStopped", context.Cause(m.Context()))
+	}
+}

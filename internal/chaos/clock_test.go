@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -87,5 +88,43 @@ func TestClockStepBackCaught(t *testing.T) {
 	t.Log(res)
 	if res.OK() || !strings.Contains(res.Problems[0], "believed") {
 		t.Fatal("a belief past the backend's expiry went unnoticed")
+	}
+}
+
+// TestStopAfterPauseReportsLoss is the holder-pause row's "its Managed
+// reports loss on resume", made deterministic: a client on Valkey whose
+// process was paused past its local deadline (its clock jumps; no timer
+// has fired) stops its renewer before the renewer runs again. Stop must
+// report the loss. Before lease.Managed.Stop checked the deadline, it
+// returned nil here, and the paused holder of TestHolderPaused sometimes
+// saw no loss at all.
+func TestStopAfterPauseReportsLoss(t *testing.T) {
+	ctx := context.Background()
+	clock := &jumpClock{}
+	target := valkeyTarget(testserver.Valkey(t).Addr())
+	b, _, closeFn, err := target.Open(ctx, "chaos-stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "paused", Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Acquire(ctx, "k1", rowPolicy(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := h.StartManaged(ctx)
+	clock.jump(2 * ttl)
+	err = m.Stop(ctx)
+	var lost *lease.LostError
+	if !errors.As(err, &lost) || lost.Reason != lease.DeadlinePassed {
+		t.Fatalf("Stop after a pause past the deadline = %v, want the loss", err)
+	}
+	select {
+	case <-m.Lost():
+	default:
+		t.Fatal("Lost not closed")
 	}
 }
