@@ -159,7 +159,7 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 				end = op.Call
 			}
 			notes = append(notes, porcupine.Annotation{ClientId: lanes[op.Lane], Start: op.Call, End: end,
-				Description: describe(op) + " (" + string(op.Outcome) + ")", Details: op.Err, BackgroundColor: "#eeeeee"})
+				Description: describe(op), Details: strings.TrimSuffix(string(op.Outcome)+": "+op.Err, ": "), BackgroundColor: "#eeeeee"})
 		}
 	}
 	return ops, notes
