@@ -185,8 +185,9 @@ WHERE l.expires_at <= now() RETURNING l.token`, key).Scan(&token)
 }
 
 // newPool starts a dedicated PostgreSQL server (fsync off, synchronous_commit
-// on, as the harness starts them) and returns a pool on a fresh database.
-func newPool(b *testing.B) *pgxpool.Pool {
+// on, as the harness starts them) and returns a pool on a fresh database,
+// and the postmaster's process ID.
+func newPool(b *testing.B) (*pgxpool.Pool, int) {
 	srv := testserver.StartPostgres(b)
 	cfg, err := pgxpool.ParseConfig(srv.NewDatabase(b))
 	if err != nil {
@@ -203,7 +204,7 @@ func newPool(b *testing.B) *pgxpool.Pool {
 			c.setup(b, pool)
 		}
 	}
-	return pool
+	return pool, srv.PID()
 }
 
 var keys atomic.Int64
@@ -214,17 +215,22 @@ func newKey() string { return fmt.Sprint("bench-", keys.Add(1)) }
 // with parallelGoroutines goroutines (each on a key of its own), against
 // one dedicated PostgreSQL server.
 func BenchmarkCycle(b *testing.B) {
-	pool := newPool(b)
+	pool, pid := newPool(b)
 	for _, c := range cyclers {
 		b.Run("impl="+c.name+"/mode=serial", func(b *testing.B) {
 			cycle := c.newCycle(b, pool)
 			key := newKey()
 			ctx := context.Background()
+			if err := cycle(ctx, key); err != nil { // warm up: prepare the statements
+				b.Fatal(err)
+			}
+			cpu := newCPUMeter(pid)
 			for b.Loop() {
 				if err := cycle(ctx, key); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu.report(b, b.N)
 		})
 		b.Run(fmt.Sprintf("impl=%s/mode=parallel%d", c.name, parallelGoroutines), func(b *testing.B) {
 			// RunParallel starts parallelism × GOMAXPROCS goroutines; each
@@ -235,6 +241,7 @@ func BenchmarkCycle(b *testing.B) {
 			for range cap(workers) {
 				workers <- c.newCycle(b, pool)
 			}
+			cpu := newCPUMeter(pid)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				cycle := <-workers
@@ -247,6 +254,7 @@ func BenchmarkCycle(b *testing.B) {
 					}
 				}
 			})
+			cpu.report(b, b.N)
 		})
 	}
 }
@@ -257,7 +265,7 @@ func BenchmarkCycle(b *testing.B) {
 // machine's load, which swamps serial latencies measured one after the
 // other. ns/op is per pair.
 func BenchmarkSerialPaired(b *testing.B) {
-	pool := newPool(b)
+	pool, _ := newPool(b)
 	for _, c := range cyclers[1:] {
 		b.Run("impl="+c.name, func(b *testing.B) {
 			floor := cyclers[0].newCycle(b, pool)
