@@ -107,14 +107,18 @@ func holderPaused(t *testing.T, target chaos.Target) {
 	stale := count(ops, func(op chaos.Op) bool { return op.Late && op.Outcome == chaos.Stale })
 	t.Logf("%d pauses, %d late writes, %d of them rejected as stale; %d operations checked", len(pausedTokens), late, stale, res.Checked)
 	for _, w := range ops {
-		if !w.Late || w.Outcome == chaos.Unknown || w.Outcome == chaos.Failed {
+		if !w.Late {
 			continue
 		}
-		if w.Outcome != chaos.Stale {
+		superseded := count(ops, func(op chaos.Op) bool {
+			return op.Kind == chaos.KindWrite && op.Outcome == chaos.OK && op.Resource == w.Resource &&
+				op.Token > w.Token && op.Return < w.Call
+		}) > 0
+		if superseded && w.Outcome == chaos.OK {
 			t.Errorf("a late write after the lease was taken over was not rejected: %v", w)
 		}
 		lost := count(ops, func(op chaos.Op) bool {
-			return op.Kind == chaos.KindEvent && op.Lane[:2] == "c1" && op.Key == w.Key && op.Token == w.Token
+			return op.Kind == chaos.KindEvent && lanePrefix(op, "c1") && op.Key == w.Key && op.Token == w.Token
 		})
 		if lost == 0 {
 			t.Errorf("the child's Managed did not report the loss of %s/%d after it resumed", w.Key, w.Token)

@@ -122,8 +122,6 @@ type run struct {
 type rowOptions struct {
 	// Model options; ClockTokens is set for the network backends.
 	model chaos.ModelOptions
-	// noChild runs goroutine clients only.
-	noChild bool
 	// clock is the goroutine clients' clock.
 	clock lease.Clock
 	// converge is how long each key may take to be had after the faults
@@ -142,19 +140,17 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.h.Stop() })
-	if !o.noChild {
-		c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: target, Keys: keys,
-			Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.child = c
-		t.Cleanup(func() {
-			if !r.childDone {
-				_ = c.Stop(10 * time.Second)
-			}
-		})
+	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: target, Keys: keys,
+		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1})
+	if err != nil {
+		t.Fatal(err)
 	}
+	r.child = c
+	t.Cleanup(func() {
+		if !r.childDone {
+			_ = c.Stop(10 * time.Second)
+		}
+	})
 	return r
 }
 
@@ -215,7 +211,7 @@ func (r *run) withoutDataLoss() {
 	r.t.Logf("without the data-loss mark the checker refuses the history, as it should: %d partitions show a lease that the fault took away", len(res.Problems))
 }
 
-// count returns the number of operations of res's history that match f.
+// count returns the number of operations in ops that match f.
 func count(ops []chaos.Op, f func(chaos.Op) bool) int {
 	n := 0
 	for _, op := range ops {
