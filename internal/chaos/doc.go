@@ -25,10 +25,12 @@
 // # Model
 //
 // Check partitions the history by lease key and by resource and checks each
-// partition for linearizability against a sequential model (see Model). On a
-// violation it writes porcupine's HTML visualisation and the history as JSON
-// to OutDir. What exactly is checked, and why it is sound on a loaded machine,
-// is written next to the model in model.go.
+// partition for linearizability against a sequential model; Model's
+// documentation says exactly what it refuses and why it is sound on a
+// loaded machine. Check also compares every client's sampled belief in its
+// lease with the backend's expiry (see checkDeadlines). On a violation it
+// writes porcupine's HTML visualisation and the history as JSON lines to
+// OutDir.
 //
 // # Clocks
 //

@@ -8,6 +8,48 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
+// partition names the partition of an operation, or "" for an operation
+// that takes no part in the model.
+func partition(op Op) string {
+	switch op.Kind {
+	case KindAcquire, KindRenew, KindRelease:
+		return "lease " + op.Key
+	case KindWrite, KindRead:
+		return "resource " + op.Resource
+	case KindFault:
+		if op.LostData && op.Key != "" {
+			return "lease " + op.Key // a copy per key; see Check
+		}
+	}
+	return ""
+}
+
+// state is the state of one partition; only the half that matches the
+// partition's kind is used.
+type state struct {
+	// Lease partition.
+	Max      uint64 // highest token granted
+	Holder   uint64 // token of the latest acquisition, 0 if none
+	Acq      string // id of the latest acquisition
+	Released bool   // the latest acquisition was released
+	ExpLo    int64  // the latest acquisition ends no earlier than this (µs)
+
+	// Resource partition.
+	Mark  uint64 // highest token the fence accepted
+	Value string // the resource's value
+}
+
+// ModelOptions configure the model.
+type ModelOptions struct {
+	// ClockTokens says that tokens are issued as max(last+1, backend time
+	// in µs since the Unix epoch) on the clock Op times are read from, so
+	// that a token bounds the time of its grant. True for Valkey and
+	// PostgreSQL, false for the memory backend, which counts from 1.
+	ClockTokens bool
+}
+
+// Model returns the porcupine model of the lease and fence rules.
+//
 // The model is checked per partition: one per lease key, with the key's
 // acquire, renew and release calls (and faults that lost the lease store's
 // data), and one per fenced resource, with its writes and reads. A history
@@ -76,50 +118,12 @@ import (
 //   - write Unknown: either nothing changed, or (if T is at least the
 //     mark) the write was applied.
 //   - read OK: the mark and value read must be the state's.
-
-// partition names the partition of an operation, or "" for an operation
-// that takes no part in the model.
-func partition(op Op) string {
-	switch op.Kind {
-	case KindAcquire, KindRenew, KindRelease:
-		return "lease " + op.Key
-	case KindWrite, KindRead:
-		return "resource " + op.Resource
-	case KindFault:
-		if op.LostData && op.Key != "" {
-			return "lease " + op.Key // a copy per key; see Check
-		}
-	}
-	return ""
-}
-
-// state is the state of one partition; only the half that matches the
-// partition's kind is used.
-type state struct {
-	// Lease partition.
-	Max      uint64 // highest token granted
-	Holder   uint64 // token of the latest acquisition, 0 if none
-	Acq      string // id of the latest acquisition
-	Released bool   // the latest acquisition was released
-	ExpLo    int64  // the latest acquisition ends no earlier than this (µs)
-
-	// Resource partition.
-	Mark  uint64 // highest token the fence accepted
-	Value string // the resource's value
-}
-
-// ModelOptions configure the model.
-type ModelOptions struct {
-	// ClockTokens says that tokens are issued as max(last+1, backend time
-	// in µs since the Unix epoch) on the clock Op times are read from, so
-	// that a token bounds the time of its grant. True for Valkey and
-	// PostgreSQL, false for the memory backend, which counts from 1.
-	ClockTokens bool
-}
-
-// Model returns the porcupine model of the lease and fence rules. Inputs are
-// Op values whose Return is already set to math.MaxInt64 for operations
-// with unknown outcomes; outputs are ignored (the outcome is in the Op).
+//
+// # Porcupine
+//
+// Inputs are Op values whose Return is already set to math.MaxInt64 for
+// operations with unknown outcomes; outputs are ignored (the outcome is in
+// the Op). Check prepares the history.
 func Model(o ModelOptions) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
