@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/golib/lease/internal/chaos"
 	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
 )
 
 // TestValkeyKillNoPersistence kills the lease server with SIGKILL and
@@ -44,7 +46,9 @@ func TestValkeyKillNoPersistence(t *testing.T) {
 // crash. The fences live on the same server.
 func TestValkeyKillAOF(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{AppendOnly: true})
-	r := startRun(t, valkeyTarget(srv.Addr()), rowOptions{})
+	target := valkeyTarget(srv.Addr())
+	survives(t, target, func() { srv.Kill(); srv.Restart() })
+	r := startRun(t, target, rowOptions{})
 	for r.running() {
 		r.pause(500*time.Millisecond, 2*ttl)
 		d := time.Duration(r.rng.Int64N(int64(ttl / 2)))
@@ -150,7 +154,9 @@ func do(t *testing.T, addr string, args ...string) string {
 // keep rising.
 func TestPostgresCrash(t *testing.T) {
 	srv := testserver.StartPostgres(t)
-	r := startRun(t, chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))}, rowOptions{})
+	target := chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))}
+	survives(t, target, func() { srv.StopImmediate(); srv.Start() })
+	r := startRun(t, target, rowOptions{})
 	for r.running() {
 		r.pause(500*time.Millisecond, 2*ttl)
 		d := time.Duration(r.rng.Int64N(int64(ttl / 2)))
@@ -161,4 +167,45 @@ func TestPostgresCrash(t *testing.T) {
 		})
 	}
 	r.finish(rowOptions{})
+}
+
+// survives grants a lease for a minute, crashes the server with crash, and
+// checks that the lease came back: the same holder and token, still held,
+// with no more time left than before, and that the next token is higher.
+func survives(t *testing.T, target chaos.Target, crash func()) {
+	t.Helper()
+	ctx := ctxT(t)
+	b, _, closeFn, err := target.Open(ctx, "chaos-survives")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := b.Acquire(ctx, lease.AcquireRequest{Key: "durable", Owner: "before", Nonce: "n1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.Inspect(ctx, "durable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFn()
+	crash()
+	b, _, closeFn, err = target.Open(ctx, "chaos-survives")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	after, err := b.Inspect(ctx, "durable")
+	if err != nil || !after.Held || after.Owner != "before" || after.Token != tok || after.Remaining > before.Remaining {
+		t.Fatalf("after the crash the lease is %+v, %v; want it held by %q with token %d and at most %v left", after, err, "before", tok, before.Remaining)
+	}
+	if _, err := b.Acquire(ctx, lease.AcquireRequest{Key: "durable", Owner: "after", Nonce: "n2", TTL: time.Minute}); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("acquire after the crash: %v, want ErrNotAcquired", err)
+	}
+	if err := b.Release(ctx, lease.Acquisition{Key: "durable", Owner: "before", Nonce: "n1", Token: tok}); err != nil {
+		t.Fatalf("release after the crash: %v", err)
+	}
+	next, err := b.Acquire(ctx, lease.AcquireRequest{Key: "durable", Owner: "after", Nonce: "n2", TTL: time.Minute})
+	if err != nil || next <= tok {
+		t.Fatalf("acquire after the release: token %d, %v; want above %d", next, err, tok)
+	}
 }
