@@ -69,7 +69,8 @@
 // # UNLOGGED tables
 //
 // With Options.Unlogged, Migrate makes the table UNLOGGED: its changes
-// skip the write-ahead log, which makes acquire and release cheaper. The
+// skip the write-ahead log, so acquire and release commit without waiting
+// for the disk. The
 // price: after a crash of the database server (or a failover to a
 // replica, which never has the table's rows) the table is empty, so every
 // holder is forgotten and another process may acquire a lease whose

@@ -45,8 +45,8 @@ type Options struct {
 	Table string
 
 	// Unlogged makes Migrate create the table UNLOGGED (or convert an
-	// existing one): no write-ahead log, so acquire and release are
-	// cheaper, but after a crash of the database server, and on a
+	// existing one): no write-ahead log, so acquire and release commit
+	// without waiting for the disk, but after a crash of the database server, and on a
 	// failover to a replica, the table is empty and every holder is
 	// forgotten. Tokens stay safe for fencing, because they are seeded
 	// from the database's clock. Default false. Only Migrate reads it.
