@@ -79,19 +79,16 @@ func (m *Managed) Handle() *Handle { return m.h }
 // wait was cut short, the loss error if the lease was lost before Stop, and
 // nil otherwise. Stop may be called more than once.
 //
-// A local deadline that had passed when Stop was called is a loss, even if
-// the renewer had not noticed it yet (it had not run since: the process
-// was paused, or the machine busy): Stop then records it as a loss with
-// reason DeadlinePassed, with the Lost event, as the renewer would have.
+// A local deadline that had passed when the renewer stopped (by Stop, or
+// because the context given to StartManaged ended) is a loss, even if the
+// renewer had not noticed it yet because it had not run since (the process
+// was paused, or the machine busy): it is recorded as a loss with reason
+// DeadlinePassed, with the Lost event, as the renewer would have. Only
+// Release stops the renewer without that check.
 func (m *Managed) Stop(ctx context.Context) error {
-	late := m.ctx.Err() == nil && !m.h.c.clock.Now().Before(m.h.Deadline())
 	m.cancel(ErrStopped)
 	select {
 	case <-m.done:
-		if late {
-			h := m.h
-			m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed})
-		}
 		return m.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -112,6 +109,7 @@ func (m *Managed) run() {
 		select {
 		case <-m.ctx.Done():
 			t.Stop()
+			m.stopped(last)
 			return
 		case <-t.C():
 		}
@@ -121,7 +119,8 @@ func (m *Managed) run() {
 		}
 		err := h.renew(m.ctx, true)
 		if m.ctx.Err() != nil {
-			return // stopped or released while renewing: not a loss
+			m.stopped(last) // stopped or released while renewing
+			return
 		}
 		var lost *LostError
 		switch {
@@ -140,6 +139,17 @@ func (m *Managed) run() {
 			wait = min(jitter(o.Retry), left)
 		}
 	}
+}
+
+// stopped is called when the renewer stops because its context ended: a
+// local deadline that had passed by then is a loss nobody had noticed yet,
+// unless the handle was released.
+func (m *Managed) stopped(last error) {
+	h := m.h
+	if errors.Is(context.Cause(m.ctx), ErrReleased) || h.c.clock.Now().Before(h.Deadline()) {
+		return
+	}
+	m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 }
 
 // lose records the loss err, once: a later call does nothing.

@@ -395,3 +395,43 @@ func TestManagedStopAfterUnnoticedDeadline(t *testing.T) {
 		t.Fatalf("Context cause = %v, want ErrStopped", context.Cause(m.Context()))
 	}
 }
+
+func TestManagedParentEndsAfterUnnoticedDeadline(t *testing.T) {
+	// The same pause, but the renewer stops because the context given to
+	// StartManaged ended (the program was shutting down when it resumed).
+	// The deadline had passed by then: that is a loss too.
+	clock := &offsetClock{}
+	c, err := lease.NewClient(memory.New(memory.Options{Clock: clock}), lease.ClientOptions{Owner: "test", Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Acquire(context.Background(), "k", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := h.StartManaged(ctx)
+	clock.offset.Store(int64(2 * time.Hour))
+	cancel()
+	<-m.Done()
+	var le *lease.LostError
+	if !errors.As(m.Err(), &le) || le.Reason != lease.DeadlinePassed {
+		t.Fatalf("Err() = %v, want the local deadline passed", m.Err())
+	}
+	// Released after the deadline: not reported as a loss by the renewer.
+	h2, err := c.Acquire(context.Background(), "k2", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := h2.StartManaged(context.Background())
+	clock.offset.Store(int64(4 * time.Hour))
+	_ = h2.Release(context.Background())
+	<-m2.Done()
+	if m2.Err() != nil {
+		t.Fatalf("Err() after Release = %v, want nil", m2.Err())
+	}
+}
