@@ -39,6 +39,11 @@ type Guard struct {
 // New returns a Guard. It is meant for backends: record is the backend's
 // address of the lease record (a Valkey key, a PostgreSQL table name), in
 // whatever form that backend's guarded writes understand.
+//
+// A Guard is a plain value that anyone can build, so code that puts
+// Record() into a statement or a script must validate it first (for
+// example, that it is a quoted, schema-qualified table name), never trust
+// it.
 func New(kind Kind, record string, snap lease.Snapshot) (Guard, error) {
 	if kind == "" || record == "" || !snap.Valid() {
 		return Guard{}, fmt.Errorf("guard: incomplete coordinates (kind %q, key %q, token %d)", kind, snap.Key, snap.Token)

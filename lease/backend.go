@@ -52,7 +52,8 @@ type Backend interface {
 	// still current and not expired. Otherwise it returns a *LostError with
 	// Reason Expired (a still shows as the last acquisition, or there is no
 	// record) or Superseded (another acquisition holds or held the key
-	// since).
+	// since). The client always passes the acquisition's token; a backend
+	// may refuse a.Token 0 as superseded, or treat it as Release does.
 	Renew(ctx context.Context, a Acquisition, ttl time.Duration) error
 
 	// Release ends acquisition a if it is still current and not expired,
