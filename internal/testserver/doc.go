@@ -28,6 +28,9 @@
 //		os.Exit(testserver.Main(m))
 //	}
 //
+// or through [MainLeakChecked], which then checks with goleak that the tests
+// left no goroutine running.
+//
 // # Environment
 //
 //   - LEASE_VALKEY_ADDR=host:port makes [Valkey] return that server instead of
