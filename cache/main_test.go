@@ -10,7 +10,6 @@ import (
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
-	"go.uber.org/goleak"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
@@ -18,25 +17,7 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design, and valkey-go's cluster client closing
-// replaced connections a few seconds after a topology refresh, in a
-// goroutine that outlives Client.Close.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
-	goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // A topology names a way to reach Valkey: the package's shared standalone
 // server or its shared 3-primary cluster.

@@ -12,7 +12,6 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -22,22 +21,7 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // ctxT returns a context that ends with t, and after a minute at most.
 func ctxT(t testing.TB) context.Context {

@@ -1,11 +1,8 @@
 package leasescheduler_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/golib/lease/internal/testserver"
 )
@@ -14,13 +11,4 @@ import (
 // Valkey and PostgreSQL servers afterwards, then checks that no goroutine
 // (a renewer, a release watcher, a connection, a scheduler) was left
 // running.
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }

@@ -9,31 +9,12 @@ import (
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
-	"go.uber.org/goleak"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design, and valkey-go's cluster client closing the
-// connections of a changed topology 5s later in a goroutine that Close does
-// not wait for.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
-	goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // newClient returns a valkey-go client for the servers at addrs, closed
 // when t ends.
