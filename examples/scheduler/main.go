@@ -24,6 +24,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/golib/lease/internal/exampleenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 )
@@ -59,7 +60,10 @@ func main() {
 
 // run runs cfg.replicas schedulers until ctx ends.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	open, err := dial(ctx, cfg)
+	// Each replica gets a lease backend on a connection of its own and a
+	// fenced counter to write to (package exampleenv).
+	backend := exampleenv.Options{ValkeyAddr: cfg.valkeyAddr, PostgresURL: cfg.postgresURL, Prefix: "example:scheduler:"}
+	open, err := exampleenv.Dial(ctx, backend)
 	if err != nil {
 		return err
 	}
@@ -71,15 +75,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer mu.Unlock()
 		fmt.Fprintf(out, "[%6.3fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	say("%d replica(s) on %s, a job every second", cfg.replicas, cfg.backendName())
+	say("%d replica(s) on %s, a job every second", cfg.replicas, backend.Describe())
 	var schedulers []gocron.Scheduler
-	var envs []*replicaEnv
+	var envs []*exampleenv.Replica
 	defer func() {
 		for _, s := range schedulers {
 			_ = s.Shutdown() // waits for running jobs, which release their leases
 		}
 		for _, env := range envs {
-			env.close()
+			env.Close()
 		}
 	}()
 	for i := range cfg.replicas {
@@ -104,8 +108,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 // newScheduler returns a gocron scheduler whose job "report" runs at most
 // once per one-second slot across every replica.
-func newScheduler(env *replicaEnv, owner string, say func(string, ...any)) (gocron.Scheduler, error) {
-	client, err := lease.NewClient(env.backend, lease.ClientOptions{Owner: owner})
+func newScheduler(env *exampleenv.Replica, owner string, say func(string, ...any)) (gocron.Scheduler, error) {
+	client, err := lease.NewClient(env.Backend, lease.ClientOptions{Owner: owner})
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +148,8 @@ func newScheduler(env *replicaEnv, owner string, say func(string, ...any)) (gocr
 }
 
 // report makes the job's one fenced write.
-func report(ctx context.Context, env *replicaEnv, run leasescheduler.Run, owner string, say func(string, ...any)) error {
-	if err := env.add(ctx, run.Lease); err != nil {
+func report(ctx context.Context, env *exampleenv.Replica, run leasescheduler.Run, owner string, say func(string, ...any)) error {
+	if err := env.Add(ctx, run.Lease); err != nil {
 		say("%s: slot %s: %v", owner, run.Slot.Start.Format("15:04:05"), err)
 		return errors.Join(errors.New("fenced write failed"), err)
 	}
