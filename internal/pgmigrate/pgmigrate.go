@@ -1,0 +1,152 @@
+// Package pgmigrate applies a package's embedded up migrations to
+// PostgreSQL under the schema and table names its caller chose. It is the
+// runner behind leasepostgres.Migrate, fence.Migrate and
+// leasequeue.MigratePostgres; each of them validates and quotes its own
+// names, renders its own SQL and wraps the errors with its own prefix.
+//
+// The migrations are the files NNN_name.up.sql of golang-migrate's layout,
+// written for the default names, so that migration tools can apply the
+// same files unchanged. [Run] records the versions it applied in a table
+// of its own (version, name, applied_at) and applies only the missing
+// ones, all in one transaction under an advisory lock.
+package pgmigrate
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Migration is one versioned up migration.
+type Migration struct {
+	Version int    // the file name's leading number, at least 1
+	Name    string // the file name without ".up.sql"
+	SQL     string // the file's text, naming the default tables
+}
+
+// Load returns the up migrations (*.up.sql) at the root of fsys in version
+// order. Each file name must start with a positive number and "_".
+func Load(fsys fs.FS) ([]Migration, error) {
+	files, err := fs.Glob(fsys, "*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for _, f := range files {
+		num, _, ok := strings.Cut(f, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name does not start with a version number", f)
+		}
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: strings.TrimSuffix(f, ".up.sql"), SQL: string(b)})
+	}
+	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
+	return ms, nil
+}
+
+// Target says where Run applies the migrations.
+type Target struct {
+	// Schema is the schema's name as given (unquoted). Run creates it if
+	// it does not exist.
+	Schema string
+	// Versions is the quoted, schema-qualified name of the table that
+	// records the applied versions. Run creates it if it does not exist.
+	Versions string
+	// Lock names the transaction-scoped advisory lock Run takes first; the
+	// key is its 64-bit FNV-1a hash. It must name the tables and never
+	// change between releases, so that old and new replicas migrating the
+	// same tables at once exclude each other.
+	Lock string
+	// Render returns a migration's SQL with the default names replaced by
+	// the target's quoted names.
+	Render func(sql string) string
+	// After, if not nil, runs in the same transaction once every
+	// migration is applied, even when none was missing.
+	After func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Beginner begins a transaction: a *pgxpool.Pool, a *pgx.Conn, or a
+// pgx.Tx (which begins a savepoint).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Run applies the migrations of ms that t's versions table does not list
+// yet, in order, in one transaction begun on db, and records each one.
+//
+// The transaction first takes the advisory lock named by t.Lock, so
+// replicas that start at the same time can all call Run: one applies the
+// migrations, the others wait for it and then find nothing to do. The lock
+// ends with the transaction, so Run also works through a connection pooler
+// in transaction mode. On error the transaction is rolled back: nothing
+// is applied. The errors carry no package prefix; callers add theirs.
+func Run(ctx context.Context, db Beginner, ms []Migration, t Target) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return apply(ctx, tx, ms, t) })
+}
+
+func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
+	h := fnv.New64a()
+	h.Write([]byte(t.Lock))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(h.Sum64())); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	// CREATE ... IF NOT EXISTS checks the privilege to create before it
+	// checks existence, so look first: a role that may only use an existing
+	// schema and tables can still migrate.
+	var hasSchema bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)", t.Schema).Scan(&hasSchema); err != nil {
+		return err
+	}
+	if !hasSchema {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+	}
+	var hasVersions bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", t.Versions).Scan(&hasVersions); err != nil {
+		return err
+	}
+	if !hasVersions {
+		_, err := tx.Exec(ctx, "CREATE TABLE "+t.Versions+` (
+    version    integer     NOT NULL PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`)
+		if err != nil {
+			return fmt.Errorf("create versions table: %w", err)
+		}
+	}
+	rows, err := tx.Query(ctx, "SELECT version FROM "+t.Versions)
+	if err != nil {
+		return err
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if slices.Contains(applied, int32(m.Version)) {
+			continue
+		}
+		if _, err := tx.Exec(ctx, t.Render(m.SQL)); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+t.Versions+" (version, name) VALUES ($1::integer, $2::text)", m.Version, m.Name); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	if t.After != nil {
+		return t.After(ctx, tx)
+	}
+	return nil
+}
