@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -23,16 +21,7 @@ import (
 	"github.com/golib/lease/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1")); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // output is an io.Writer that two replicas share.
 type output struct {

@@ -3,28 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/golib/lease/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // TestRun runs the example for a few terms on each backend and checks that
 // the lease was handed over between replicas and every fenced write was

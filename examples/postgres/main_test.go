@@ -10,22 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1")); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // TestRun runs the example against the harness's server, twice, as
 // with and without the PgBouncer settings: the second run gets a higher

@@ -3,27 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/golib/lease/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1")); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // TestRun runs the example against the harness's PostgreSQL server.
 func TestRun(t *testing.T) {
