@@ -10,32 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
-	"go.uber.org/goleak"
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design, and valkey-go's delayed cluster-topology
-// refresh, which sleeps up to 5s after a closed cluster client and then
-// returns on its own.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
-	goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

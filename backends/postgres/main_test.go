@@ -2,34 +2,17 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m)
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakOptions ignore the harness's process spawner, which lives as long as
-// the test binary by design.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/golib/lease/internal/testserver.spawn.func1.1"),
-}
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
 // newDatabase returns the URL of a fresh database on the shared server.
 func newDatabase(t testing.TB) string {
