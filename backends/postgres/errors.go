@@ -37,15 +37,15 @@ func classify(err error, table string) error {
 	case errors.As(err, &pgErr):
 		if sev := pgErr.SeverityUnlocalized; sev == "FATAL" || sev == "PANIC" ||
 			sev == "" && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC") {
-			return lease.Indeterminate(fmt.Errorf("postgres: session ended: %w", err))
+			return lease.Indeterminate(fmt.Errorf("leasepostgres: session ended: %w", err))
 		}
 		return pgError(pgErr, err, table)
 	case pgconn.SafeToRetry(err):
-		return fmt.Errorf("postgres: request not sent: %w", err)
+		return fmt.Errorf("leasepostgres: request not sent: %w", err)
 	case errors.As(err, &connErr):
-		return fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("leasepostgres: %w", err)
 	}
-	return lease.Indeterminate(fmt.Errorf("postgres: no reply: %w", err))
+	return lease.Indeterminate(fmt.Errorf("leasepostgres: no reply: %w", err))
 }
 
 // pgError explains a server error, by SQLSTATE class.
@@ -53,26 +53,26 @@ func pgError(pgErr *pgconn.PgError, err error, table string) error {
 	code := pgErr.Code
 	switch {
 	case code == "40001" || code == "40P01":
-		return fmt.Errorf("postgres: statement rolled back, safe to retry: %w", err)
+		return fmt.Errorf("leasepostgres: statement rolled back, safe to retry: %w", err)
 	case code == "42P01" || code == "3F000":
-		return fmt.Errorf("postgres: lease table %s not found (configuration: run postgres.Migrate or apply postgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
+		return fmt.Errorf("leasepostgres: lease table %s not found (configuration: run postgres.Migrate or apply postgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
 	case code == "42501":
-		return fmt.Errorf("postgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE on it to the role): %w", table, err)
+		return fmt.Errorf("leasepostgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE on it to the role): %w", table, err)
 	case strings.HasPrefix(code, "42"):
-		return fmt.Errorf("postgres: lease table %s does not match this version of the library (configuration: run postgres.Migrate): %w", table, err)
+		return fmt.Errorf("leasepostgres: lease table %s does not match this version of the library (configuration: run postgres.Migrate): %w", table, err)
 	case code == "25P02":
-		return fmt.Errorf("postgres: the transaction given to postgres.New has failed earlier: %w", err)
+		return fmt.Errorf("leasepostgres: the transaction given to postgres.New has failed earlier: %w", err)
 	case code == "25006":
-		return fmt.Errorf("postgres: the database or transaction is read-only (configuration: connect to the primary): %w", err)
+		return fmt.Errorf("leasepostgres: the database or transaction is read-only (configuration: connect to the primary): %w", err)
 	}
-	return fmt.Errorf("postgres: statement failed, not applied: %w", err)
+	return fmt.Errorf("leasepostgres: statement failed, not applied: %w", err)
 }
 
 // notSent marks err as an error from before the request was sent: getting
 // a connection from the pool failed.
 func notSent(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("postgres: no connection before the context ended, request not sent: %w", err)
+		return fmt.Errorf("leasepostgres: no connection before the context ended, request not sent: %w", err)
 	}
-	return fmt.Errorf("postgres: no connection, request not sent: %w", err)
+	return fmt.Errorf("leasepostgres: no connection, request not sent: %w", err)
 }

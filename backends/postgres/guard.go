@@ -37,10 +37,10 @@ var quotedQualified = regexp.MustCompile(`^"(?:[^"\x00]|"")+"\."(?:[^"\x00]|"")+
 // it.
 func CheckGuard(ctx context.Context, tx DB, g guard.Guard) error {
 	if g.Kind() != guard.Postgres {
-		return fmt.Errorf("postgres: CheckGuard: guard of kind %q, not %q", g.Kind(), guard.Postgres)
+		return fmt.Errorf("leasepostgres: CheckGuard: guard of kind %q, not %q", g.Kind(), guard.Postgres)
 	}
 	if !quotedQualified.MatchString(g.Record()) {
-		return fmt.Errorf("postgres: CheckGuard: record %q is not a quoted, schema-qualified table name", g.Record())
+		return fmt.Errorf("leasepostgres: CheckGuard: record %q is not a quoted, schema-qualified table name", g.Record())
 	}
 	b, err := queryFiles.ReadFile("queries/guard.sql")
 	if err != nil {

@@ -30,7 +30,7 @@ const (
 )
 
 // errNoListener is returned by WatchReleases when the Store cannot listen.
-var errNoListener = errors.New("postgres: release notifications are disabled or there is no pool to listen on; waiters poll")
+var errNoListener = errors.New("leasepostgres: release notifications are disabled or there is no pool to listen on; waiters poll")
 
 // watchers is the set of active watches of one Store, by key, and the
 // state of the goroutines that serve them. It is guarded by Store.mu.
@@ -80,7 +80,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, errors.New("postgres: WatchReleases: the Store is closed")
+		return nil, nil, errors.New("leasepostgres: WatchReleases: the Store is closed")
 	}
 	if s.w.byKey == nil {
 		s.w.byKey = make(map[string]map[*watch]struct{})

@@ -34,7 +34,7 @@ type Beginner interface {
 // Migrations is adopted.
 func Migrate(ctx context.Context, db Beginner, o Options) error {
 	if db == nil {
-		return errors.New("postgres: Migrate: nil DB")
+		return errors.New("leasepostgres: Migrate: nil DB")
 	}
 	n, err := newNames(o.Schema, o.Table)
 	if err != nil {
@@ -42,7 +42,7 @@ func Migrate(ctx context.Context, db Beginner, o Options) error {
 	}
 	ms, err := pgmigrate.Load(Migrations())
 	if err != nil {
-		return fmt.Errorf("postgres: Migrate: %w", err)
+		return fmt.Errorf("leasepostgres: Migrate: %w", err)
 	}
 	err = pgmigrate.Run(ctx, db, ms, pgmigrate.Target{
 		Schema:   n.schema,
@@ -54,7 +54,7 @@ func Migrate(ctx context.Context, db Beginner, o Options) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: Migrate %s: %w", n.qualified, err)
+		return fmt.Errorf("leasepostgres: Migrate %s: %w", n.qualified, err)
 	}
 	return nil
 }

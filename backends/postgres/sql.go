@@ -91,10 +91,10 @@ func newNames(schema, table string) (names, error) {
 		{"Table", table, maxIdentLen - len(versionsSuffix)},
 	} {
 		if len(f.v) > f.max {
-			return names{}, fmt.Errorf("postgres: %s %.20q… is %d bytes, longer than the limit of %d", f.field, f.v, len(f.v), f.max)
+			return names{}, fmt.Errorf("leasepostgres: %s %.20q… is %d bytes, longer than the limit of %d", f.field, f.v, len(f.v), f.max)
 		}
 		if strings.ContainsRune(f.v, 0) {
-			return names{}, fmt.Errorf("postgres: %s %q contains a NUL byte", f.field, f.v)
+			return names{}, fmt.Errorf("leasepostgres: %s %q contains a NUL byte", f.field, f.v)
 		}
 	}
 	return names{

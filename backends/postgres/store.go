@@ -105,7 +105,7 @@ var (
 // limit.
 func New(db DB, o Options) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("postgres: New: nil DB")
+		return nil, errors.New("leasepostgres: New: nil DB")
 	}
 	n, err := newNames(o.Schema, o.Table)
 	if err != nil {
@@ -188,7 +188,7 @@ func remaining(us int64) time.Duration {
 // leaves it as it is and returns the holder.
 func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	if r.TTL <= 0 {
-		return 0, fmt.Errorf("postgres: acquire: TTL %v is not positive", r.TTL)
+		return 0, fmt.Errorf("leasepostgres: acquire: TTL %v is not positive", r.TTL)
 	}
 	var (
 		granted bool
@@ -202,11 +202,11 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	case err != nil:
 		return 0, err
 	case !ok:
-		return 0, errors.New("postgres: acquire: the statement returned no row")
+		return 0, errors.New("leasepostgres: acquire: the statement returned no row")
 	case !granted:
 		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: remaining(left)}
 	case token <= 0:
-		return 0, fmt.Errorf("postgres: acquire: table %s returned token %d", s.names.qualified, token)
+		return 0, fmt.Errorf("leasepostgres: acquire: table %s returned token %d", s.names.qualified, token)
 	}
 	return lease.Token(token), nil
 }
@@ -228,13 +228,13 @@ func lost(a lease.Acquisition, outcome int32) error {
 	case outcome == outcomeDone:
 		return nil
 	}
-	return fmt.Errorf("postgres: unexpected outcome %d", outcome)
+	return fmt.Errorf("leasepostgres: unexpected outcome %d", outcome)
 }
 
 // Renew implements lease.Backend in one statement (queries/renew.sql).
 func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
 	if ttl <= 0 {
-		return fmt.Errorf("postgres: renew: TTL %v is not positive", ttl)
+		return fmt.Errorf("leasepostgres: renew: TTL %v is not positive", ttl)
 	}
 	var outcome int32
 	ok, err := s.queryRow(ctx, s.q.renew, []any{a.Key, a.Nonce, int64(a.Token), ttlMillis(ttl)}, &outcome)
@@ -242,7 +242,7 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 		return err
 	}
 	if !ok {
-		return errors.New("postgres: renew: the statement returned no row")
+		return errors.New("leasepostgres: renew: the statement returned no row")
 	}
 	return lost(a, outcome)
 }
@@ -258,7 +258,7 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 		return err
 	}
 	if !ok {
-		return errors.New("postgres: release: the statement returned no row")
+		return errors.New("leasepostgres: release: the statement returned no row")
 	}
 	return lost(a, outcome)
 }
