@@ -283,16 +283,24 @@ func TestRestLetsAnotherReplicaLead(t *testing.T) {
 	for _, owner := range []string{"a", "b"} {
 		c := client(t, mem, owner)
 		wg.Go(func() {
-			err := leaseservice.Run(ctx, c, "k", policy(t, 300*time.Millisecond),
+			// Each term lasts 200ms, so the other replica is already
+			// waiting (and is woken by the release) when it ends; Rest
+			// keeps the leader out for 600ms, which leaves the other a
+			// 200ms margin however the goroutines are scheduled.
+			err := leaseservice.Run(ctx, c, "k", policy(t, 2*time.Second),
 				func(ctx context.Context, h *lease.Handle) error {
 					mu.Lock()
-					defer mu.Unlock()
 					leaders = append(leaders, owner)
 					if len(leaders) == 4 {
 						cancel()
 					}
+					mu.Unlock()
+					select {
+					case <-ctx.Done():
+					case <-time.After(200 * time.Millisecond):
+					}
 					return nil
-				}, leaseservice.Options{Rest: 200 * time.Millisecond})
+				}, leaseservice.Options{Rest: 600 * time.Millisecond})
 			if err != nil {
 				t.Errorf("%s: Run = %v", owner, err)
 			}
