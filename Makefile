@@ -29,6 +29,9 @@ deps:
 	@echo "==> scripts/install-deps.sh servers"; time bash scripts/install-deps.sh servers
 
 test: deps
+	@echo "==> smoke: the real servers start (versions below)"; \
+		LEASE_REQUIRE_SERVERS=1 $(GO) test -count=1 -v -run '^(TestSharedValkey|TestSharedPostgres)$$' ./internal/testserver \
+		| grep -E '(shared (Valkey|PostgreSQL) |^(ok|FAIL|---))'
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> go test -race -count=1 ./... (LEASE_REQUIRE_SERVERS=1)"; \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
