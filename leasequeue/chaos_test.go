@@ -60,6 +60,11 @@ type chaosWorker struct {
 	inflight atomic.Int64
 	paused   atomic.Bool
 	crashed  atomic.Bool
+	// doomed makes the worker's handlers wait at dead before they would
+	// complete, counted in held: the items it holds when it crashes.
+	doomed atomic.Bool
+	dead   chan struct{}
+	held   atomic.Int64
 }
 
 // TestItemsUnderChaos: five workers process 2,000 items while workers
@@ -96,7 +101,7 @@ func TestItemsUnderChaos(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		defer stop()
 		start := func(name string) *chaosWorker {
-			w := &chaosWorker{name: name, clock: newPauseClock(), done: make(chan struct{})}
+			w := &chaosWorker{name: name, clock: newPauseClock(), done: make(chan struct{}), dead: make(chan struct{})}
 			w.q = newQueue(t, s, src, name, leasequeue.Options{
 				Name: "chaos", Policy: p, Concurrency: 4, MaxAttempts: 1000, PollEvery: 20 * time.Millisecond,
 				RetryDelay: func(int) time.Duration { return 0 }, Observer: &h, Clock: w.clock,
@@ -112,6 +117,10 @@ func TestItemsUnderChaos(t *testing.T) {
 						return ctx.Err()
 					}
 					<-w.clock.running() // a paused worker hangs here, whatever happens meanwhile
+					if w.doomed.Load() {
+						w.held.Add(1)
+						<-w.dead // about to crash: keep the item held until then
+					}
 					if w.crashed.Load() {
 						return errors.New("crashed") // a dead process writes nothing
 					}
@@ -164,10 +173,20 @@ func TestItemsUnderChaos(t *testing.T) {
 						pausing.Store(false)
 					})
 				case crashes < 5:
+					// Doom the worker first, and crash it once one of its
+					// handlers holds an item it would otherwise complete
+					// (work takes only milliseconds, so a crash at a random
+					// instant often finds nothing held, and the rescue
+					// would go unchecked).
+					w.doomed.Store(true)
+					for wait := time.Now().Add(2 * time.Second); w.held.Load() == 0 && time.Now().Before(wait); {
+						time.Sleep(time.Millisecond)
+					}
 					crashes++
 					crashed := time.Now()
 					w.crashed.Store(true)
 					w.q.Crash()
+					close(w.dead) // its handlers see the crash and write nothing
 					<-w.done
 					ws[i] = start(w.name + "+")
 					h.mu.Lock()
