@@ -130,10 +130,15 @@ func (m *Managed) run() {
 			m.lose(err)
 			return
 		default:
-			last = err
+			// Keep the error that says why renewals fail: a timeout (the
+			// last attempt is cut short at the local deadline) says less
+			// than the refusal or transport error before it.
+			if last == nil || !errors.Is(err, context.DeadlineExceeded) {
+				last = err
+			}
 			left := h.Deadline().Sub(clock.Now())
 			if left <= 0 {
-				m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: err})
+				m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 				return
 			}
 			wait = min(jitter(o.Retry), left)

@@ -435,3 +435,60 @@ func TestManagedParentEndsAfterUnnoticedDeadline(t *testing.T) {
 		t.Fatalf("Err() after Release = %v, want nil", m2.Err())
 	}
 }
+
+// timeoutAfter fails renewals with a refusal, then, once told, with a
+// timeout, as a last attempt cut short at the local deadline does.
+type timeoutAfter struct {
+	lease.Backend
+	timeouts atomic.Bool
+}
+
+var errRefused = errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
+
+func (b *timeoutAfter) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	if b.timeouts.Load() {
+		return lease.Indeterminate(context.DeadlineExceeded)
+	}
+	return errRefused
+}
+
+func TestManagedLossKeepsTheTellingError(t *testing.T) {
+	f := newFixture(t)
+	b := &timeoutAfter{Backend: f.store}
+	c, _ := lease.NewClient(b, lease.ClientOptions{Owner: "test", Clock: f.clock})
+	h, err := c.Acquire(context.Background(), "k", f.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := h.StartManaged(context.Background())
+	defer m.Stop(context.Background())
+	for range 15 { // refused renewals from 8–10s on
+		f.step(t, time.Second)
+	}
+	b.timeouts.Store(true)
+	for i := 0; ; i++ {
+		// Wait until the renewer sleeps again or has given up.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		waited := make(chan error, 1)
+		go func() { waited <- f.clock.WaitForTimers(ctx, 1) }()
+		select {
+		case <-m.Lost():
+			cancel()
+			<-waited
+		case err := <-waited:
+			cancel()
+			if err != nil {
+				t.Fatal("the renewer neither slept nor gave up")
+			}
+			f.clock.Advance(time.Second)
+			if i > 30 {
+				t.Fatal("not lost 30s after the refusals began")
+			}
+			continue
+		}
+		break
+	}
+	if err := m.Err(); !errors.Is(err, errRefused) {
+		t.Fatalf("Err() = %v, want it to carry the refusal, not only the final timeout", err)
+	}
+}
