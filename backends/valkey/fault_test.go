@@ -141,14 +141,23 @@ func TestErrorClassification(t *testing.T) {
 		if strings.Contains(err.Error(), nonce) {
 			t.Fatalf("error %q reveals the nonce", err)
 		}
+		// The request may or may not have left the client before the
+		// deadline; either way the retry must settle it: the same token
+		// if the first attempt was applied, a fresh grant if not.
 		r, err := s.Inspect(ctx, "paused")
-		if err != nil || !r.Held {
-			t.Fatalf("Inspect after resume = %+v, %v; want the unanswered acquire applied", r, err)
+		if err != nil {
+			t.Fatal(err)
 		}
 		tok, err := s.Acquire(ctx, req)
-		if err != nil || tok != r.Token {
-			t.Fatalf("retry = %d, %v; want the token %d of the unanswered attempt", tok, err, r.Token)
+		switch {
+		case err != nil:
+			t.Fatalf("retry = %v", err)
+		case r.Held && tok != r.Token:
+			t.Fatalf("retry = %d; want the token %d of the unanswered attempt, which was applied", tok, r.Token)
+		case !r.Held && tok <= r.Token:
+			t.Fatalf("retry = %d; want a fresh token above %d", tok, r.Token)
 		}
+		t.Logf("unanswered attempt applied: %v", r.Held)
 	})
 
 	t.Run("a paused server does not hold up WatchReleases", func(t *testing.T) {

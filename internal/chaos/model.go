@@ -33,6 +33,7 @@ type state struct {
 	Acq      string // id of the latest acquisition
 	Released bool   // the latest acquisition was released
 	ExpLo    int64  // the latest acquisition ends no earlier than this (µs)
+	Lossy    bool   // a fault lost data since the latest grant
 
 	// Resource partition.
 	Mark  uint64 // highest token the fence accepted
@@ -99,6 +100,9 @@ type ModelOptions struct {
 //     falls to c.
 //   - release Unknown by the latest acquisition, and a fault that lost the
 //     lease store's data: ExpLo falls to c (the lease may have ended then).
+//     After such a fault, until the next grant, a NotAcquired answer may
+//     name any earlier holder: the store may have gone back to a state
+//     before a release or a grant (a promoted replica that missed them).
 //
 // # Resource partition
 //
@@ -178,7 +182,10 @@ func step(o ModelOptions, s state, op Op) []any {
 			}
 			return one(true, state{Max: op.Token, Holder: op.Token, Acq: op.Acq, ExpLo: op.Call + op.TTL})
 		case NotAcquired:
-			if op.Out == 0 {
+			if op.Out == 0 || s.Lossy {
+				// After a fault that lost data, the store may show any
+				// holder it had before the loss, even one released or
+				// superseded since.
 				return one(true, s)
 			}
 			return one(op.Out >= s.Max && !(op.Out == s.Holder && s.Released), s)
@@ -207,6 +214,7 @@ func step(o ModelOptions, s state, op Op) []any {
 	case KindFault:
 		if op.LostData {
 			s.ExpLo = min(s.ExpLo, op.Call)
+			s.Lossy = true
 		}
 	case KindWrite:
 		applied := s
