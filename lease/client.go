@@ -97,7 +97,8 @@ func (c *Client) TryAcquire(ctx context.Context, key string, p Policy) (*Handle,
 }
 
 // Inspect returns the state of key as the backend sees it. It never reveals
-// a holder's secret.
+// a holder's secret. Only ctx bounds the call: there is no policy, hence no
+// OperationTimeout, to apply.
 func (c *Client) Inspect(ctx context.Context, key string) (Record, error) {
 	if err := ValidateKey(key); err != nil {
 		return Record{}, err
@@ -138,9 +139,8 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		if err == nil {
 			if ctx.Err() != nil {
 				// Granted after the caller gave up: hand it back.
-				lastErr, unsure = context.Cause(ctx), true
-				req := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
-				return nil, c.acquireFailed(ctx, req, p, start, attempts, lastErr, unsure)
+				granted := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
+				return nil, c.acquireFailed(ctx, granted, p, start, attempts, context.Cause(ctx), true)
 			}
 			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p,
 				deadline: sent.Add(p.LocalLifetime())}

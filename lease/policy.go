@@ -26,8 +26,8 @@ type PolicyOptions struct {
 	OperationTimeout time.Duration
 
 	// Retry is the pause between two attempts of Acquire, and between two
-	// renewal attempts after a transient error. Attempts are jittered by up
-	// to ±20%. Default the smaller of 100ms and TTL/20.
+	// renewal attempts after a transient error. Each pause is shortened by a
+	// random amount of up to 20%, never lengthened. Default the smaller of 100ms and TTL/20.
 	Retry time.Duration
 
 	// Wait is how long Acquire keeps trying while the lease is held by
