@@ -18,11 +18,6 @@ const (
 	publishedSuffix = ":published"
 )
 
-// tagEscaper escapes a lease key the way the Valkey lease backend does
-// inside the hash tag of its record names (see the leasevalkey package
-// documentation): '%', '{' and '}' become %25, %7B and %7D.
-var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
 // keys are the names of everything that belongs to one cache entry. All of
 // them carry the hash tag of the refresh lease's record, so they live in
 // its hash slot.
@@ -53,17 +48,20 @@ func (c *Cache) checkKey(op, key string) error {
 // allocation: the hit path needs nothing else. key must have passed
 // checkKey.
 func (c *Cache) readNames(key string) (fresh, value string) {
+	// The store escapes only these bytes, and escapes piece by piece as it
+	// does whole (see leasevalkey's Store.HashTag): a key without them
+	// needs no call, so the hit path makes one allocation.
 	esc := key
 	if strings.ContainsAny(key, "%{}") {
-		esc = tagEscaper.Replace(key)
+		tag := c.store.HashTag(key)
+		esc = tag[1 : len(tag)-1]
 	}
 	// <Prefix>{<escaped Prefix><escaped key>}
-	base := len(c.prefix) + 1 + len(c.tagPrefix) + len(esc) + 1
+	base := len(c.prefix) + len(c.tagPrefix) + len(esc) + 1
 	var b strings.Builder
 	b.Grow(2*base + len(freshSuffix) + len(valueSuffix))
 	for _, suffix := range [2]string{freshSuffix, valueSuffix} {
 		b.WriteString(c.prefix)
-		b.WriteByte('{')
 		b.WriteString(c.tagPrefix)
 		b.WriteString(esc)
 		b.WriteByte('}')
@@ -86,7 +84,7 @@ func (c *Cache) keys(op, key string) (keys, error) {
 	rec := c.store.RecordKey(lk)
 	// The entry's hash tag must be the record's, or the scripts would touch
 	// two slots: check it here, on every path that writes.
-	if tag := base[len(c.prefix):]; !strings.HasSuffix(rec, tag) || strings.Count(rec, "{") != 1 {
+	if tag := base[len(c.prefix):]; rec != c.store.Prefix()+tag {
 		return keys{}, fmt.Errorf("cache: %s %q: the lease Store names the record %q, whose hash tag is not %s", op, key, rec, tag)
 	}
 	return keys{

@@ -46,6 +46,13 @@ func TestRecordKeyIsOneToOne(t *testing.T) {
 		if back := keyUnescaper.Replace(tag); back != k1 {
 			t.Fatalf("tag %q of %q unescapes to %q", tag, k1, back)
 		}
+		s := &Store{prefix: prefix}
+		if got := s.HashTag(k1); got != "{"+tag+"}" {
+			t.Fatalf("HashTag(%q) = %q, want {%s}", k1, got, tag)
+		}
+		if t1, t2 := s.HashTag(k1), s.HashTag(k2); s.HashTag(k1+k2) != t1[:len(t1)-1]+t2[1:] {
+			t.Fatalf("HashTag of %q+%q is not the two tags joined", k1, k2)
+		}
 		if hashTag(releaseChannel(r1)) != tag {
 			t.Fatalf("release channel of %q is not in the record's slot", k1)
 		}
