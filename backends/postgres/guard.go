@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/golib/lease/guard"
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,11 @@ import (
 // writes it: two double-quoted parts, with quotes inside doubled. Nothing
 // else can be spliced into a statement as a table name.
 var quotedQualified = regexp.MustCompile(`^"(?:[^"\x00]|"")+"\."(?:[^"\x00]|"")+"$`)
+
+// guardParts is queries/guard.sql without its comments, split around each
+// mention of the default table, read once: CheckGuard runs in the caller's
+// hot path and only joins the parts with the guard's table.
+var guardParts = defaultTable.Split(loadQuery("guard", DefaultSchema+"."+DefaultTable), -1)
 
 // CheckGuard reports whether the lease record of g still shows g's
 // acquisition (same owner and token, not expired on the database's
@@ -42,16 +48,12 @@ func CheckGuard(ctx context.Context, tx DB, g guard.Guard) error {
 	if !quotedQualified.MatchString(g.Record()) {
 		return fmt.Errorf("leasepostgres: CheckGuard: record %q is not a quoted, schema-qualified table name", g.Record())
 	}
-	b, err := queryFiles.ReadFile("queries/guard.sql")
-	if err != nil {
-		return err
-	}
 	var (
 		current, held bool
 		owner         string
 		token         int64
 	)
-	err = tx.QueryRow(ctx, render(stripComments(string(b)), g.Record()), g.Key(), g.Owner(), int64(g.Token())).
+	err := tx.QueryRow(ctx, strings.Join(guardParts, g.Record()), g.Key(), g.Owner(), int64(g.Token())).
 		Scan(&current, &owner, &token, &held)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -106,8 +106,9 @@ func newNames(schema, table string) (names, error) {
 }
 
 // queries holds the statements of one Store, rendered for its table.
+// CheckGuard's statement is not here: it takes the table from the guard.
 type queries struct {
-	acquire, renew, release, inspect, guard, watch string
+	acquire, renew, release, inspect, watch string
 }
 
 func loadQuery(name, table string) string {
@@ -124,7 +125,6 @@ func newQueries(table string) queries {
 		renew:   loadQuery("renew", table),
 		release: loadQuery("release", table),
 		inspect: loadQuery("inspect", table),
-		guard:   loadQuery("guard", table),
 		watch:   loadQuery("watch", table),
 	}
 }
