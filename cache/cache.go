@@ -76,7 +76,9 @@ type LoadFunc func(ctx context.Context, token lease.Token) ([]byte, error)
 type Outcome int
 
 const (
-	// Hit means a fresh value was on the server: one round trip.
+	// Hit means a fresh value was on the server. It takes one round trip,
+	// or two when a Cache without StaleFor reads a value that a Cache with
+	// StaleFor published.
 	Hit Outcome = iota + 1
 	// Loaded means this Get ran its load function and published the value.
 	Loaded
@@ -88,6 +90,8 @@ const (
 	Stale
 )
 
+// String returns the outcome's lower-case name ("hit", "loaded", "shared",
+// "stale"), as NewSlogObserver logs it.
 func (o Outcome) String() string {
 	switch o {
 	case Hit:
@@ -199,7 +203,7 @@ func (c *Cache) observe(mk func() Event) {
 }
 
 // Get returns the value of key: at once if a fresh value is on the server
-// (one round trip); otherwise it is a singleflight.Do across every process
+// (one round trip; see Hit); otherwise it is a singleflight.Do across every process
 // that shares the servers and Prefix. Exactly one caller at a time, in
 // whichever process gets key's refresh lease, runs its load function and
 // publishes the value; the other callers wait for that publication (woken

@@ -52,7 +52,7 @@
 // servers. golang.org/x/sync/singleflight deduplicates the calls of one
 // process only: with N replicas a miss still loads N times, and nothing
 // checks, when a value is stored, that it is still wanted. Here a hit is
-// one round trip (a GET); on a miss, the Gets of a process share one
+// one round trip (a GET, or an MGET with StaleFor); on a miss, the Gets of a process share one
 // attempt at the refresh lease; the process that gets it runs the load
 // function and publishes, and every other process waits, woken by a shard
 // pub/sub message that the publication sends (and by the lease's release,
@@ -65,7 +65,8 @@
 //
 // The refresh lease's record is, in the Valkey lease backend's layout,
 // <store prefix>{<escaped lease key>}. The entry's keys and channel reuse
-// that hash tag after the Cache's Prefix:
+// that hash tag (the one the Store's HashTag method returns) after the
+// Cache's Prefix:
 //
 //	<Prefix>{<escaped lease key>}:value        header, then the value
 //	<Prefix>{<escaped lease key>}:fresh        the publishing token (StaleFor only)
