@@ -55,13 +55,13 @@ func pgError(pgErr *pgconn.PgError, err error, table string) error {
 	case code == "40001" || code == "40P01":
 		return fmt.Errorf("leasepostgres: statement rolled back, safe to retry: %w", err)
 	case code == "42P01" || code == "3F000":
-		return fmt.Errorf("leasepostgres: lease table %s not found (configuration: run postgres.Migrate or apply postgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
+		return fmt.Errorf("leasepostgres: lease table %s not found (configuration: run leasepostgres.Migrate or apply leasepostgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
 	case code == "42501":
 		return fmt.Errorf("leasepostgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE on it to the role): %w", table, err)
 	case strings.HasPrefix(code, "42"):
-		return fmt.Errorf("leasepostgres: lease table %s does not match this version of the library (configuration: run postgres.Migrate): %w", table, err)
+		return fmt.Errorf("leasepostgres: lease table %s does not match this version of the library (configuration: run leasepostgres.Migrate): %w", table, err)
 	case code == "25P02":
-		return fmt.Errorf("leasepostgres: the transaction given to postgres.New has failed earlier: %w", err)
+		return fmt.Errorf("leasepostgres: the transaction given to leasepostgres.New has failed earlier: %w", err)
 	case code == "25006":
 		return fmt.Errorf("leasepostgres: the database or transaction is read-only (configuration: connect to the primary): %w", err)
 	}
