@@ -102,9 +102,9 @@ func TestItemsUnderChaos(t *testing.T) {
 		defer stop()
 		start := func(name string) *chaosWorker {
 			w := &chaosWorker{name: name, clock: newPauseClock(), done: make(chan struct{}), dead: make(chan struct{})}
-			w.q = newQueue(t, s, src, name, leasequeue.Options{
+			w.q = newQueueOnClock(t, s, src, name, w.clock, leasequeue.Options{
 				Name: "chaos", Policy: p, Concurrency: 4, MaxAttempts: 1000, PollEvery: 20 * time.Millisecond,
-				RetryDelay: func(int) time.Duration { return 0 }, Observer: &h, Clock: w.clock,
+				RetryDelay: func(int) time.Duration { return 0 }, Observer: &h,
 			})
 			go func() {
 				defer close(w.done)

@@ -347,7 +347,14 @@ func newClient(t testing.TB, b lease.Backend, owner string, clock lease.Clock) *
 // newQueue returns a queue on src for a new worker of s named owner.
 func newQueue(t testing.TB, s *store, src leasequeue.Source, owner string, o leasequeue.Options) *leasequeue.Queue {
 	t.Helper()
-	q, err := leasequeue.New(newClient(t, s.backend(t), owner, o.Clock), src, o)
+	return newQueueOnClock(t, s, src, owner, nil, o)
+}
+
+// newQueueOnClock is newQueue for a worker whose lease client tells time
+// with clock (nil: the system clock).
+func newQueueOnClock(t testing.TB, s *store, src leasequeue.Source, owner string, clock lease.Clock, o leasequeue.Options) *leasequeue.Queue {
+	t.Helper()
+	q, err := leasequeue.New(newClient(t, s.backend(t), owner, clock), src, o)
 	if err != nil {
 		t.Fatal(err)
 	}

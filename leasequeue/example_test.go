@@ -34,7 +34,7 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		q, err := leasequeue.New(client, items, leasequeue.Options{Name: "invoices", Policy: policy, Clock: clock})
+		q, err := leasequeue.New(client, items, leasequeue.Options{Name: "invoices", Policy: policy})
 		if err != nil {
 			panic(err)
 		}

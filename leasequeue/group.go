@@ -45,10 +45,6 @@ type GroupOptions struct {
 
 	// Observer receives the group's events. Default NopObserver.
 	Observer Observer
-
-	// Clock tells time for local deadlines and pauses; use the lease
-	// client's. Default lease.SystemClock().
-	Clock lease.Clock
 }
 
 // Partition is one partition owned by a worker, as its handler gets it.
@@ -148,13 +144,10 @@ func NewGroup(client *lease.Client, o GroupOptions) (*Group, error) {
 	if o.RebalanceEvery == 0 {
 		o.RebalanceEvery = po.RenewEvery
 	}
-	g := &Group{client: client, o: o, obs: o.Observer, clock: o.Clock, join: join,
+	g := &Group{client: client, o: o, obs: o.Observer, clock: client.Clock(), join: join,
 		wake: make(chan struct{}, 1), owned: make(map[string]*ownership)}
 	if g.obs == nil {
 		g.obs = NopObserver
-	}
-	if g.clock == nil {
-		g.clock = lease.SystemClock()
 	}
 	g.order, g.rank = preference(o.Worker, o.Partitions)
 	return g, nil

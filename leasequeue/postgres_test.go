@@ -160,9 +160,8 @@ func mustClaimAndTakeOver(ctx context.Context, t *testing.T, s *store, src sourc
 	t.Helper()
 	mustEnqueue(ctx, t, src, "taken")
 	o := leasequeue.Options{Name: "tx", Policy: loadedPolicy(t, time.Second)}
-	paused := o
-	paused.Clock = leasetest.NewFakeClock(time.Now()) // never moves: the worker is paused
-	a := newQueue(t, s, src, "paused", paused)
+	paused := leasetest.NewFakeClock(time.Now()) // never moves: the worker is paused
+	a := newQueueOnClock(t, s, src, "paused", paused, o)
 	c, err := a.Claim(ctx, "taken")
 	if err != nil {
 		t.Fatal(err)

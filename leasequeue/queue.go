@@ -62,10 +62,6 @@ type Options struct {
 
 	// Observer receives the queue's events. Default NopObserver.
 	Observer Observer
-
-	// Clock tells time for local deadlines and pauses; use the lease
-	// client's. Default lease.SystemClock().
-	Clock lease.Clock
 }
 
 // Handler processes one claimed item. ctx is the claim's context: it is
@@ -126,12 +122,9 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	if o.PollEvery == 0 {
 		o.PollEvery = min(time.Second, o.Policy.TTL()/4)
 	}
-	q := &Queue{client: client, src: src, o: o, obs: o.Observer, clock: o.Clock}
+	q := &Queue{client: client, src: src, o: o, obs: o.Observer, clock: client.Clock()}
 	if q.obs == nil {
 		q.obs = NopObserver
-	}
-	if q.clock == nil {
-		q.clock = lease.SystemClock()
 	}
 	return q, nil
 }

@@ -44,7 +44,6 @@ func all[T leasequeue.Event](e *events) []T {
 // for a worker named owner.
 func fakeQueue(t *testing.T, b lease.Backend, src leasequeue.Source, owner string, clock lease.Clock, o leasequeue.Options) *leasequeue.Queue {
 	t.Helper()
-	o.Clock = clock
 	q, err := leasequeue.New(newClient(t, b, owner, clock), src, o)
 	if err != nil {
 		t.Fatal(err)

@@ -37,9 +37,7 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 			// A's clock stands still: its renewer never runs and its local
 			// deadline never passes, as in a paused process.
 			frozen := leasetest.NewFakeClock(time.Now())
-			oa := o
-			oa.Clock = frozen
-			a := newQueue(t, s, src, "worker-a", oa)
+			a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
 			ca, err := a.Claim(ctx, "paused")
 			if err != nil {
 				t.Fatal(err)
