@@ -257,7 +257,7 @@ func (c *Cache) get(ctx context.Context, key string, load LoadFunc) ([]byte, Inf
 	if e.fresh {
 		return e.val, Info{Outcome: Hit, Token: e.token}, nil
 	}
-	k, err := c.keys(op, key)
+	k, err := c.entryKeys(op, key, fresh, value)
 	if err != nil {
 		return nil, Info{}, err
 	}

@@ -79,6 +79,13 @@ func (c *Cache) keys(op, key string) (keys, error) {
 		return keys{}, err
 	}
 	fresh, value := c.readNames(key)
+	return c.entryKeys(op, key, fresh, value)
+}
+
+// entryKeys returns every name of key's entry, given the names readNames
+// returned for it; key must have passed checkKey. It saves a Get that
+// missed from naming the entry twice.
+func (c *Cache) entryKeys(op, key, fresh, value string) (keys, error) {
 	base := strings.TrimSuffix(fresh, freshSuffix)
 	lk := c.prefix + key
 	rec := c.store.RecordKey(lk)
