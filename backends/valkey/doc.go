@@ -62,7 +62,7 @@
 // Store.Guard returns the coordinates of an acquisition for writes that must
 // happen only while it is current. Such a write, run as a Lua script in the
 // record's hash slot (its keys carry the same {…} hash tag as
-// guard.Guard.Record), is allowed if HMGET record token owner expires
+// guard.Guard.Record, which Store.HashTag returns), is allowed if HMGET record token owner expires
 // returns the guard's token and owner and an expiry later than TIME in
 // microseconds. It must never read the nonce field.
 //
