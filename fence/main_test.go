@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +74,14 @@ func newFence(t testing.TB, c valkey.Client) *fence.Valkey {
 		t.Fatalf("NewValkey: %v", err)
 	}
 	return v
+}
+
+// dataKey returns a data key named name in the hash slot of resource,
+// under v's own prefix, so that a test run twice in one process (go test
+// -count=2) on the shared server starts from keys that do not exist yet.
+func dataKey(v *fence.Valkey, name, resource string) string {
+	tag := "{" + resource + "}"
+	return strings.TrimSuffix(v.FenceKey(resource), tag) + name + ":" + tag
 }
 
 // snap returns a snapshot of lease key with token.
