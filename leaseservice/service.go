@@ -96,8 +96,11 @@ func (k TransitionKind) String() string {
 
 // Transition describes one change of leadership.
 type Transition struct {
-	Kind  TransitionKind
-	Key   string
+	// Kind says what happened.
+	Kind TransitionKind
+	// Key is the service's lease key.
+	Key string
+	// Token is the fencing token of the term the transition belongs to.
 	Token lease.Token
 	// Err is the loss for Lost and the release error for Released.
 	Err error
@@ -109,7 +112,6 @@ type Service struct {
 	client *lease.Client
 	key    string
 	policy lease.Policy // with Wait of at least one TTL, for campaigning
-	base   lease.Policy
 	fn     Func
 	o      Options
 
@@ -151,7 +153,7 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if o.ReleaseTimeout == 0 {
 		o.ReleaseTimeout = po.OperationTimeout
 	}
-	return &Service{client: client, key: key, policy: campaign, base: policy, fn: fn, o: o}, nil
+	return &Service{client: client, key: key, policy: campaign, fn: fn, o: o}, nil
 }
 
 // Run is New followed by Service.Run.
@@ -182,8 +184,10 @@ func (s *Service) Handle() *lease.Handle {
 // Run returns only after the function has returned and the lease was
 // released (or the release attempted). It returns nil when ctx ended and
 // the last release succeeded; the release's error if it failed; the
-// function's error; or a campaign error other than ErrNotAcquired (an
-// invalid key, for example).
+// function's error; or a campaign error that retrying cannot cure (an
+// error matching lease.ErrInvalidKey or lease.ErrInvalidPolicy). Other
+// campaign errors, such as an unreachable backend, are retried until ctx
+// ends.
 func (s *Service) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("leaseservice: Run is already running")
