@@ -2,6 +2,7 @@ package fence
 
 // Exported for the tests in package fence_test.
 var (
-	FenceLua = fenceLua
-	KeySlot  = keySlot
+	FenceLua    = fenceLua
+	KeySlot     = keySlot
+	CommitError = commitError
 )

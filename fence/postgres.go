@@ -288,6 +288,18 @@ func (t *Table) statementError(rs []string, err error) error {
 	return fmt.Errorf("fence: resources %q: fence statement failed, nothing written: %w", rs, err)
 }
 
+// sessionEnded reports whether pgErr is FATAL or PANIC: the server ended
+// the session, possibly around the commit. Severity is translated by the
+// server's lc_messages, so SeverityUnlocalized decides when the server sent
+// it (PostgreSQL 9.6 and later).
+func sessionEnded(pgErr *pgconn.PgError) bool {
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "FATAL" || sev == "PANIC"
+}
+
 // commitError explains a failed COMMIT.
 func commitError(rs []string, err error) error {
 	var pgErr *pgconn.PgError
@@ -296,7 +308,7 @@ func commitError(rs []string, err error) error {
 		return &ConflictError{Resources: rs, Err: err}
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return fmt.Errorf("fence: resources %q: the transaction had failed (a statement in fn failed and fn went on), rolled back, nothing written: %w", rs, err)
-	case errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC":
+	case errors.As(err, &pgErr) && !sessionEnded(pgErr):
 		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
 	case pgconn.SafeToRetry(err):
 		return fmt.Errorf("fence: resources %q: commit not sent, nothing written: %w", rs, err)

@@ -431,3 +431,25 @@ func TestTxSwallowedStatementError(t *testing.T) {
 		t.Fatalf("fence = %v after a rolled-back commit", m)
 	}
 }
+
+// TestCommitErrorSeverity: a COMMIT that ends the session is indeterminate
+// even when the server translates its severity (lc_messages); other server
+// errors mean nothing was written.
+func TestCommitErrorSeverity(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		err           *pgconn.PgError
+		indeterminate bool
+	}{
+		{"FATAL", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
+		{"translated FATAL", &pgconn.PgError{Severity: "ВАЖНО", SeverityUnlocalized: "FATAL", Code: "57P01"}, true},
+		{"translated PANIC", &pgconn.PgError{Severity: "ПАНИКА", SeverityUnlocalized: "PANIC", Code: "XX000"}, true},
+		{"ERROR", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23505"}, false},
+	} {
+		err := fence.CommitError([]string{"r"}, c.err)
+		if got := errors.Is(err, lease.ErrIndeterminate); got != c.indeterminate {
+			t.Errorf("%s: %v; indeterminate = %v, want %v", c.name, err, got, c.indeterminate)
+		}
+	}
+}
