@@ -27,8 +27,7 @@ func ExampleLocker() {
 		client, _ := lease.NewClient(backend, lease.ClientOptions{Owner: owner, Clock: clock})
 		l, _ := leasescheduler.NewLocker(client, leasescheduler.Options{
 			Policy: policy,
-			Slots:  leasescheduler.Every(time.Minute),
-			Clock:  clock,
+			Slots:  leasescheduler.Every(time.Minute), // on the client's clock
 		})
 		return l
 	}

@@ -35,8 +35,9 @@ type Options struct {
 	// never runs on two replicas at once.
 	Slots SlotFunc
 
-	// Clock tells the time that Slots maps to a slot. Default
-	// lease.SystemClock().
+	// Clock tells the time that Slots maps to a slot. Default the
+	// client's clock (lease.Client.Clock), which also times the slot's
+	// lease.
 	Clock lease.Clock
 }
 
@@ -69,7 +70,7 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 		return nil, fmt.Errorf("leasescheduler: Options.Prefix: %w", err)
 	}
 	if o.Clock == nil {
-		o.Clock = lease.SystemClock()
+		o.Clock = client.Clock()
 	}
 	return &Locker{client: client, o: o, held: make(map[string]*Lock)}, nil
 }

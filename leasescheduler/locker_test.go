@@ -49,7 +49,7 @@ func fakeReplicas(t *testing.T, n int) ([]*leasescheduler.Locker, *leasememory.S
 	var out []*leasescheduler.Locker
 	for i := range n {
 		c := newClient(t, b, "replica-"+string(rune('a'+i)), clock)
-		out = append(out, newLocker(t, c, leasescheduler.Options{Policy: p, Slots: leasescheduler.Every(time.Minute), Clock: clock}))
+		out = append(out, newLocker(t, c, leasescheduler.Options{Policy: p, Slots: leasescheduler.Every(time.Minute)}))
 	}
 	return out, b, clock
 }
