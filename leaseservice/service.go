@@ -17,7 +17,7 @@
 // until the function has returned, then the lease is released and Run
 // returns the release's error, if any. Waiting replicas campaign with
 // Acquire calls that wait at least a TTL, so on backends that announce
-// releases (lease.ReleaseWatcher: the Valkey and PostgreSQL backends) one
+// releases (lease.ReleaseWatcher: the Valkey, PostgreSQL and memory backends) one
 // of them takes over within a round trip or two instead of at its next
 // retry.
 //
