@@ -218,7 +218,7 @@ func Upsert(ctx context.Context, db Querier, snap lease.Snapshot, b sq.InsertBui
 	var ident []string
 	key := sq.And{}
 	for _, c := range conflict {
-		i := indexOf(columns, c)
+		i := slices.Index(columns, c)
 		if i < 0 || !identifier.MatchString(c) {
 			return pgconn.CommandTag{}, invalid("Upsert into %s: conflict column %q is not an identifier among the inserted columns %q", table, c, columns)
 		}
@@ -313,8 +313,6 @@ func columnError(resource string, err error) error {
 	}
 	return fmt.Errorf("fence: resource %q: %w", resource, err)
 }
-
-func indexOf(s []string, v string) int { return slices.Index(s, v) }
 
 // without returns the elements of s that are not in drop.
 func without(s, drop []string) []string {
