@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golib/lease/internal/stall"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )
@@ -91,12 +92,7 @@ func TestItemsUnderChaos(t *testing.T) {
 		mustEnqueue(ctx, t, src, ids...)
 		p := loadedPolicy(t, ttl)
 		var h history
-		var stalls stallMeter
-		meterCtx, stopMeter := context.WithCancel(ctx)
-		var meter sync.WaitGroup
-		meter.Go(func() { stalls.run(meterCtx) })
-		defer meter.Wait()
-		defer stopMeter()
+		stalls := stall.Start(t)
 
 		runCtx, stop := context.WithCancel(ctx)
 		defer stop()
@@ -251,7 +247,7 @@ func TestItemsUnderChaos(t *testing.T) {
 				t.Errorf("item %s of a crashed worker was never claimed after its lease expired", e.item)
 				continue
 			}
-			stall := stalls.within(e.at, next)
+			stall := stalls.Within(e.at, next)
 			if wait := next.Sub(e.at) - stall; wait > worst {
 				worst, stalled = wait, stall
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	leasememory "github.com/golib/lease/backends/memory"
+	"github.com/golib/lease/internal/stall"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )
@@ -98,15 +99,10 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 		}
 		var (
 			rec     timed
-			stalls  stallMeter
 			mu      sync.Mutex
 			refused int
 		)
-		var meter sync.WaitGroup
-		meterCtx, stopMeter := context.WithCancel(ctx)
-		meter.Go(func() { stalls.run(meterCtx) })
-		defer meter.Wait()
-		defer stopMeter()
+		stalls := stall.Start(t)
 		o := leasequeue.GroupOptions{Name: "grp", Partitions: parts, Policy: loadedPolicy(t, ttl), Roster: s.roster(t), Observer: &rec}
 		work := func(ctx context.Context, p leasequeue.Partition) error {
 			for {
@@ -164,7 +160,7 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 			if !moved || a.Worker == dead.name {
 				continue
 			}
-			stall := stalls.within(exp, te.at)
+			stall := stalls.Within(exp, te.at)
 			if wait := te.at.Sub(exp) - stall; wait > worst {
 				worst, stalled = wait, stall
 			}
