@@ -53,21 +53,30 @@ func TestValidateOwner(t *testing.T) {
 	}
 }
 
-// FuzzValidateKey checks that ValidateKey never panics and accepts exactly
-// the keys that follow its documented rules.
+// FuzzValidateKey checks that ValidateKey and ValidateOwner never panic and
+// accept exactly the strings that follow their documented rules.
 func FuzzValidateKey(f *testing.F) {
 	for _, s := range []string{"a", "", "{x}", "\x00", "ü", "\xff", strings.Repeat("z", 1025)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		err := lease.ValidateKey(key)
-		valid := key != "" && len(key) <= lease.MaxKeyLen && utf8.ValidString(key) &&
+		chars := utf8.ValidString(key) &&
 			!strings.ContainsFunc(key, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError })
+		valid := key != "" && len(key) <= lease.MaxKeyLen && chars
 		if valid != (err == nil) {
 			t.Fatalf("ValidateKey(%q) = %v, but the rules say valid=%v", key, err, valid)
 		}
 		if err != nil && !errors.Is(err, lease.ErrInvalidKey) {
 			t.Fatalf("ValidateKey(%q) = %v, which does not wrap ErrInvalidKey", key, err)
+		}
+		err = lease.ValidateOwner(key)
+		valid = key != "" && len(key) <= lease.MaxOwnerLen && chars
+		if valid != (err == nil) {
+			t.Fatalf("ValidateOwner(%q) = %v, but the rules say valid=%v", key, err, valid)
+		}
+		if err != nil && !errors.Is(err, lease.ErrInvalidOwner) {
+			t.Fatalf("ValidateOwner(%q) = %v, which does not wrap ErrInvalidOwner", key, err)
 		}
 	})
 }

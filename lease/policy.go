@@ -6,7 +6,11 @@ import (
 )
 
 // PolicyOptions configure a Policy. The zero value of every field except TTL
-// means its default; negative values are invalid. Pass it to NewPolicy.
+// means its default; negative values are invalid. Pass it to NewPolicy,
+// which also checks the rules between the fields: SafetyMargin < TTL, and
+// RenewEvery + Retry + 2×OperationTimeout ≤ TTL − SafetyMargin, so that a
+// renewal started on schedule can time out and still be retried before the
+// local deadline.
 type PolicyOptions struct {
 	// TTL is how long the backend keeps the lease without a renewal,
 	// measured on the backend's clock. Required; at least 10ms and at most
@@ -59,6 +63,7 @@ const (
 //   - RenewEvery, SafetyMargin, OperationTimeout, Retry, Wait and
 //     MaxAttempts are not negative;
 //   - SafetyMargin < TTL;
+//   - RenewEvery, Retry and OperationTimeout are each at most TTL;
 //   - RenewEvery + Retry + 2×OperationTimeout ≤ TTL − SafetyMargin: a
 //     renewal started on schedule can time out and still leave time for one
 //     retry before the local deadline;
@@ -104,6 +109,20 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	}
 	if o.SafetyMargin >= o.TTL {
 		return bad("SafetyMargin (%v) must be less than TTL (%v)", o.SafetyMargin, o.TTL)
+	}
+	// Each term of the sum below on its own first, so that huge values
+	// cannot overflow it into a small one.
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RenewEvery", o.RenewEvery},
+		{"Retry", o.Retry},
+		{"OperationTimeout", o.OperationTimeout},
+	} {
+		if f.v > o.TTL {
+			return bad("%s (%v) must not exceed TTL (%v)", f.name, f.v, o.TTL)
+		}
 	}
 	if need, have := o.RenewEvery+o.Retry+2*o.OperationTimeout, o.TTL-o.SafetyMargin; need > have {
 		return bad("RenewEvery (%v) + Retry (%v) + 2×OperationTimeout (%v) = %v must not exceed TTL−SafetyMargin (%v), so that a renewal that times out can still be retried before the local deadline",

@@ -2,6 +2,8 @@ package lease_test
 
 import (
 	"errors"
+	"math"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,10 @@ func TestNewPolicyRules(t *testing.T) {
 		{"margin equals TTL", lease.PolicyOptions{TTL: 30 * s, SafetyMargin: 30 * s}, "SafetyMargin (30s) must be less than TTL (30s)"},
 		{"renewal cannot be retried", lease.PolicyOptions{TTL: 30 * s, RenewEvery: 21 * s, OperationTimeout: 2 * s}, "must not exceed TTL−SafetyMargin (25s)"},
 		{"renewal too late", lease.PolicyOptions{TTL: 30 * s, RenewEvery: 26 * s}, "RenewEvery (26s)"},
+		{"huge RenewEvery", lease.PolicyOptions{TTL: 30 * s, RenewEvery: math.MaxInt64}, "RenewEvery (2562047h47m16.854775807s) must not exceed TTL (30s)"},
+		{"huge Retry", lease.PolicyOptions{TTL: 30 * s, Retry: math.MaxInt64 - s}, "Retry (2562047h47m15.854775807s) must not exceed TTL (30s)"},
+		{"huge OperationTimeout", lease.PolicyOptions{TTL: 30 * s, OperationTimeout: math.MaxInt64/2 + 1}, "OperationTimeout (1281023h53m38.427387904s) must not exceed TTL (30s)"},
+		{"sum that overflows", lease.PolicyOptions{TTL: 30 * s, RenewEvery: math.MaxInt64, OperationTimeout: math.MaxInt64/2 + 1, Retry: math.MaxInt64 - s}, "must not exceed TTL (30s)"},
 		{"attempts without wait", lease.PolicyOptions{TTL: 30 * s, MaxAttempts: 3}, "MaxAttempts (3) above 1 requires Wait > 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,4 +93,41 @@ func TestNewPolicyBoundary(t *testing.T) {
 	if _, err := lease.NewPolicy(o); !errors.Is(err, lease.ErrInvalidPolicy) {
 		t.Fatalf("policy 1ns over the limit = %v, want ErrInvalidPolicy", err)
 	}
+}
+
+// FuzzNewPolicy checks that NewPolicy never panics, that every error wraps
+// ErrInvalidPolicy, and that every policy it accepts keeps the documented
+// rules, computed without overflow.
+func FuzzNewPolicy(f *testing.F) {
+	s := int64(time.Second)
+	f.Add(30*s, 10*s, 5*s, 2*s, s/10, 2*s, 20)
+	f.Add(int64(lease.MinTTL), int64(0), int64(0), int64(0), int64(0), int64(0), 0)
+	f.Add(30*s, int64(math.MaxInt64), int64(0), int64(math.MaxInt64/2+1), int64(math.MaxInt64)-s, int64(0), 0)
+	f.Fuzz(func(t *testing.T, ttl, renew, margin, timeout, retry, wait int64, attempts int) {
+		o := lease.PolicyOptions{TTL: time.Duration(ttl), RenewEvery: time.Duration(renew), SafetyMargin: time.Duration(margin),
+			OperationTimeout: time.Duration(timeout), Retry: time.Duration(retry), Wait: time.Duration(wait), MaxAttempts: attempts}
+		p, err := lease.NewPolicy(o)
+		if err != nil {
+			if !errors.Is(err, lease.ErrInvalidPolicy) {
+				t.Fatalf("NewPolicy(%+v) = %v, which does not wrap ErrInvalidPolicy", o, err)
+			}
+			return
+		}
+		g := p.Options()
+		n := func(d time.Duration) *big.Int { return big.NewInt(int64(d)) }
+		need := new(big.Int).Add(n(g.RenewEvery), n(g.Retry))
+		need.Add(need, new(big.Int).Mul(big.NewInt(2), n(g.OperationTimeout)))
+		switch {
+		case g.TTL < lease.MinTTL || g.TTL > lease.MaxTTL:
+			t.Fatalf("accepted TTL %v", g.TTL)
+		case g.RenewEvery <= 0 || g.SafetyMargin <= 0 || g.OperationTimeout <= 0 || g.Retry <= 0 || g.Wait < 0 || g.MaxAttempts < 0:
+			t.Fatalf("accepted %+v: a duration is not positive after defaults", g)
+		case g.SafetyMargin >= g.TTL:
+			t.Fatalf("accepted SafetyMargin %v ≥ TTL %v", g.SafetyMargin, g.TTL)
+		case need.Cmp(n(g.TTL-g.SafetyMargin)) > 0:
+			t.Fatalf("accepted %+v: RenewEvery + Retry + 2×OperationTimeout = %v exceeds TTL−SafetyMargin", g, need)
+		case g.MaxAttempts > 1 && g.Wait == 0:
+			t.Fatalf("accepted MaxAttempts %d without Wait", g.MaxAttempts)
+		}
+	})
 }
