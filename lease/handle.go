@@ -68,12 +68,14 @@ func (h *Handle) acquisition() Acquisition {
 // if the outcome is unknown (the local deadline then stays where it was);
 // or another backend error, after which nothing changed.
 func (h *Handle) Renew(ctx context.Context) error {
-	return h.renew(ctx, false)
+	return h.renew(ctx, nil)
 }
 
-// renew renews the lease; with capped, the call is also bounded by the
-// local deadline, so that a managed renewer never acts as holder past it.
-func (h *Handle) renew(ctx context.Context, capped bool) error {
+// renew renews the lease. With atDeadline (a managed renewer), the call is
+// also bounded by the local deadline, so that the renewer never acts as
+// holder past it, and atDeadline is called if the deadline passes before
+// the backend has returned.
+func (h *Handle) renew(ctx context.Context, atDeadline func()) error {
 	clock, o := h.c.clock, h.policy.o
 	h.mu.Lock()
 	released, deadline := h.released, h.deadline
@@ -84,11 +86,23 @@ func (h *Handle) renew(ctx context.Context, capped bool) error {
 	}
 	sent := clock.Now()
 	timeout := o.OperationTimeout
-	if left := deadline.Sub(sent); capped && left < timeout {
-		timeout = left
+	var watchdog *time.Timer
+	if atDeadline != nil {
+		left := deadline.Sub(sent)
+		timeout = min(timeout, left)
+		// The context bounds a backend that keeps the contract; the
+		// watchdog bounds one that does not return when its context ends.
+		watchdog = time.AfterFunc(left, func() {
+			if ctx.Err() == nil {
+				atDeadline()
+			}
+		})
 	}
 	octx, cancel := context.WithTimeout(ctx, timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
+	if watchdog != nil {
+		watchdog.Stop()
+	}
 	cancel()
 	if err != nil {
 		err = wrapOp("renew", h.key, err)

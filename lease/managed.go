@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Managed renews a Handle's lease in the background and says when it is
 // lost. Create one with Handle.StartManaged. Its methods are safe for
 // concurrent use.
 //
-// It renews every RenewEvery (shortened by up to 20% of jitter). A renewal
-// that fails with a transient error is retried every Retry until the local
-// deadline; the lease is lost the moment the backend says this acquisition
-// is no longer current, or when the local deadline passes without a
-// confirmed renewal. On loss, and only then, Managed records the error
+// It renews RenewEvery (shortened by up to 20% of jitter) after the last
+// confirmed acquire or renew was sent, so a renewer started late renews at
+// once. A renewal that fails with a transient error is retried every Retry
+// until the local deadline; the lease is lost the moment the backend says
+// this acquisition is no longer current, or when the local deadline passes
+// without a confirmed renewal, even if a backend call is still in flight
+// then. On loss, and only then, Managed records the error
 // (Err), closes Lost, cancels Context with the error as its cause and emits
 // a Lost event.
 type Managed struct {
@@ -47,7 +50,7 @@ func (h *Handle) StartManaged(ctx context.Context) *Managed {
 		close(m.done)
 		return m
 	}
-	go m.run()
+	go m.run(m.due(h.deadline))
 	return m
 }
 
@@ -99,10 +102,19 @@ func (m *Managed) Stop(ctx context.Context) error {
 // exited, for whatever reason.
 func (m *Managed) Done() <-chan struct{} { return m.done }
 
-func (m *Managed) run() {
+// due returns how long from now the next renewal is due, given the local
+// deadline: RenewEvery (with jitter) after the last confirmed acquire or
+// renew was sent, whose send time is the deadline less the local lifetime.
+// Not after it returned, nor after StartManaged: a slow renewal or a late
+// start must not eat into the room the policy leaves for retries.
+func (m *Managed) due(deadline time.Time) time.Duration {
+	p := m.h.policy
+	return deadline.Add(jitter(p.o.RenewEvery) - p.LocalLifetime()).Sub(m.h.c.clock.Now())
+}
+
+func (m *Managed) run(wait time.Duration) {
 	defer close(m.done)
 	h, clock, o := m.h, m.h.c.clock, m.h.policy.o
-	wait := jitter(o.RenewEvery)
 	var last error // the last transient error
 	for {
 		t := clock.NewTimer(wait)
@@ -117,7 +129,7 @@ func (m *Managed) run() {
 			m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 			return
 		}
-		err := h.renew(m.ctx, true)
+		err := h.renew(m.ctx, func() { m.deadlinePassed(last) })
 		if m.ctx.Err() != nil {
 			m.stopped(last) // stopped or released while renewing
 			return
@@ -125,7 +137,7 @@ func (m *Managed) run() {
 		var lost *LostError
 		switch {
 		case err == nil:
-			wait, last = jitter(o.RenewEvery), nil
+			wait, last = m.due(h.Deadline()), nil
 		case errors.As(err, &lost):
 			m.lose(err)
 			return
@@ -144,6 +156,21 @@ func (m *Managed) run() {
 			wait = min(jitter(o.Retry), left)
 		}
 	}
+}
+
+// deadlinePassed is called when the local deadline passes while a renewal
+// is in flight: a backend that does not return when its context ends must
+// not keep the renewer acting as holder past the deadline. last is the
+// last transient error before that renewal.
+func (m *Managed) deadlinePassed(last error) {
+	h := m.h
+	if h.c.clock.Now().Before(h.Deadline()) {
+		return // renewed meanwhile
+	}
+	if last == nil {
+		last = context.DeadlineExceeded
+	}
+	m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 }
 
 // stopped is called when the renewer stops because its context ended: a
