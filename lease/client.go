@@ -201,8 +201,8 @@ func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, sta
 			err = Indeterminate(fmt.Errorf("%w (and releasing what an unanswered attempt may have acquired failed: %w)", err, rerr))
 		case errors.Is(err, ErrIndeterminate):
 			// The release settled it: whatever the attempt did is undone.
-			// Keep the text, drop the claim that the outcome is unknown.
-			err = fmt.Errorf("not acquired; an unanswered attempt was undone: %v", err)
+			// Keep the cause, drop the claim that the outcome is unknown.
+			err = &undoneError{err}
 		}
 	}
 	err = wrapOp("acquire", a.Key, err)

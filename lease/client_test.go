@@ -178,3 +178,81 @@ func TestObservers(t *testing.T) {
 		t.Fatalf("MultiObserver passed on %d events, want %d", len(fanned), len(events))
 	}
 }
+
+func TestAcquireGivesUpWhenWaitRunsOut(t *testing.T) {
+	// No MaxAttempts: Wait alone ends the retries, and no pause runs past
+	// it.
+	f := newFixture(t)
+	f.acquire(t)
+	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := other.Acquire(context.Background(), "k", p); done <- err }()
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			if !errors.Is(err, lease.ErrNotAcquired) {
+				t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+			}
+			if elapsed := f.clock.Now().Sub(epoch); elapsed > 5*time.Second+100*time.Millisecond {
+				t.Fatalf("gave up after %v of fake time, past Wait (5s)", elapsed)
+			}
+			var failed *lease.AcquireFailed
+			for _, e := range f.obs.events {
+				if e, ok := e.(*lease.AcquireFailed); ok {
+					failed = e
+				}
+			}
+			// Retry 1s shortened by up to 20%: 5 to 7 attempts in 5s.
+			if failed == nil || failed.Attempts < 5 || failed.Attempts > 7 {
+				t.Fatalf("AcquireFailed event %+v, want 5 to 7 attempts within Wait", failed)
+			}
+			return
+		default:
+		}
+		if i > 1000 {
+			t.Fatal("Acquire did not give up")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = f.clock.WaitForTimers(ctx, 1)
+		cancel()
+		f.clock.Advance(100 * time.Millisecond)
+	}
+}
+
+func TestAcquireCancelledWhileWaiting(t *testing.T) {
+	// The context ends while Acquire sleeps between attempts: it returns
+	// the context's cause at once, not ErrNotAcquired, and holds nothing.
+	f := newFixture(t)
+	holder := f.acquire(t)
+	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := other.Acquire(ctx, "k", p); done <- err }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer wcancel()
+	if err := f.clock.WaitForTimers(wctx, 1); err != nil {
+		t.Fatal(err) // Acquire never went to sleep between attempts
+	}
+	shutdown := errors.New("shutting down")
+	cancel(shutdown)
+	select {
+	case err := <-done:
+		if !errors.Is(err, shutdown) || errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want the context's cause and not ErrNotAcquired", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire did not return when its context was cancelled")
+	}
+	r, err := f.c.Inspect(context.Background(), "k")
+	if err != nil || !r.Held || r.Token != holder.Token() {
+		t.Fatalf("Inspect = %+v, %v; want the first holder untouched", r, err)
+	}
+}

@@ -140,6 +140,25 @@ type indeterminateError struct{ err error }
 func (e *indeterminateError) Error() string   { return "outcome unknown: " + e.err.Error() }
 func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.err} }
 
+// undoneError is the error of an Acquire whose last attempt went
+// unanswered and was then undone by a release: the outcome is known (not
+// acquired), so it no longer matches ErrIndeterminate, but it keeps the
+// cause (a timeout, a transport error) in its chain.
+type undoneError struct{ err error }
+
+func (e *undoneError) Error() string {
+	return "not acquired; an unanswered attempt was undone: " + e.err.Error()
+}
+
+// Unwrap returns the cause beneath the indeterminate wrapper, or nothing if
+// the backend marked the outcome unknown in a way of its own.
+func (e *undoneError) Unwrap() error {
+	if ie, ok := e.err.(*indeterminateError); ok {
+		return ie.err
+	}
+	return nil
+}
+
 // opError wraps a backend error with the operation and key:
 // lease: renew "billing/nightly": <cause>.
 type opError struct {

@@ -228,6 +228,9 @@ func acquireCases() []testCase {
 			if errors.Is(err, lease.ErrIndeterminate) {
 				e.t.Fatalf("TryAcquire = %v; the client undid the attempt, so the outcome is known", err)
 			}
+			if !errors.Is(err, errReplyLost) {
+				e.t.Fatalf("TryAcquire = %v, which lost the cause of the failed attempt from its chain", err)
+			}
 			e.mustBeFree(key)
 		}},
 	}
@@ -277,6 +280,8 @@ func (b *cancelAfterGrant) Acquire(ctx context.Context, r lease.AcquireRequest) 
 }
 
 // loseFirstReply applies the first Acquire but reports it as unanswered.
+var errReplyLost = errors.New("leasetest: reply lost")
+
 type loseFirstReply struct {
 	lease.Backend
 	first atomic.Uint64
@@ -285,7 +290,7 @@ type loseFirstReply struct {
 func (b *loseFirstReply) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	tok, err := b.Backend.Acquire(ctx, r)
 	if err == nil && b.first.CompareAndSwap(0, uint64(tok)) {
-		return 0, lease.Indeterminate(errors.New("leasetest: reply lost"))
+		return 0, lease.Indeterminate(errReplyLost)
 	}
 	return tok, err
 }
