@@ -26,7 +26,9 @@ const checkKey = "leasevalkey-check"
 //   - a server older than Redis 7.0, which lacks the commands the scripts
 //     use;
 //   - an ACL user that may not run the lease scripts on the Store's keys
-//     (Check runs Inspect once; it changes nothing).
+//     (Check runs Inspect once; it changes nothing), or may not publish on
+//     its release channels, without which Release fails (Check publishes
+//     one empty message on the channel of a key no lease uses).
 //
 // Call it at start-up. It needs the INFO command, which managed services
 // sometimes restrict; its error then says so.
@@ -60,6 +62,10 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	if _, err := s.Inspect(ctx, checkKey); err != nil {
 		problems = append(problems, err)
+	}
+	ch := releaseChannel(recordKey(s.prefix, checkKey))
+	if err := s.client.Do(ctx, s.client.B().Spublish().Channel(ch).Message("").Build()).Error(); err != nil {
+		problems = append(problems, classify("publish on the release channel "+strconv.Quote(ch), err))
 	}
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("leasevalkey: check: %w", err)

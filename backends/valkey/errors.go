@@ -34,7 +34,7 @@ func classify(op string, err error) error {
 	if verr, ok := valkey.IsValkeyErr(err); ok {
 		msg := verr.Error()
 		switch {
-		case strings.HasPrefix(msg, "NOPERM"):
+		case strings.HasPrefix(msg, "NOPERM"), strings.Contains(msg, "ACL failure in script"):
 			return fmt.Errorf("leasevalkey: %s: the Valkey user lacks a permission the lease scripts need (see the package documentation for the ACL rules): %w", op, err)
 		case strings.HasPrefix(msg, "WRONGTYPE"), strings.Contains(msg, "WRONGTYPE"):
 			return fmt.Errorf("leasevalkey: %s: the lease record is not a hash; another program writes under this Prefix: %w", op, err)

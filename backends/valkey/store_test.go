@@ -447,3 +447,41 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleaseWithoutChannelRightsChangesNothing: a user that may use the
+// lease keys but not their release channels (ACL users get no channels by
+// default) cannot release; the refusal is a permission error, the lease
+// stays held, and Check names the problem at start-up.
+func TestReleaseWithoutChannelRightsChangesNothing(t *testing.T) {
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newClient(t, srv.Addr())
+	ctx := ctxT(t)
+	rule := strings.Fields(strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
+	if err := admin.Do(ctx, admin.B().AclSetuser().Username("nochannels").Rule(rule...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "nochannels", Password: "secret", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := leasevalkey.New(c, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "release channel") || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Check = %v, want a permission problem with the release channel", err)
+	}
+	a := acquire(t, s, "acl", "o", time.Minute)
+	err = s.Release(ctx, a)
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Release = %v, want a definite permission error", err)
+	}
+	r, err := s.Inspect(ctx, "acl")
+	if err != nil || !r.Held || r.Token != a.Token {
+		t.Fatalf("after the refused release Inspect = %+v, %v; want the lease still held", r, err)
+	}
+	if err := s.Renew(ctx, a, time.Minute); err != nil {
+		t.Fatalf("Renew after the refused release: %v", err)
+	}
+}

@@ -36,6 +36,10 @@ local mark = tonumber(redis.call('GET', KEYS[2])) or 0
 if tonumber(ARGV[1]) <= mark then
   return {2, mark}
 end
+-- Announce before writing: a script that fails part-way keeps what it
+-- wrote, so a user refused the channel must fail with nothing published.
+-- Subscribers see the message only after the script has run.
+redis.call('SPUBLISH', ARGV[6], ARGV[1])
 if ARGV[7] == 'S' then
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
@@ -43,5 +47,4 @@ else
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
   redis.call('UNLINK', KEYS[4])
 end
-redis.call('SPUBLISH', ARGV[6], ARGV[1])
 return {0}

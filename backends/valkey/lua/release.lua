@@ -23,6 +23,9 @@ local now = t[1] * 1000000 + t[2]
 if tonumber(r[3]) <= now then
   return 2
 end
-redis.call('HSET', rec, 'expires', '0')
+-- Announce first: a script that fails part-way keeps what it wrote, so a
+-- user refused the channel (an ACL without &channels) must fail before the
+-- write, leaving the lease as it was, not released behind an error.
 redis.call('SPUBLISH', ARGV[3], r[1])
+redis.call('HSET', rec, 'expires', '0')
 return 1
