@@ -18,7 +18,9 @@ import (
 // the others wait for it and then find nothing to do. The lock is released
 // when the transaction ends, so Migrate also works through a connection
 // pooler in transaction mode. db may be a pool, a connection or a
-// transaction (Migrate then uses a savepoint).
+// transaction (Migrate then uses a savepoint). On a pool or a connection
+// the transaction is READ COMMITTED whatever the database's default, so
+// that a waiting replica sees what the first one committed.
 func Migrate(ctx context.Context, db Beginner, o TableOptions) error {
 	if db == nil {
 		return invalid("Migrate: nil database")

@@ -27,7 +27,12 @@ type Beginner interface {
 // start at the same time can all call Migrate: one applies the
 // migrations, the others wait for it and then find nothing to do. The
 // lock is released when the transaction ends, so Migrate also works
-// through a connection pooler in transaction mode.
+// through a connection pooler in transaction mode. On a pool or a
+// connection the transaction is READ COMMITTED whatever the database's
+// default, so that a waiting replica sees the migrations the first one
+// committed; inside a pgx.Tx at REPEATABLE READ or SERIALIZABLE a waiting
+// replica fails instead (with a unique violation or a serialization
+// failure: nothing is applied twice).
 //
 // The role needs the privileges to create the schema (if missing) and
 // tables in it. A table created earlier by a migration tool from

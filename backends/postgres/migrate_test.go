@@ -17,28 +17,39 @@ import (
 
 // TestMigrateConcurrently starts Migrate from many "replicas" at once: all
 // succeed and each migration is applied once.
+// TestMigrateConcurrently starts ten replicas' migrations at once, with
+// each default transaction isolation a database may be set to: one
+// applies them, the others wait and find nothing to do.
 func TestMigrateConcurrently(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, newDatabase(t), func(c *pgxpool.Config) { c.MaxConns = 10 })
-	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 10)
-	for range 10 {
-		wg.Go(func() { errs <- leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}) })
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-	}
-	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM public.leases_migrations").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if want := countUpMigrations(t); n != want {
-		t.Fatalf("%d versions recorded, want %d", n, want)
+	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, newDatabase(t), func(c *pgxpool.Config) {
+				c.MaxConns = 10
+				c.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			})
+			ctx := ctxT(t)
+			var wg sync.WaitGroup
+			errs := make(chan error, 10)
+			for range 10 {
+				wg.Go(func() { errs <- leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("Migrate: %v", err)
+				}
+			}
+			var n int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM public.leases_migrations").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if want := countUpMigrations(t); n != want {
+				t.Fatalf("%d versions recorded, want %d", n, want)
+			}
+		})
 	}
 }
 

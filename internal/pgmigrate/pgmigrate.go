@@ -90,8 +90,24 @@ type Beginner interface {
 // ends with the transaction, so Run also works through a connection pooler
 // in transaction mode. On error the transaction is rolled back: nothing
 // is applied. The errors carry no package prefix; callers add theirs.
+//
+// A pool or connection begins the transaction at READ COMMITTED whatever
+// the database's default, because a waiter must see what the replica that
+// held the lock committed: under REPEATABLE READ or SERIALIZABLE its
+// snapshot predates the wait, and it would apply the migrations again. A
+// pgx.Tx runs them in a savepoint at the isolation it has.
 func Run(ctx context.Context, db Beginner, ms []Migration, t Target) error {
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return apply(ctx, tx, ms, t) })
+	fn := func(tx pgx.Tx) error { return apply(ctx, tx, ms, t) }
+	if b, ok := db.(txBeginner); ok {
+		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+	}
+	return pgx.BeginFunc(ctx, db, fn)
+}
+
+// txBeginner is a pool or a connection: what can begin a transaction with
+// options.
+type txBeginner interface {
+	BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error)
 }
 
 func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
