@@ -23,6 +23,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
 
@@ -106,12 +107,19 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	// docs:begin write
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
-	ok, err := fencedSet(m.Context(), client, "reports:{daily}", h.Token(), "report body")
+	// The fence of the resource "reports/daily" refuses a token below the
+	// highest one that wrote it, in the same script as the write; every key
+	// the write touches carries the resource's hash tag.
+	fences, err := fence.NewValkey(client, fence.ValkeyOptions{})
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("a newer holder already wrote the report; token %d is stale", h.Token())
+	_, err = fences.Do(m.Context(), h.Snapshot(), "reports/daily",
+		fence.Set("report:{reports/daily}", "report body", fence.SetOptions{}))
+	if errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("a newer holder already wrote the report: %w", err)
+	} else if err != nil {
+		return err
 	}
 	fmt.Fprintln(out, "wrote the report under token", h.Token())
 	// docs:end write
@@ -128,25 +136,3 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 	// docs:end shutdown
 }
-
-// docs:begin fence
-// fencedSetScript sets KEYS[1] to ARGV[2] only if the token ARGV[1] is not
-// below the highest token that wrote it before, which it keeps in the
-// field "fence" of the same hash. A holder that was paused past its lease
-// and wakes up after a newer holder wrote is refused.
-var fencedSetScript = valkey.NewLuaScript(`
-local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < fence then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1`)
-
-// fencedSet writes value to key under the lease token tok, and reports
-// whether the write was accepted.
-func fencedSet(ctx context.Context, c valkey.Client, key string, tok lease.Token, value string) (bool, error) {
-	n, err := fencedSetScript.Exec(ctx, c, []string{key}, []string{tok.String(), value}).AsInt64()
-	return n == 1, err
-}
-
-// docs:end fence

@@ -161,7 +161,7 @@ func (s *ValkeyStore) Write(ctx context.Context, snap lease.Snapshot, resource, 
 var readScript = valkey.NewLuaScriptReadOnly(`
 local t = redis.call('HGET', KEYS[1], 'token')
 local v = redis.call('GET', KEYS[2])
-return {t or '0', v or ''}`)
+return {t or '0', v or ''}`, valkey.WithLoadSHA1(true))
 
 // Read implements Store.
 func (s *ValkeyStore) Read(ctx context.Context, resource string) (lease.Token, string, error) {
