@@ -248,10 +248,15 @@ func (s *service) wait(ctx context.Context) error {
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		s.cancel(ErrStopping) // stop renewing; the term releases when fn returns
-		s.l.log.Error("function under the lease did not return before the stop deadline; its lease is released when it does",
-			zap.String("key", s.key), zap.Error(ctx.Err()))
-		return fmt.Errorf("leasefx: %q: the function did not return before the stop deadline: %w", s.key, ctx.Err())
+		select {
+		case <-s.done:
+			// Both were ready (select picks at random): it did return.
+		default:
+			s.cancel(ErrStopping) // stop renewing; the term releases when fn returns
+			s.l.log.Error("function under the lease did not return before the stop deadline; its lease is released when it does",
+				zap.String("key", s.key), zap.Error(ctx.Err()))
+			return fmt.Errorf("leasefx: %q: the function did not return before the stop deadline: %w", s.key, ctx.Err())
+		}
 	}
 	s.mu.Lock()
 	err := s.stopErr

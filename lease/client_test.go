@@ -151,7 +151,8 @@ func TestObservers(t *testing.T) {
 		{&lease.RenewFailed{EventInfo: failed}, "lease renewal failed", slog.LevelWarn},
 		{&lease.Lost{EventInfo: failed}, "lease lost", slog.LevelError},
 		{&lease.Released{EventInfo: info}, "lease released", slog.LevelInfo},
-		{&lease.ReleaseFailed{EventInfo: failed}, "lease release failed", slog.LevelWarn},
+		{&lease.ReleaseFailed{EventInfo: failed}, "lease release failed", slog.LevelError},
+		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: &lease.LostError{Key: "k", Reason: lease.Expired}}}, "lease release failed", slog.LevelWarn},
 		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: lease.Indeterminate(errors.New("timeout"))}}, "lease release failed", slog.LevelError},
 		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: context.Canceled}}, "lease not acquired", slog.LevelDebug},
 	}

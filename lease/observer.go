@@ -112,9 +112,11 @@ func (*ReleaseFailed) event() {}
 // NewSlogObserver returns an Observer that writes each event to logger as
 // one structured line with key, owner, token, latency and error: renewals,
 // and acquisitions refused because the lease is held or the caller gave
-// up, at Debug; acquisitions and releases at Info; other failures at Warn;
-// losses, and releases whose outcome is unknown (the lease may stay held
-// until its TTL passes), at Error. A nil logger discards everything.
+// up, at Debug; acquisitions and releases at Info; other failures, and
+// releases of leases already gone, at Warn; losses, and other failed
+// releases (the lease may stay held until its TTL passes), at Error. A nil
+// logger discards everything. The levels are those of the zap observer in
+// package fxmodule.
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -146,9 +148,11 @@ func (o *slogObserver) Observe(e Event) {
 	case *Released:
 		msg = "lease released"
 	case *ReleaseFailed:
-		level, msg = slog.LevelWarn, "lease release failed"
-		if errors.Is(e.Err, ErrIndeterminate) {
-			level = slog.LevelError
+		// The lease may stay held until its TTL passes, unless it was
+		// already gone.
+		level, msg = slog.LevelError, "lease release failed"
+		if errors.Is(e.Err, ErrLost) {
+			level = slog.LevelWarn
 		}
 	}
 	ctx := context.Background()
