@@ -131,7 +131,8 @@ func TestItemsUnderChaos(t *testing.T) {
 		}
 
 		// The chaos: every 100–250ms, one worker with items in flight
-		// crashes (and a new one takes its place) or pauses for 1.5 TTL.
+		// crashes (and a new one takes its place) or pauses for 1.5 TTL;
+		// first a crash, then a pause.
 		// Right after a crash, the crashed worker's leases are inspected
 		// to learn when they expire.
 		inspector := newClient(t, s.backend(t), "inspector", nil)
@@ -150,12 +151,19 @@ func TestItemsUnderChaos(t *testing.T) {
 		go func() {
 			defer close(chaosDone)
 			for h.completed.Load() < items && ctx.Err() == nil {
-				time.Sleep(time.Duration(100+rand.IntN(150)) * time.Millisecond)
+				// The first crash and the first pause come early: on a
+				// quiet machine the items can all be done within a second,
+				// and a run without both proves nothing.
+				if crashes == 0 || npauses == 0 {
+					time.Sleep(time.Duration(30+rand.IntN(50)) * time.Millisecond)
+				} else {
+					time.Sleep(time.Duration(100+rand.IntN(150)) * time.Millisecond)
+				}
 				i := rand.IntN(len(ws))
 				w := ws[i]
 				switch {
 				case w.inflight.Load() == 0 || w.paused.Load():
-				case (npauses == 0 || rand.IntN(2) == 0 && crashes > 0) && npauses < 5 && !pausing.Load():
+				case crashes > 0 && (npauses == 0 || rand.IntN(2) == 0) && npauses < 5 && !pausing.Load():
 					// One pause at a time, so that live workers are left
 					// to rescue the items of the paused and crashed ones.
 					npauses++

@@ -226,8 +226,11 @@ func (g *Group) Members() (members []string, target int) {
 //
 // When ctx ends, Run cancels every handler (with ctx's cause), releases
 // each partition after its handler has returned, releases the membership
-// and leaves the roster. It returns nil then. A Group runs at most one Run
-// at a time.
+// and leaves the roster. It returns nil then, or what went wrong in those
+// last two steps (a membership lease that was not released stays held
+// until its TTL passes; other workers wait that long for its partitions'
+// share). Errors releasing partitions are in the Revoked events. A Group
+// runs at most one Run at a time.
 func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 	if fn == nil {
 		return errors.New("leasequeue: Run: nil PartitionFunc")
@@ -275,18 +278,24 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 		t.Stop()
 	}
 	wg.Wait() // every partition's handler has returned, and its lease was released
+	var err error
 	if member != nil {
 		g.track.remove(member.Handle())
 		dctx := context.WithoutCancel(ctx)
 		if !g.crashed.Load() {
-			_ = member.Handle().Release(dctx)
+			// A membership already gone is no failure at shutdown.
+			if rerr := member.Handle().Release(dctx); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
+				err = rerr
+			}
 			rctx, cancel := context.WithTimeout(dctx, g.o.Policy.Options().OperationTimeout)
-			_ = g.o.Roster.Leave(rctx, g.o.Name, g.o.Worker)
+			if lerr := g.o.Roster.Leave(rctx, g.o.Name, g.o.Worker); lerr != nil {
+				err = errors.Join(err, fmt.Errorf("leasequeue: leave the roster of group %q: %w", g.o.Name, lerr))
+			}
 			cancel()
 		}
 		_ = member.Stop(dctx)
 	}
-	return nil
+	return err
 }
 
 // enter acquires the membership lease and joins the roster. It returns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,9 +99,10 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 			parts = append(parts, fmt.Sprintf("p%02d", i))
 		}
 		var (
-			rec     timed
-			mu      sync.Mutex
-			refused int
+			rec         timed
+			mu          sync.Mutex
+			refused     int
+			refusedLive int // refused while the writer still owned the partition
 		)
 		stalls := stall.Start(t)
 		o := leasequeue.GroupOptions{Name: "grp", Partitions: parts, Policy: loadedPolicy(t, ttl), Roster: s.roster(t), Observer: &rec}
@@ -110,6 +112,9 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 				if err == nil && !ok {
 					mu.Lock()
 					refused++
+					if ctx.Err() == nil {
+						refusedLive++
+					}
 					mu.Unlock()
 				}
 				select {
@@ -203,6 +208,11 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 		}
 		mu.Lock()
 		t.Logf("%d writes refused as stale", refused)
+		if refusedLive > 0 {
+			// A newer owner wrote while this one's context was live: two
+			// owners at once, which only the fence kept apart.
+			t.Errorf("%d writes refused as stale while their writer still owned the partition", refusedLive)
+		}
 		mu.Unlock()
 		var revoked, lost int
 		for _, te := range rec.events() {
@@ -307,5 +317,38 @@ func TestRevokedAndLostAreDifferent(t *testing.T) {
 	}
 	if len(revoked) < 1 || revoked[0][:2] != "a/" || len(lost) != 1 || lost[0][:2] != "a/" {
 		t.Fatalf("Revoked %q, Lost %q; want one of a's partitions revoked, then a's other one lost", revoked, lost)
+	}
+}
+
+// failingLeave is a roster whose Leave fails.
+type failingLeave struct{ leasequeue.MemoryRoster }
+
+var errLeave = errors.New("roster unavailable")
+
+func (*failingLeave) Leave(context.Context, string, string) error { return errLeave }
+
+func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
+	mem := leasememory.New(leasememory.Options{})
+	o := leasequeue.GroupOptions{Name: "g", Partitions: []string{"a"}, Policy: loadedPolicy(t, time.Second), Roster: &failingLeave{}}
+	g, err := leasequeue.NewGroup(newClient(t, mem, "w", nil), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Run(runCtx, func(ctx context.Context, p leasequeue.Partition) error { <-ctx.Done(); return nil })
+	}()
+	eventually(t, 30*time.Second, "w owns the partition", func() bool { return len(g.Owned()) == 1 })
+	stop()
+	if err := <-done; !errors.Is(err, errLeave) || !strings.Contains(err.Error(), `"g"`) {
+		t.Fatalf("Run = %v, want the roster's Leave error naming the group", err)
+	}
+	// The membership was released all the same.
+	r, err := mem.Inspect(ctx, "g/members/w")
+	if err != nil || r.Held {
+		t.Fatalf("membership after Run: %+v, %v; want released", r, err)
 	}
 }
