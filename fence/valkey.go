@@ -147,6 +147,11 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 		if c.key == fk {
 			return nil, nil, invalid("resource %q: command %d: %s writes the fence key", resource, i+1, c)
 		}
+		if strings.HasPrefix(c.key, v.prefix+"{") {
+			// Another resource's fence key in the same slot: a group must
+			// never lower or remove a fence, its own or another's.
+			return nil, nil, invalid("resource %q: command %d: %s writes a fence key", resource, i+1, c)
+		}
 		if s := keySlot(c.key); s != slot {
 			return nil, nil, invalid("resource %q: command %d: key %q is in hash slot %d, not in slot %d of the fence key %q (put {%s} in the key)",
 				resource, i+1, c.key, s, slot, fk, resource)

@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -250,6 +251,12 @@ func TestValkeyScriptAllowList(t *testing.T) {
 	if err := run([]string{fk, fk}, append(head, "0")...); err == nil {
 		t.Error("the fence key passed twice: accepted")
 	}
+	// Another resource's fence key, passed as a data key (the script must
+	// refuse it even if a caller skips the Go checks).
+	other := v.FenceKey("r2")
+	if err := run([]string{fk, other}, append(head, "1", "DEL", "2", "0")...); err == nil || !strings.Contains(err.Error(), "is a fence key") {
+		t.Errorf("DEL of another resource's fence key: %v; want a refusal", err)
+	}
 	if n, _ := c.Do(ctx, c.B().Exists().Key(fk, data).Build()).AsInt64(); n != 0 {
 		t.Fatalf("refused scripts wrote %d keys", n)
 	}
@@ -349,5 +356,34 @@ func TestValkeyLargeGroup(t *testing.T) {
 	}
 	if n, _ := c.Do(ctx, c.B().Hlen().Key(hk).Build()).AsInt64(); n != 50 {
 		t.Fatalf("HLEN = %d; want 50", n)
+	}
+}
+
+// TestValkeyGroupCannotTouchAnotherFence: a resource whose fence key
+// shares a hash slot with another resource's can still not delete or
+// expire that fence through its data keys, so a stale write to the other
+// resource stays refused.
+func TestValkeyGroupCannotTouchAnotherFence(t *testing.T) {
+	t.Parallel()
+	v := newFence(t, standalone(t))
+	ctx := ctxT(t)
+	slot := fence.KeySlot(v.FenceKey("a"))
+	var b string
+	for i := 0; b == ""; i++ {
+		if r := fmt.Sprint("b", i); fence.KeySlot(v.FenceKey(r)) == slot {
+			b = r
+		}
+	}
+	if err := v.Claim(ctx, snap("lease-a", 10), "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []fence.Command{fence.Del(v.FenceKey("a")), fence.Expire(v.FenceKey("a"), time.Second), fence.Set(v.FenceKey("a"), "x", fence.SetOptions{})} {
+		if _, err := v.Do(ctx, snap("lease-b", 1), b, cmd); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("resource %q: %s = %v, want ErrInvalid", b, cmd, err)
+		}
+	}
+	var se *fence.StaleError
+	if err := v.Claim(ctx, snap("lease-a", 5), "a"); !errors.As(err, &se) || se.Current != 10 {
+		t.Fatalf("stale write to a after the attempts = %v, want refused below token 10", err)
 	}
 }

@@ -129,12 +129,17 @@ if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
   return refuse('bad lease key or owner')
 end
 
--- The data keys: distinct, and none of them the fence key.
+-- The data keys: distinct, and none of them a fence key, this resource's
+-- or another's (a fence key is the prefix, '{', the resource, '}'; the
+-- resource has no braces), so that no group can lower or remove a fence.
 local nkeys = #KEYS
 if nkeys > 1 then
-  local seen = {[KEYS[1]] = true}
+  local fk = KEYS[1]
+  local fences = string.sub(fk, 1, (string.find(fk, '{', 1, true)))
+  local seen = {[fk] = true}
   for i = 2, nkeys do
     if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key or repeated') end
+    if string.sub(KEYS[i], 1, #fences) == fences then return refuse('key ' .. i .. ' is a fence key') end
     seen[KEYS[i]] = true
   end
 end
