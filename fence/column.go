@@ -89,9 +89,11 @@ func tableRef(ref string) (name, qualifier string, err error) {
 }
 
 // admits is the rule on a row's fence columns, qualified by q, against the
-// values $key and $token (placeholders, in that order).
+// values $key and $token (placeholders, in that order). A NULL token counts
+// as 0, as in Mark: without COALESCE the comparison would be NULL, and the
+// row would refuse every write while Mark.Admit, asked why, says it admits.
 func admits(q string, col Column) string {
-	return fmt.Sprintf("(%[1]s.%[2]s IS NULL OR (%[1]s.%[2]s = ? AND %[1]s.%[3]s <= ?))", q, col.Key, col.Token)
+	return fmt.Sprintf("(%[1]s.%[2]s IS NULL OR (%[1]s.%[2]s = ? AND COALESCE(%[1]s.%[3]s, 0) <= ?))", q, col.Key, col.Token)
 }
 
 // Update runs the UPDATE b on db with the fence of every row it matches:
@@ -246,7 +248,7 @@ func Upsert(ctx context.Context, db Querier, snap lease.Snapshot, b sq.InsertBui
 	ins := sq.Insert(fmt.Sprint(into) + alias).
 		Columns(append(slices.Clone(columns), col.Token, col.Key)...).
 		Values(append(append([]any(nil), row...), token, snap.Key)...).
-		Suffix(fmt.Sprintf("ON CONFLICT (%s) DO UPDATE SET %s WHERE %s.%s IS NULL OR (%s.%s = EXCLUDED.%s AND %s.%s <= EXCLUDED.%s)",
+		Suffix(fmt.Sprintf("ON CONFLICT (%s) DO UPDATE SET %s WHERE %s.%s IS NULL OR (%s.%s = EXCLUDED.%s AND COALESCE(%s.%s, 0) <= EXCLUDED.%s)",
 			strings.Join(conflict, ", "), strings.Join(set, ", "),
 			existing, col.Key, existing, col.Key, col.Key, existing, col.Token, col.Token))
 	if p, ok := builder.Get(b, "Prefixes"); ok && p != nil {

@@ -208,3 +208,33 @@ func TestColumnInvalid(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestColumnKeyWithoutToken: a row whose fence key was set by hand with no
+// token fences like Mark{Key, 0}: it admits any token of that lease and
+// refuses another lease, in the statement and in the explanation alike.
+func TestColumnKeyWithoutToken(t *testing.T) {
+	t.Parallel()
+	pool := newInvoices(t)
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, `UPDATE billing.invoices SET fence_key = 'billing', fence_token = NULL WHERE id IN (1, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := fence.Update(ctx, pool, snap("billing", 2), sq.Update("billing.invoices").Set("status", "paid").Where(sq.Eq{"id": 1}), col)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("Update of a row with a key and no token = %v, %v; want 1 row written", tag, err)
+	}
+	tag, err = fence.Upsert(ctx, pool, snap("billing", 2), sq.Insert("billing.invoices").Columns("id", "status").Values(2, "upserted"), col, "id")
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("Upsert of a row with a key and no token = %v, %v; want 1 row written", tag, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE billing.invoices SET fence_token = NULL WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fence.Update(ctx, pool, snap("refunds", 9), sq.Update("billing.invoices").Set("status", "void").Where(sq.Eq{"id": 1}), col)
+	if !errors.Is(err, fence.ErrForeignLease) {
+		t.Fatalf("Update under another lease = %v, want ErrForeignLease", err)
+	}
+	if s, _ := status(t, pool, 1); s != "paid" {
+		t.Fatalf("row 1 = %q, want paid", s)
+	}
+}

@@ -63,8 +63,9 @@
 // [ErrConflict] (a serialization failure or deadlock; see [IsRetryable]) asks
 // for the whole transaction to be run again. ErrInvalid is returned before
 // any I/O. An error matching [lease.ErrIndeterminate] means the write may or
-// may not have been applied. Every error of this package starts with
-// "fence: " and names the resource; only an error returned by the function
-// given to Tx comes back as it was (or, for a conflict, wrapped in a
+// may not have been applied. The package's own errors start with "fence: "
+// and name the resource where there is one (an indeterminate one reads
+// "outcome unknown: fence: …"); an error returned by the function given to
+// Tx comes back as it was (or, for a conflict, wrapped in a
 // *ConflictError).
 package fence
