@@ -90,7 +90,7 @@ func TestLatencyAboveTTL(t *testing.T) {
 				time.Sleep(d)
 			})
 		}
-		r.finish(rowOptions{})
+		r.finish(rowOptions{unknowns: true, deadlines: true})
 	})
 }
 
@@ -116,7 +116,7 @@ func TestPartition(t *testing.T) {
 				time.Sleep(d)
 			})
 		}
-		r.finish(rowOptions{})
+		r.finish(rowOptions{unknowns: true, deadlines: true})
 	})
 }
 

@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,12 +147,13 @@ func TestValkeyPaused(t *testing.T) {
 			time.Sleep(d)
 		})
 	}
-	r.finish(rowOptions{})
+	r.finish(rowOptions{unknowns: true, deadlines: true})
 }
 
 // TestPostgresBackendStalled stops, with SIGSTOP, the server processes of
 // one client's connections (their pg_backend_pid(), found by the client's
-// application_name) for longer than the TTL. That client's statements,
+// application_name) for longer than the TTL: a client that holds a lease
+// when there is one, else any. That client's statements,
 // and any statement waiting for the row locks they hold, stall; the
 // client must give its lease up by the local deadline, and the others may
 // take it only once it expired on the database's clock.
@@ -164,9 +166,15 @@ func TestPostgresBackendStalled(t *testing.T) {
 	}
 	defer admin.Close()
 	names := []string{"chaos-p0", "chaos-p1", "chaos-p2", "chaos-c1-0"}
+	stalls, holders := 0, 0
 	for r.running() {
 		r.pause(300*time.Millisecond, ttl)
-		name := names[r.rng.IntN(len(names))]
+		name, who := names[r.rng.IntN(len(names))], "a client"
+		var holder string
+		err := admin.QueryRow(ctxT(t), `SELECT owner FROM public.leases WHERE expires_at > statement_timestamp() ORDER BY random() LIMIT 1`).Scan(&holder)
+		if err == nil && slices.Contains(names, holder) {
+			name, who = holder, "the holder"
+		}
 		rows, err := admin.Query(ctxT(t), `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, name)
 		if err != nil {
 			t.Fatal(err)
@@ -185,8 +193,12 @@ func TestPostgresBackendStalled(t *testing.T) {
 		if len(pids) == 0 {
 			continue
 		}
+		stalls++
+		if who == "the holder" {
+			holders++
+		}
 		d := ttl + time.Duration(r.rng.Int64N(int64(ttl)))
-		r.h.Fault(fmt.Sprintf("SIGSTOP the backends %v of %s for %v", pids, name, d), false, func() {
+		r.h.Fault(fmt.Sprintf("SIGSTOP the backends %v of %s %s for %v", pids, who, name, d), false, func() {
 			for _, pid := range pids {
 				_ = syscall.Kill(pid, syscall.SIGSTOP)
 			}
@@ -198,6 +210,7 @@ func TestPostgresBackendStalled(t *testing.T) {
 			time.Sleep(d)
 		})
 	}
+	t.Logf("%d stalls, %d of them of a lease holder's backends", stalls, holders)
 	r.finish(rowOptions{})
 }
 

@@ -127,6 +127,11 @@ type rowOptions struct {
 	// converge is how long each key may take to be had after the faults
 	// healed. Default 20×TTL.
 	converge time.Duration
+	// unknowns: the row's faults must leave operations with an unknown
+	// outcome in the history, or it proved nothing about them.
+	unknowns bool
+	// deadlines: the checker must have checked local deadlines.
+	deadlines bool
 }
 
 // startRun starts the clients of a row on target.
@@ -190,6 +195,21 @@ func (r *run) finish(o rowOptions) chaos.Result {
 	}
 	if res.Checked == 0 {
 		t.Error("nothing was checked")
+	}
+	if o.unknowns {
+		n := 0
+		for _, op := range r.rec.Ops() {
+			if op.Outcome == chaos.Unknown {
+				n++
+			}
+		}
+		t.Logf("%d operations with an unknown outcome", n)
+		if n == 0 {
+			t.Error("the faults left no operation with an unknown outcome: the row proved nothing about them")
+		}
+	}
+	if o.deadlines && res.Deadlines == 0 {
+		t.Error("no local deadline was checked against the backend's expiry")
 	}
 	return res
 }
