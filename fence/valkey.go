@@ -73,6 +73,17 @@ func NewValkey(client valkey.Client, o ValkeyOptions) (*Valkey, error) {
 // its slot; the simplest way is to put "{" + resource + "}" in them.
 func (v *Valkey) FenceKey(resource string) string { return v.prefix + "{" + resource + "}" }
 
+// isFenceKey reports whether key is the fence key of some resource:
+// Prefix, '{', a resource without braces, '}'.
+func (v *Valkey) isFenceKey(key string) bool {
+	r, ok := strings.CutPrefix(key, v.prefix+"{")
+	if !ok {
+		return false
+	}
+	r, ok = strings.CutSuffix(r, "}")
+	return ok && r != "" && !strings.ContainsAny(r, "{}")
+}
+
 // Claim advances the fence of resource to snap, writing nothing else: from
 // then on, writes with older tokens are refused even if the new holder has
 // not written yet. It is Do without commands.
@@ -147,7 +158,7 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 		if c.key == fk {
 			return nil, nil, invalid("resource %q: command %d: %s writes the fence key", resource, i+1, c)
 		}
-		if strings.HasPrefix(c.key, v.prefix+"{") {
+		if v.isFenceKey(c.key) {
 			// Another resource's fence key in the same slot: a group must
 			// never lower or remove a fence, its own or another's.
 			return nil, nil, invalid("resource %q: command %d: %s writes a fence key", resource, i+1, c)

@@ -257,6 +257,10 @@ func TestValkeyScriptAllowList(t *testing.T) {
 	if err := run([]string{fk, other}, append(head, "1", "DEL", "2", "0")...); err == nil || !strings.Contains(err.Error(), "is a fence key") {
 		t.Errorf("DEL of another resource's fence key: %v; want a refusal", err)
 	}
+	if err := run([]string{fk, other + ":log"}, append(head, "1", "DEL", "2", "0")...); err != nil {
+		t.Errorf("DEL of a data key that starts like a fence key: %v", err)
+	}
+	_ = c.Do(ctx, c.B().Del().Key(fk).Build()) // the call above claimed r
 	if n, _ := c.Do(ctx, c.B().Exists().Key(fk, data).Build()).AsInt64(); n != 0 {
 		t.Fatalf("refused scripts wrote %d keys", n)
 	}
@@ -385,5 +389,10 @@ func TestValkeyGroupCannotTouchAnotherFence(t *testing.T) {
 	var se *fence.StaleError
 	if err := v.Claim(ctx, snap("lease-a", 5), "a"); !errors.As(err, &se) || se.Current != 10 {
 		t.Fatalf("stale write to a after the attempts = %v, want refused below token 10", err)
+	}
+	// Data keys that merely start like a fence key are fine.
+	log := strings.TrimSuffix(v.FenceKey(b), "}") + "}:log"
+	if _, err := v.Do(ctx, snap("lease-b", 1), b, fence.XAdd(log, fence.XAddOptions{}, "f", "v")); err != nil {
+		t.Fatalf("write to %q: %v", log, err)
 	}
 }

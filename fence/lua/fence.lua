@@ -139,7 +139,11 @@ if nkeys > 1 then
   local seen = {[fk] = true}
   for i = 2, nkeys do
     if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key or repeated') end
-    if string.sub(KEYS[i], 1, #fences) == fences then return refuse('key ' .. i .. ' is a fence key') end
+    local k = KEYS[i]
+    if #k > #fences and string.sub(k, 1, #fences) == fences and string.sub(k, -1) == '}'
+        and not string.find(string.sub(k, #fences + 1, -2), '[{}]') then
+      return refuse('key ' .. i .. ' is a fence key')
+    end
     seen[KEYS[i]] = true
   end
 end
