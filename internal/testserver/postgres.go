@@ -140,6 +140,26 @@ func (s *PostgresServer) StopImmediate() {
 	}
 }
 
+// Stop shuts the server down the way `pg_ctl stop -m fast` does (SIGINT to
+// the postmaster): connections are cut, a checkpoint is written, and the
+// next [PostgresServer.Start] needs no recovery. It waits for the server to
+// exit, and does nothing if it isn't running.
+func (s *PostgresServer) Stop() {
+	s.t.Helper()
+	if err := s.pp.proc.stop(syscall.SIGINT); err != nil {
+		s.t.Fatalf("testserver: stop postgres at %s: %v", s.pp.hostPort(), err)
+	}
+}
+
+// Kill kills the postmaster and every server process with SIGKILL, as a
+// crash of the machine's processes would: nothing is flushed, and the next
+// [PostgresServer.Start] recovers from the WAL. It waits for the
+// postmaster to exit, and does nothing if it isn't running.
+func (s *PostgresServer) Kill() {
+	s.t.Helper()
+	s.pp.proc.kill()
+}
+
 // Start starts a stopped server again on the same port with the same data,
 // and waits until it accepts connections. It fails the test if the server is
 // running.
