@@ -39,36 +39,49 @@ func TestAcquireStopsAtMaxAttempts(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := other.Acquire(context.Background(), "k", p); done <- err }()
-	for i := 0; ; i++ {
+	err = f.await(t, done)
+	var na *lease.NotAcquiredError
+	if !errors.As(err, &na) || na.Holder != "test" || na.Token != holder.Token() {
+		t.Fatalf("Acquire = %v, want NotAcquiredError naming holder test and its token", err)
+	}
+	if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts != 4 {
+		t.Fatalf("AcquireFailed event %+v, want 4 attempts", failed)
+	}
+	if elapsed := f.clock.Now().Sub(epoch); elapsed > 4*time.Second {
+		t.Fatalf("gave up after %v of fake time, want about 3 retries of 1s", elapsed)
+	}
+}
+
+// await advances f's clock in steps of 100ms, each once a sleeper is
+// waiting (or 10ms passed), until done delivers a result.
+func (f *fixture) await(t *testing.T, done <-chan error) error {
+	t.Helper()
+	for range 1000 {
 		select {
 		case err := <-done:
-			var na *lease.NotAcquiredError
-			if !errors.As(err, &na) || na.Holder != "test" || na.Token != holder.Token() {
-				t.Fatalf("Acquire = %v, want NotAcquiredError naming holder test and its token", err)
-			}
-			var failed *lease.AcquireFailed
-			for _, e := range f.obs.events {
-				if e, ok := e.(*lease.AcquireFailed); ok {
-					failed = e
-				}
-			}
-			if failed == nil || failed.Attempts != 4 {
-				t.Fatalf("AcquireFailed event %+v, want 4 attempts", failed)
-			}
-			if elapsed := f.clock.Now().Sub(epoch); elapsed > 4*time.Second {
-				t.Fatalf("gave up after %v of fake time, want about 3 retries of 1s", elapsed)
-			}
-			return
+			return err
 		default:
-		}
-		if i > 1000 {
-			t.Fatal("Acquire did not give up")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		_ = f.clock.WaitForTimers(ctx, 1)
 		cancel()
 		f.clock.Advance(100 * time.Millisecond)
 	}
+	t.Fatal("Acquire did not give up")
+	return nil
+}
+
+// lastAcquireFailed returns the last AcquireFailed event recorded, or nil.
+func (r *recorder) lastAcquireFailed() *lease.AcquireFailed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var failed *lease.AcquireFailed
+	for _, e := range r.events {
+		if e, ok := e.(*lease.AcquireFailed); ok {
+			failed = e
+		}
+	}
+	return failed
 }
 
 func TestAcquireWakesEarlyWhenHolderExpires(t *testing.T) {
@@ -192,35 +205,15 @@ func TestAcquireGivesUpWhenWaitRunsOut(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := other.Acquire(context.Background(), "k", p); done <- err }()
-	for i := 0; ; i++ {
-		select {
-		case err := <-done:
-			if !errors.Is(err, lease.ErrNotAcquired) {
-				t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
-			}
-			if elapsed := f.clock.Now().Sub(epoch); elapsed > 5*time.Second+100*time.Millisecond {
-				t.Fatalf("gave up after %v of fake time, past Wait (5s)", elapsed)
-			}
-			var failed *lease.AcquireFailed
-			for _, e := range f.obs.events {
-				if e, ok := e.(*lease.AcquireFailed); ok {
-					failed = e
-				}
-			}
-			// Retry 1s shortened by up to 20%: 5 to 7 attempts in 5s.
-			if failed == nil || failed.Attempts < 5 || failed.Attempts > 7 {
-				t.Fatalf("AcquireFailed event %+v, want 5 to 7 attempts within Wait", failed)
-			}
-			return
-		default:
-		}
-		if i > 1000 {
-			t.Fatal("Acquire did not give up")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		_ = f.clock.WaitForTimers(ctx, 1)
-		cancel()
-		f.clock.Advance(100 * time.Millisecond)
+	if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+	}
+	if elapsed := f.clock.Now().Sub(epoch); elapsed > 5*time.Second+100*time.Millisecond {
+		t.Fatalf("gave up after %v of fake time, past Wait (5s)", elapsed)
+	}
+	// Retry 1s shortened by up to 20%: 5 to 7 attempts in 5s.
+	if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts < 5 || failed.Attempts > 7 {
+		t.Fatalf("AcquireFailed event %+v, want 5 to 7 attempts within Wait", failed)
 	}
 }
 

@@ -78,10 +78,7 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	if o.TTL < MinTTL || o.TTL > MaxTTL {
 		return bad("TTL (%v) must be between %v and %v", o.TTL, MinTTL, MaxTTL)
 	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{
+	for _, f := range []field{
 		{"RenewEvery", o.RenewEvery},
 		{"SafetyMargin", o.SafetyMargin},
 		{"OperationTimeout", o.OperationTimeout},
@@ -112,14 +109,7 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	}
 	// Each term of the sum below on its own first, so that huge values
 	// cannot overflow it into a small one.
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"RenewEvery", o.RenewEvery},
-		{"Retry", o.Retry},
-		{"OperationTimeout", o.OperationTimeout},
-	} {
+	for _, f := range []field{{"RenewEvery", o.RenewEvery}, {"Retry", o.Retry}, {"OperationTimeout", o.OperationTimeout}} {
 		if f.v > o.TTL {
 			return bad("%s (%v) must not exceed TTL (%v)", f.name, f.v, o.TTL)
 		}
@@ -132,6 +122,12 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 		return bad("MaxAttempts (%d) above 1 requires Wait > 0", o.MaxAttempts)
 	}
 	return Policy{o: o}, nil
+}
+
+// field is a duration of PolicyOptions and its name, for error messages.
+type field struct {
+	name string
+	v    time.Duration
 }
 
 // Options returns the options with defaults applied.

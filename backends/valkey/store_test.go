@@ -405,24 +405,32 @@ func numSub(t *testing.T, c valkey.Client, s *leasevalkey.Store) int64 {
 // aclRule is the ACL rule the documentation gives for a lease user.
 const aclRule = "on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time"
 
-// TestDocumentedACLRuleIsEnough runs every operation, Check and a release
-// watch as a user with exactly the documented rules, and nothing else.
-func TestDocumentedACLRuleIsEnough(t *testing.T) {
+// aclStore starts a dedicated server with the ACL user named user (password
+// "secret") and the rule, and returns a Store logged in as that user.
+func aclStore(t *testing.T, user, rule string) *leasevalkey.Store {
+	t.Helper()
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	admin := newClient(t, srv.Addr())
-	ctx := ctxT(t)
-	if err := admin.Do(ctx, admin.B().AclSetuser().Username("leases").Rule(strings.Fields(aclRule)...).Build()).Error(); err != nil {
+	if err := admin.Do(ctxT(t), admin.B().AclSetuser().Username(user).Rule(strings.Fields(rule)...).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "leases", Password: "secret", DisableCache: true})
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "secret", DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	s, err := leasevalkey.New(c, leasevalkey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestDocumentedACLRuleIsEnough runs every operation, Check and a release
+// watch as a user with exactly the documented rules, and nothing else.
+func TestDocumentedACLRuleIsEnough(t *testing.T) {
+	s := aclStore(t, "leases", aclRule)
+	ctx := ctxT(t)
 	if err := s.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -453,27 +461,13 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 // default) cannot release; the refusal is a permission error, the lease
 // stays held, and Check names the problem at start-up.
 func TestReleaseWithoutChannelRightsChangesNothing(t *testing.T) {
-	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
-	admin := newClient(t, srv.Addr())
+	s := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
 	ctx := ctxT(t)
-	rule := strings.Fields(strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
-	if err := admin.Do(ctx, admin.B().AclSetuser().Username("nochannels").Rule(rule...).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "nochannels", Password: "secret", DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := leasevalkey.New(c, leasevalkey.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "release channel") || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Check = %v, want a permission problem with the release channel", err)
 	}
 	a := acquire(t, s, "acl", "o", time.Minute)
-	err = s.Release(ctx, a)
+	err := s.Release(ctx, a)
 	if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Release = %v, want a definite permission error", err)
 	}
