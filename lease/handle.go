@@ -71,11 +71,11 @@ func (h *Handle) Renew(ctx context.Context) error {
 	return h.renew(ctx, nil)
 }
 
-// renew renews the lease. With atDeadline (a managed renewer), the call is
-// also bounded by the local deadline, so that the renewer never acts as
-// holder past it, and atDeadline is called if the deadline passes before
-// the backend has returned.
-func (h *Handle) renew(ctx context.Context, atDeadline func()) error {
+// renew renews the lease. With a watchdog (a managed renewer's), the call
+// is also bounded by the local deadline, so that the renewer never acts as
+// holder past it, and the watchdog is armed to fire at the deadline should
+// the backend not have returned by then.
+func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 	clock, o := h.c.clock, h.policy.o
 	h.mu.Lock()
 	released, deadline := h.released, h.deadline
@@ -86,17 +86,12 @@ func (h *Handle) renew(ctx context.Context, atDeadline func()) error {
 	}
 	sent := clock.Now()
 	timeout := o.OperationTimeout
-	var watchdog *time.Timer
-	if atDeadline != nil {
+	if watchdog != nil {
 		left := deadline.Sub(sent)
 		timeout = min(timeout, left)
 		// The context bounds a backend that keeps the contract; the
 		// watchdog bounds one that does not return when its context ends.
-		watchdog = time.AfterFunc(left, func() {
-			if ctx.Err() == nil {
-				atDeadline()
-			}
-		})
+		watchdog.Reset(left)
 	}
 	octx, cancel := context.WithTimeout(ctx, timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)

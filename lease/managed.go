@@ -27,8 +27,10 @@ type Managed struct {
 	lost   chan struct{}
 	done   chan struct{}
 
-	mu  sync.Mutex
-	err error
+	mu       sync.Mutex
+	err      error
+	lastErr  error       // the last transient renewal error, for the watchdog
+	watchdog *time.Timer // fires at the local deadline while a renewal is in flight
 }
 
 // StartManaged starts renewing the lease in the background and returns the
@@ -116,6 +118,11 @@ func (m *Managed) run(wait time.Duration) {
 	defer close(m.done)
 	h, clock, o := m.h, m.h.c.clock, m.h.policy.o
 	var last error // the last transient error
+	// One timer for the renewer's life, armed for each renewal, so that
+	// the watchdog costs no allocation per renewal.
+	m.watchdog = time.AfterFunc(time.Hour, m.watchdogFired)
+	m.watchdog.Stop()
+	defer m.watchdog.Stop()
 	for {
 		t := clock.NewTimer(wait)
 		select {
@@ -129,7 +136,10 @@ func (m *Managed) run(wait time.Duration) {
 			m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 			return
 		}
-		err := h.renew(m.ctx, func() { m.deadlinePassed(last) })
+		m.mu.Lock()
+		m.lastErr = last
+		m.mu.Unlock()
+		err := h.renew(m.ctx, m.watchdog)
 		if m.ctx.Err() != nil {
 			m.stopped(last) // stopped or released while renewing
 			return
@@ -158,15 +168,17 @@ func (m *Managed) run(wait time.Duration) {
 	}
 }
 
-// deadlinePassed is called when the local deadline passes while a renewal
-// is in flight: a backend that does not return when its context ends must
-// not keep the renewer acting as holder past the deadline. last is the
-// last transient error before that renewal.
-func (m *Managed) deadlinePassed(last error) {
+// watchdogFired runs when the local deadline passes while a renewal is in
+// flight: a backend that does not return when its context ends must not
+// keep the renewer acting as holder past the deadline.
+func (m *Managed) watchdogFired() {
 	h := m.h
-	if h.c.clock.Now().Before(h.Deadline()) {
-		return // renewed meanwhile
+	if m.ctx.Err() != nil || h.c.clock.Now().Before(h.Deadline()) {
+		return // stopped, released, or renewed meanwhile
 	}
+	m.mu.Lock()
+	last := m.lastErr
+	m.mu.Unlock()
 	if last == nil {
 		last = context.DeadlineExceeded
 	}
