@@ -283,8 +283,10 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 		g.track.remove(member.Handle())
 		dctx := context.WithoutCancel(ctx)
 		if !g.crashed.Load() {
-			// A membership already gone is no failure at shutdown.
-			if rerr := member.Handle().Release(dctx); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
+			// A membership already gone (lost, or refused as gone by the
+			// backend) is no failure at shutdown; the release is still
+			// tried, in case the backend was only unreachable.
+			if rerr := member.Handle().Release(dctx); rerr != nil && !errors.Is(rerr, lease.ErrLost) && member.Err() == nil {
 				err = rerr
 			}
 			rctx, cancel := context.WithTimeout(dctx, g.o.Policy.Options().OperationTimeout)

@@ -78,7 +78,8 @@
 //
 // Call Store.Check at start-up: it reports an eviction policy other than
 // noeviction (which could evict a held lease), a server older than Redis
-// 7.0, and a user that may not run the scripts. Persistence (appendonly yes
+// 7.0, and a user that may not run the scripts or publish on the release
+// channels (the &channels part of the ACL rule below). Persistence (appendonly yes
 // with appendfsync everysec or always) keeps leases across restarts;
 // without it a restart frees every lease at once, and tokens still never
 // go back.

@@ -18,7 +18,7 @@ func TestMissingServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	const serverTests = "^(TestSharedValkey|TestValkeyPauseResume|TestStartValkeyCluster|TestSharedValkeyCluster|" +
-		"TestSharedPostgres|TestPostgresStopImmediateStart)$"
+		"TestSharedPostgres|TestPostgresStopImmediateStart|TestPostgresStopFastStart|TestPostgresKillStart)$"
 	nowhere := t.TempDir()
 	var env []string
 	for _, kv := range os.Environ() {
@@ -55,7 +55,7 @@ func TestMissingServers(t *testing.T) {
 				t.Fatalf("child tests passed; want them failed:\n%s", output)
 			}
 			for _, want := range []string{"--- FAIL: TestSharedValkey", "--- FAIL: TestSharedPostgres",
-				"--- FAIL: TestPostgresStopImmediateStart", "LEASE_REQUIRE_SERVERS=1"} {
+				"--- FAIL: TestPostgresStopImmediateStart", "--- FAIL: TestPostgresKillStart", "LEASE_REQUIRE_SERVERS=1"} {
 				if !strings.Contains(output, want) {
 					t.Errorf("child output lacks %q:\n%s", want, output)
 				}

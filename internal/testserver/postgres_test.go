@@ -86,47 +86,44 @@ func TestSharedPostgresNewDatabase(t *testing.T) {
 	})
 }
 
-// TestPostgresStopAndStart stops the server in each way the harness
-// offers and starts it again: committed data survives each, and the
-// connections are cut.
-func TestPostgresStopAndStart(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		stop func(*testserver.PostgresServer)
-	}{
-		{"fast", (*testserver.PostgresServer).Stop},
-		{"immediate", (*testserver.PostgresServer).StopImmediate},
-		{"kill -9", (*testserver.PostgresServer).Kill},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := testserver.StartPostgres(t)
-			ctx := t.Context()
-			url := srv.NewDatabase(t)
-			conn := connect(ctx, t, url)
-			t.Logf("dedicated PostgreSQL %s at %s, pid %d", queryString(ctx, t, conn, "SHOW server_version"), srv.URL(), srv.PID())
-			if _, err := conn.Exec(ctx, "CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'committed')"); err != nil {
-				t.Fatalf("write: %v", err)
-			}
+// TestPostgresStopImmediateStart, TestPostgresStopFastStart and
+// TestPostgresKillStart stop the server in each way the harness offers and
+// start it again: committed data survives each, and the connections are
+// cut.
+func TestPostgresStopImmediateStart(t *testing.T) {
+	stopAndStart(t, (*testserver.PostgresServer).StopImmediate)
+}
 
-			pid := srv.PID()
-			tc.stop(srv)
-			if srv.PID() != 0 {
-				t.Errorf("PID after the stop = %d; want 0", srv.PID())
-			}
-			if err := conn.Ping(ctx); err == nil {
-				t.Errorf("Ping after the stop succeeded; want the connection cut")
-			}
-			srv.Start()
-			if got := srv.PID(); got == 0 || got == pid {
-				t.Errorf("PID after Start = %d; want a new postmaster (was %d)", got, pid)
-			}
-			conn = connect(ctx, t, url)
-			if got := queryString(ctx, t, conn, "SELECT v FROM kv WHERE k = 'a'"); got != "committed" {
-				t.Errorf("after the stop and Start: v = %q; want the committed row", got)
-			}
-		})
+func TestPostgresStopFastStart(t *testing.T) { stopAndStart(t, (*testserver.PostgresServer).Stop) }
+
+func TestPostgresKillStart(t *testing.T) { stopAndStart(t, (*testserver.PostgresServer).Kill) }
+
+func stopAndStart(t *testing.T, stop func(*testserver.PostgresServer)) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	ctx := t.Context()
+	url := srv.NewDatabase(t)
+	conn := connect(ctx, t, url)
+	t.Logf("dedicated PostgreSQL %s at %s, pid %d", queryString(ctx, t, conn, "SHOW server_version"), srv.URL(), srv.PID())
+	if _, err := conn.Exec(ctx, "CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'committed')"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+
+	pid := srv.PID()
+	stop(srv)
+	if srv.PID() != 0 {
+		t.Errorf("PID after the stop = %d; want 0", srv.PID())
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Errorf("Ping after the stop succeeded; want the connection cut")
+	}
+	srv.Start()
+	if got := srv.PID(); got == 0 || got == pid {
+		t.Errorf("PID after Start = %d; want a new postmaster (was %d)", got, pid)
+	}
+	conn = connect(ctx, t, url)
+	if got := queryString(ctx, t, conn, "SELECT v FROM kv WHERE k = 'a'"); got != "committed" {
+		t.Errorf("after the stop and Start: v = %q; want the committed row", got)
 	}
 }
 
