@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
@@ -17,7 +18,10 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // invoices are billed under the fence, and a stale holder's run changes
 // nothing.
 func TestReadmeShapeRuns(t *testing.T) {
-	ctx := context.Background()
+	// Bounded, so that a stuck server fails this test instead of hanging
+	// the package until go test's timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	pool, err := pgxpool.New(ctx, testserver.Postgres(t).NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
