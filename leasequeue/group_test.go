@@ -342,6 +342,9 @@ func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
 		done <- g.Run(runCtx, func(ctx context.Context, p leasequeue.Partition) error { <-ctx.Done(); return nil })
 	}()
 	eventually(t, 30*time.Second, "w owns the partition", func() bool { return len(g.Owned()) == 1 })
+	if r, err := mem.Inspect(ctx, "g/members/w"); err != nil || !r.Held {
+		t.Fatalf("membership while running: %+v, %v; want held (is the key right?)", r, err)
+	}
 	stop()
 	if err := <-done; !errors.Is(err, errLeave) || !strings.Contains(err.Error(), `"g"`) {
 		t.Fatalf("Run = %v, want the roster's Leave error naming the group", err)
