@@ -146,8 +146,13 @@ func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate,
 // cause (a timeout, a transport error) in its chain.
 type undoneError struct{ err error }
 
+// Error does not repeat "outcome unknown": the outcome is known now.
 func (e *undoneError) Error() string {
-	return "not acquired; an unanswered attempt was undone: " + e.err.Error()
+	cause := e.err
+	if ie, ok := e.err.(*indeterminateError); ok {
+		cause = ie.err
+	}
+	return "not acquired; an unanswered attempt was undone: " + cause.Error()
 }
 
 // Unwrap returns the cause beneath the indeterminate wrapper, or nothing if

@@ -231,6 +231,9 @@ func acquireCases() []testCase {
 			if !errors.Is(err, errReplyLost) {
 				e.t.Fatalf("TryAcquire = %v, which lost the cause of the failed attempt from its chain", err)
 			}
+			if strings.Contains(err.Error(), "outcome unknown") {
+				e.t.Fatalf("TryAcquire = %q, which still calls the outcome unknown", err)
+			}
 			e.mustBeFree(key)
 		}},
 	}
