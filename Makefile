@@ -35,6 +35,9 @@ test: deps
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> go test -race -count=1 ./... (LEASE_REQUIRE_SERVERS=1)"; \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
+	@echo "==> internal/chaos (own module): go vet, go test -race (the short rows)"; \
+		cd internal/chaos && $(GO) vet ./... && \
+		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
 
 bench: deps
 	@echo "==> go test -bench"; time $(GO) test -run '^$$' -bench . -benchmem ./...
@@ -43,7 +46,7 @@ chaos: deps
 	@mkdir -p $(CHAOS_OUT)
 	@echo "==> go test ./internal/chaos (LEASE_CHAOS_DURATION=$(DURATION))"; \
 		time LEASE_REQUIRE_SERVERS=1 LEASE_CHAOS_DURATION=$(DURATION) \
-		$(GO) test -race -count=1 -timeout 0 -v ./internal/chaos > $(CHAOS_OUT)/chaos.log 2>&1 || \
+		$(GO) -C internal/chaos test -race -count=1 -timeout 0 -v . > $(CHAOS_OUT)/chaos.log 2>&1 || \
 		{ grep -E '^(--- FAIL|FAIL)|chaos-summary|    [a-z_]+_test.go' $(CHAOS_OUT)/chaos.log; exit 1; }
 	@grep -E 'chaos-summary|^(ok|PASS)' $(CHAOS_OUT)/chaos.log
 
@@ -54,3 +57,5 @@ lint:
 		if [[ -n $$unformatted ]]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> staticcheck ./..."; time $(STATICCHECK) ./...
+	@echo "==> internal/chaos, bench (own modules): go vet, staticcheck"; \
+		for m in internal/chaos bench; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
