@@ -37,13 +37,14 @@ type Client struct {
 }
 
 // NewClient returns a Client that acquires leases from b. It fails if b is
-// nil or o.Owner is invalid. The client never closes b.
+// nil or o.Owner is invalid (the error then matches ErrInvalidOwner). The
+// client never closes b.
 func NewClient(b Backend, o ClientOptions) (*Client, error) {
 	if b == nil {
 		return nil, errors.New("lease: NewClient: nil Backend")
 	}
 	if err := ValidateOwner(o.Owner); err != nil {
-		return nil, fmt.Errorf("lease: NewClient: %w", err)
+		return nil, wrapOp("NewClient", "", err)
 	}
 	c := &Client{b: b, owner: o.Owner, clock: o.Clock, obs: o.Observer}
 	if c.clock == nil {
@@ -66,24 +67,54 @@ func (c *Client) Clock() Clock { return c.clock }
 // Backend returns the backend the client was built with.
 func (c *Client) Backend() Backend { return c.b }
 
-// Acquire acquires the lease on key, trying again every p's Retry (jittered)
-// while the lease is held by someone else or the backend fails, until p's
-// Wait has passed or p's MaxAttempts were made, whichever comes first. Each
-// attempt is bounded by p's OperationTimeout.
+// Acquire acquires the lease on key, waiting for it as sync.Mutex.Lock and
+// semaphore.Acquire do: while the lease is held by someone else or the
+// backend fails, it tries again every p's Retry (jittered, and sooner when
+// the holder's lease ends sooner or the backend reports the key released),
+// until it gets the lease or ctx ends. p's Wait (if positive) and
+// MaxAttempts (if positive) bound the waiting further, whichever ends
+// first. Each attempt is bounded by p's OperationTimeout. Use TryAcquire
+// for a single attempt that never waits.
+//
+// Acquire waits by default because that is what every lock a Go program
+// knows does; a caller who wants to give up must say when, with ctx, Wait
+// or MaxAttempts, rather than find out in production that the zero Wait
+// meant one attempt.
 //
 // On success the returned Handle holds the lease with a fresh token; its
 // local deadline is TTL − SafetyMargin after the successful request was
 // sent. Start managed renewal with Handle.StartManaged, or renew by hand.
 //
-// On failure Acquire returns a *NotAcquiredError (matching ErrNotAcquired)
-// when the lease stayed held by someone else, the context's error when ctx
-// ended, or the last backend error. Attempts reuse one acquisition secret,
-// so an attempt whose outcome was unknown is resolved by the next one. If
-// Acquire gives up after such an attempt, it releases whatever that attempt
-// may have granted before returning; if that release's outcome is unknown
-// too, the error matches ErrIndeterminate and the lease may stay held, by
-// nobody, until its TTL passes. A grant that arrives after ctx ended is
-// released the same way, and Acquire returns the context's error:
+// On failure the error names the operation and key, and matches:
+//
+//   - ErrNotAcquired (errors.As finds a *NotAcquiredError naming the
+//     holder) when Wait or MaxAttempts ran out with the lease held by
+//     someone else;
+//   - the context's cause when ctx ended (its text also says what the
+//     last attempt found), never ErrNotAcquired;
+//   - ErrIndeterminate when any attempt went unanswered (see below);
+//   - otherwise the last backend error.
+//
+// # Unanswered attempts
+//
+// Attempts reuse one acquisition secret, so an attempt whose outcome was
+// unknown is resolved by the next one. If Acquire gives up after an
+// attempt went unanswered, it first releases whatever such an attempt may
+// have granted (under a context detached from ctx, bounded by
+// OperationTimeout), but the error still matches ErrIndeterminate, whatever
+// that release answers: an answer to the release proves nothing about an
+// attempt that may still be on its way or stalled in the backend, which
+// can be applied after the release and then hold the key, by nobody, until
+// its TTL passes. An error that does not match ErrIndeterminate means that
+// no grant exists, and none can still appear, for this call. The same can
+// happen after Acquire succeeded following an unanswered attempt: a
+// delayed copy of that attempt may extend the lease of this handle, or,
+// after Release, hold the key by nobody for one TTL. Neither puts a token
+// in anyone's hands, so fences are unaffected; only the key's
+// availability suffers.
+//
+// A grant that arrives after ctx ended is released the same way, and
+// Acquire returns the context's cause, or ErrIndeterminate as above:
 // cancellation never reads as success.
 func (c *Client) Acquire(ctx context.Context, key string, p Policy) (*Handle, error) {
 	return c.acquire(ctx, key, p, false)
@@ -101,63 +132,69 @@ func (c *Client) TryAcquire(ctx context.Context, key string, p Policy) (*Handle,
 // OperationTimeout, to apply.
 func (c *Client) Inspect(ctx context.Context, key string) (Record, error) {
 	if err := ValidateKey(key); err != nil {
-		return Record{}, err
+		return Record{}, wrapOp("inspect", "", err)
 	}
 	r, err := c.b.Inspect(ctx, key)
 	return r, wrapOp("inspect", key, err)
 }
 
+// attempts counts what one Acquire call did, for its event.
+type attempts struct {
+	start      time.Time     // when Acquire was called
+	n          int           // backend attempts made
+	latency    time.Duration // of the last attempt's backend call
+	unanswered int           // attempts whose outcome is unknown
+}
+
 func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (*Handle, error) {
 	if err := ValidateKey(key); err != nil {
-		return nil, err
+		return nil, wrapOp("acquire", "", err)
 	}
 	if !p.valid() {
-		return nil, fmt.Errorf("%w: the zero Policy; build one with NewPolicy", ErrInvalidPolicy)
+		return nil, wrapOp("acquire", key, fmt.Errorf("%w: the zero Policy; build one with NewPolicy", ErrInvalidPolicy))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, wrapOp("acquire", key, context.Cause(ctx))
 	}
 	o := p.o
 	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
-	start := c.clock.Now()
-	sent := start
-	waitUntil := start.Add(o.Wait)
+	at := attempts{start: c.clock.Now()}
 	var (
 		lastErr  error
-		unsure   bool // some attempt may have been applied
-		attempts int
 		released <-chan struct{} // from a ReleaseWatcher, if any
 	)
 	for {
-		attempts++
-		if attempts > 1 {
+		at.n++
+		sent := at.start
+		if at.n > 1 {
 			sent = c.clock.Now()
 		}
 		octx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 		tok, err := c.b.Acquire(octx, req)
 		cancel()
+		at.latency = c.clock.Now().Sub(sent)
 		if err == nil {
 			if ctx.Err() != nil {
 				// Granted after the caller gave up: hand it back.
 				granted := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
-				return nil, c.acquireFailed(ctx, granted, p, start, attempts, context.Cause(ctx), true)
+				return nil, c.acquireFailed(ctx, granted, p, at, context.Cause(ctx))
 			}
 			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p,
 				deadline: sent.Add(p.LocalLifetime())}
 			if !c.quiet {
-				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: c.clock.Now().Sub(start)}, attempts})
+				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
+					at.n, c.clock.Now().Sub(at.start)})
 			}
 			return h, nil
 		}
 		lastErr = err
 		if errors.Is(err, ErrIndeterminate) {
-			unsure = true
+			at.unanswered++
 		}
 		if ctx.Err() != nil {
-			lastErr = context.Cause(ctx)
 			break
 		}
-		if once || (o.MaxAttempts > 0 && attempts >= o.MaxAttempts) {
+		if once || (o.MaxAttempts > 0 && at.n >= o.MaxAttempts) {
 			break
 		}
 		pause := jitter(o.Retry)
@@ -165,7 +202,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		if errors.As(err, &na) && na.Remaining > 0 && na.Remaining < pause {
 			pause = na.Remaining // the holder's lease ends sooner than the next retry
 		}
-		if c.clock.Now().Add(pause).After(waitUntil) {
+		if o.Wait > 0 && c.clock.Now().Add(pause).After(at.start.Add(o.Wait)) {
 			break
 		}
 		if released == nil && errors.Is(err, ErrNotAcquired) {
@@ -180,34 +217,41 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			}
 		}
 		if err := sleep(ctx, c.clock, pause, released); err != nil {
-			lastErr = err
-			break
+			break // ctx ended
 		}
 	}
+	if ctx.Err() != nil {
+		// Say what the attempts found, unless the last one was cut short
+		// by the context's end and would only repeat it.
+		w := &waitError{cause: context.Cause(ctx), attempts: at.n}
+		if !errors.Is(lastErr, ctx.Err()) {
+			w.last = lastErr
+		}
+		lastErr = w
+	}
 	a := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce}
-	return nil, c.acquireFailed(ctx, a, p, start, attempts, lastErr, unsure)
+	return nil, c.acquireFailed(ctx, a, p, at, lastErr)
 }
 
-// acquireFailed cleans up after a failed Acquire: if an attempt may have
-// been applied, it releases acquisition a under a context detached from ctx
-// and bounded by OperationTimeout.
-func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, start time.Time, attempts int, err error, unsure bool) error {
-	if unsure {
+// acquireFailed cleans up after a failed Acquire. If an attempt went
+// unanswered, or a grant arrived too late (a.Token is then set), it
+// releases acquisition a under a context detached from ctx and bounded by
+// OperationTimeout. The outcome stays unknown after an unanswered attempt
+// whatever the release says (see Client.Acquire); a late grant with no
+// unanswered attempt before it is settled by a release that answers.
+func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, at attempts, err error) error {
+	if at.unanswered > 0 || a.Token != 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.o.OperationTimeout)
 		rerr := c.b.Release(rctx, a)
 		cancel()
-		switch {
-		case rerr != nil && !errors.Is(rerr, ErrLost):
-			err = Indeterminate(fmt.Errorf("%w (and releasing what an unanswered attempt may have acquired failed: %w)", err, rerr))
-		case errors.Is(err, ErrIndeterminate):
-			// The release settled it: whatever the attempt did is undone.
-			// Keep the cause, drop the claim that the outcome is unknown.
-			err = &undoneError{err}
+		if at.unanswered > 0 || (rerr != nil && !errors.Is(rerr, ErrLost)) {
+			err = &unknownAcquireError{err: err, release: rerr}
 		}
 	}
 	err = wrapOp("acquire", a.Key, err)
 	if !c.quiet {
-		c.obs.Observe(&AcquireFailed{EventInfo{Key: a.Key, Owner: c.owner, Latency: c.clock.Now().Sub(start), Err: err}, attempts})
+		c.obs.Observe(&AcquireFailed{EventInfo{Key: a.Key, Owner: c.owner, Latency: at.latency, Err: err},
+			at.n, c.clock.Now().Sub(at.start)})
 	}
 	return err
 }

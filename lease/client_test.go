@@ -11,6 +11,7 @@ import (
 
 	"github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasetest"
 )
 
 func TestNewClientRejects(t *testing.T) {
@@ -116,21 +117,208 @@ func TestAcquireWakesEarlyWhenHolderExpires(t *testing.T) {
 	}
 }
 
-func TestErrorsNameOperationAndKey(t *testing.T) {
-	f := newFixture(t)
-	h := f.acquire(t)
-	f.b.failWith(errors.New("boom"))
-	err := h.Renew(context.Background())
-	if got, want := err.Error(), `lease: renew "k": boom`; got != want {
-		t.Fatalf("Renew error %q, want %q", got, want)
+// TestErrorTexts holds the exact text of every error of package lease:
+// each names the operation and the subject once, without stutter.
+func TestErrorTexts(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	type errCase struct {
+		name string
+		err  func(t *testing.T, f *fixture) error
+		want string
 	}
-	f.b.failWith(&lease.LostError{Key: "k", Token: 7, Reason: lease.Expired})
-	if got, want := h.Renew(context.Background()).Error(), `lease: "k" token 7 lost: expired`; got != want {
-		t.Fatalf("Renew error %q, want %q", got, want)
+	cases := []errCase{
+		{"NewClient nil backend", func(*testing.T, *fixture) error {
+			_, err := lease.NewClient(nil, lease.ClientOptions{Owner: "o"})
+			return err
+		}, `lease: NewClient: nil Backend`},
+		{"NewClient invalid owner", func(*testing.T, *fixture) error {
+			_, err := lease.NewClient(memory.New(memory.Options{}), lease.ClientOptions{})
+			return err
+		}, `lease: NewClient: invalid owner: empty`},
+		{"NewClient owner with a newline", func(*testing.T, *fixture) error {
+			_, err := lease.NewClient(memory.New(memory.Options{}), lease.ClientOptions{Owner: "a\nb"})
+			return err
+		}, `lease: NewClient: invalid owner "a\nb": control character U+000A at byte 1`},
+		{"ValidateKey", func(*testing.T, *fixture) error { return lease.ValidateKey("") }, `lease: invalid key: empty`},
+		{"ValidateOwner too long", func(*testing.T, *fixture) error { return lease.ValidateOwner(strings.Repeat("o", 257)) },
+			`lease: invalid owner: 257 bytes, longer than the limit of 256`},
+		{"Acquire invalid key", func(_ *testing.T, f *fixture) error {
+			_, err := f.c.Acquire(ctx, "", f.p)
+			return err
+		}, `lease: acquire: invalid key: empty`},
+		{"Inspect invalid key", func(_ *testing.T, f *fixture) error {
+			_, err := f.c.Inspect(ctx, "bad\xff")
+			return err
+		}, `lease: inspect: invalid key "bad\xff": invalid UTF-8 at byte 3`},
+		{"Acquire zero policy", func(_ *testing.T, f *fixture) error {
+			_, err := f.c.Acquire(ctx, "k", lease.Policy{})
+			return err
+		}, `lease: acquire "k": invalid policy: the zero Policy; build one with NewPolicy`},
+		{"NewPolicy", func(*testing.T, *fixture) error { _, err := lease.NewPolicy(lease.PolicyOptions{}); return err },
+			`lease: invalid policy: TTL (0s) must be between 10ms and 24h0m0s`},
+		{"Acquire held", func(t *testing.T, f *fixture) error {
+			f.acquire(t)
+			_, err := f.other(t).TryAcquire(ctx, "k", f.p)
+			return err
+		}, `lease: acquire "k": held by "test" (token 1) for another 30s`},
+		{"Acquire cancelled before I/O", func(_ *testing.T, f *fixture) error {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err := f.c.Acquire(cctx, "k", f.p)
+			return err
+		}, `lease: acquire "k": context canceled`},
+		{"Acquire unanswered, then released", func(_ *testing.T, f *fixture) error {
+			c, _ := lease.NewClient(&unanswered{Backend: f.store, apply: true}, lease.ClientOptions{Owner: "test", Clock: f.clock})
+			_, err := c.TryAcquire(ctx, "k", f.p)
+			return err
+		}, `lease: acquire "k": outcome unknown: reply lost (the clean-up release ended what an attempt had granted; a delayed attempt may still be granted)`},
+		{"Acquire unanswered, nothing held", func(_ *testing.T, f *fixture) error {
+			c, _ := lease.NewClient(&unanswered{Backend: f.store}, lease.ClientOptions{Owner: "test", Clock: f.clock})
+			_, err := c.TryAcquire(ctx, "k", f.p)
+			return err
+		}, `lease: acquire "k": outcome unknown: reply lost (the clean-up release found nothing held; a delayed attempt may still be granted)`},
+		{"Acquire unanswered, release failed", func(_ *testing.T, f *fixture) error {
+			c, _ := lease.NewClient(&unanswered{Backend: f.store, release: boom}, lease.ClientOptions{Owner: "test", Clock: f.clock})
+			_, err := c.TryAcquire(ctx, "k", f.p)
+			return err
+		}, `lease: acquire "k": outcome unknown: reply lost (the clean-up release failed too: boom)`},
+		{"Acquire waited until ctx ended", func(t *testing.T, f *fixture) error {
+			f.acquire(t)
+			cctx, cancel := context.WithCancelCause(ctx)
+			done := make(chan error, 1)
+			go func() { _, err := f.other(t).Acquire(cctx, "k", f.p); done <- err }()
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer wcancel()
+			for range 3 { // three attempts, two pauses
+				if err := f.clock.WaitForTimers(wctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				f.clock.Advance(time.Second)
+			}
+			if err := f.clock.WaitForTimers(wctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			cancel(errors.New("shutting down"))
+			return <-done
+		}, `lease: acquire "k": shutting down after 4 attempts; the last: held by "test" (token 1) for another 27s`},
+		{"Renew", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.b.failWith(boom)
+			return h.Renew(ctx)
+		}, `lease: renew "k": boom`},
+		{"Renew lost", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.b.failWith(&lease.LostError{Key: "k", Token: 1, Reason: lease.Expired})
+			return h.Renew(ctx)
+		}, `lease: renew "k": token 1 lost: expired`},
+		{"Renew indeterminate", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.b.failWith(lease.Indeterminate(context.DeadlineExceeded))
+			return h.Renew(ctx)
+		}, `lease: renew "k": outcome unknown: context deadline exceeded`},
+		{"Renew after Release", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			_ = h.Release(ctx)
+			return h.Renew(ctx)
+		}, `lease: renew "k": token 1 already released`},
+		{"Release twice", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			_ = h.Release(ctx)
+			return h.Release(ctx)
+		}, `lease: release "k": token 1 already released`},
+		{"Release after takeover", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.clock.Advance(31 * time.Second)
+			if _, err := f.other(t).TryAcquire(ctx, "k", f.p); err != nil {
+				t.Fatal(err)
+			}
+			return h.Release(ctx)
+		}, `lease: release "k": token 1 lost: superseded`},
+		{"Validate after expiry", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.clock.Advance(31 * time.Second)
+			return h.Validate(ctx)
+		}, `lease: validate "k": token 1 lost: expired`},
+		{"StartManaged twice", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			m := manage(t, h, ctx)
+			defer m.Stop(ctx)
+			_, err := h.StartManaged(ctx)
+			return err
+		}, `lease: manage "k": already managed`},
+		{"Managed loss after failed renewals", func(t *testing.T, f *fixture) error {
+			h := f.acquire(t)
+			f.b.failWith(boom)
+			m := manage(t, h, ctx)
+			defer m.Stop(ctx)
+			for f.clock.Now().Before(h.Deadline()) {
+				f.step(t, time.Second)
+			}
+			select {
+			case <-m.Lost():
+				return m.Err()
+			case <-time.After(5 * time.Second):
+				t.Fatal("not lost after the local deadline passed")
+				return nil
+			}
+		}, `lease: renew "k": token 1 lost: local deadline passed: boom`},
+		{"standalone NotAcquiredError", func(*testing.T, *fixture) error {
+			return &lease.NotAcquiredError{Key: "k", Holder: "h", Token: 3, Remaining: 1500 * time.Millisecond}
+		}, `lease: "k" is held by "h" (token 3) for another 1.5s`},
+		{"standalone NotAcquiredError, holder unknown", func(*testing.T, *fixture) error { return &lease.NotAcquiredError{Key: "k"} },
+			`lease: "k" is held by another acquisition`},
+		{"standalone LostError", func(*testing.T, *fixture) error {
+			return &lease.LostError{Key: "k", Token: 7, Reason: lease.Superseded}
+		}, `lease: "k" token 7 lost: superseded`},
+		{"Indeterminate", func(*testing.T, *fixture) error { return lease.Indeterminate(boom) }, `outcome unknown: boom`},
 	}
-	if !strings.Contains((&lease.NotAcquiredError{Key: "k", Holder: "h", Token: 3, Remaining: time.Second}).Error(), `"k" is held by "h" (token 3) for another 1s`) {
-		t.Fatal("NotAcquiredError text")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			err := tc.err(t, f)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := err.Error(); got != tc.want {
+				t.Errorf("error reads\n\t%s\nwant\n\t%s", got, tc.want)
+			}
+		})
 	}
+}
+
+// other returns a second client of f's backend, owner "other".
+func (f *fixture) other(t *testing.T) *lease.Client {
+	t.Helper()
+	c, err := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// unanswered reports every Acquire as unanswered, applying it first if
+// apply is set, and fails every Release with release if set.
+type unanswered struct {
+	lease.Backend
+	apply   bool
+	release error
+}
+
+var errReplyLost = errors.New("reply lost")
+
+func (u *unanswered) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if u.apply {
+		_, _ = u.Backend.Acquire(ctx, r)
+	}
+	return 0, lease.Indeterminate(errReplyLost)
+}
+
+func (u *unanswered) Release(ctx context.Context, a lease.Acquisition) error {
+	if u.release != nil {
+		return u.release
+	}
+	return u.Backend.Release(ctx, a)
 }
 
 func TestIndeterminate(t *testing.T) {
@@ -156,18 +344,22 @@ func TestObservers(t *testing.T) {
 		e     lease.Event
 		msg   string
 		level slog.Level
+		attrs []string // beyond key, level and message
 	}{
-		{&lease.Acquired{EventInfo: info, Attempts: 1}, "lease acquired", slog.LevelInfo},
-		{&lease.AcquireFailed{EventInfo: failed, Attempts: 2}, "lease not acquired", slog.LevelWarn},
-		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: &lease.NotAcquiredError{Key: "k"}}, Attempts: 1}, "lease not acquired", slog.LevelDebug},
-		{&lease.Renewed{EventInfo: info}, "lease renewed", slog.LevelDebug},
-		{&lease.RenewFailed{EventInfo: failed}, "lease renewal failed", slog.LevelWarn},
-		{&lease.Lost{EventInfo: failed}, "lease lost", slog.LevelError},
-		{&lease.Released{EventInfo: info}, "lease released", slog.LevelInfo},
-		{&lease.ReleaseFailed{EventInfo: failed}, "lease release failed", slog.LevelError},
-		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: &lease.LostError{Key: "k", Reason: lease.Expired}}}, "lease release failed", slog.LevelWarn},
-		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: lease.Indeterminate(errors.New("timeout"))}}, "lease release failed", slog.LevelError},
-		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: context.Canceled}}, "lease not acquired", slog.LevelDebug},
+		{&lease.Acquired{EventInfo: info, Attempts: 3, Waited: 2 * time.Second}, "lease acquired", slog.LevelInfo,
+			[]string{"attempts=3", "waited=2s", "latency=1ms", "token=9", "owner=o"}},
+		{&lease.AcquireFailed{EventInfo: failed, Attempts: 2, Waited: 250 * time.Millisecond}, "lease not acquired", slog.LevelWarn,
+			[]string{"attempts=2", "waited=250ms", "latency=1ms", "error=boom"}},
+		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: lease.Indeterminate(context.Canceled)}, Attempts: 1}, "lease not acquired", slog.LevelWarn, nil},
+		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: &lease.NotAcquiredError{Key: "k"}}, Attempts: 1}, "lease not acquired", slog.LevelDebug, nil},
+		{&lease.Renewed{EventInfo: info}, "lease renewed", slog.LevelDebug, nil},
+		{&lease.RenewFailed{EventInfo: failed}, "lease renewal failed", slog.LevelWarn, nil},
+		{&lease.Lost{EventInfo: failed}, "lease lost", slog.LevelError, nil},
+		{&lease.Released{EventInfo: info}, "lease released", slog.LevelInfo, nil},
+		{&lease.ReleaseFailed{EventInfo: failed}, "lease release failed", slog.LevelError, nil},
+		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: &lease.LostError{Key: "k", Reason: lease.Expired}}}, "lease release failed", slog.LevelWarn, nil},
+		{&lease.ReleaseFailed{EventInfo: lease.EventInfo{Key: "k", Err: lease.Indeterminate(errors.New("timeout"))}}, "lease release failed", slog.LevelError, nil},
+		{&lease.AcquireFailed{EventInfo: lease.EventInfo{Key: "k", Err: context.Canceled}}, "lease not acquired", slog.LevelDebug, nil},
 	}
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -178,7 +370,7 @@ func TestObservers(t *testing.T) {
 		buf.Reset()
 		obs.Observe(tc.e)
 		line := buf.String()
-		for _, want := range []string{"level=" + tc.level.String(), `msg="` + tc.msg + `"`, "key=k"} {
+		for _, want := range append([]string{"level=" + tc.level.String(), `msg="` + tc.msg + `"`, "key=k"}, tc.attrs...) {
 			if !strings.Contains(line, want) {
 				t.Errorf("%T logged %q, missing %q", tc.e, line, want)
 			}
@@ -248,5 +440,118 @@ func TestAcquireCancelledWhileWaiting(t *testing.T) {
 	r, err := f.c.Inspect(context.Background(), "k")
 	if err != nil || !r.Held || r.Token != holder.Token() {
 		t.Fatalf("Inspect = %+v, %v; want the first holder untouched", r, err)
+	}
+}
+
+func TestAcquireWaitsByDefault(t *testing.T) {
+	// With Wait and MaxAttempts zero, Acquire waits for the holder to
+	// release, however long that takes, as sync.Mutex.Lock does.
+	f := newFixture(t)
+	holder := f.acquire(t)
+	type result struct {
+		h   *lease.Handle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { h, err := f.other(t).Acquire(context.Background(), "k", f.p); done <- result{h, err} }()
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 100 { // 100 pauses of at most Retry (1s): past any Wait a zero could have meant
+		if err := f.clock.WaitForTimers(wctx, 1); err != nil {
+			t.Fatal(i, err)
+		}
+		if i%10 == 0 {
+			if err := holder.Renew(context.Background()); err != nil { // hold the key past its TTL
+				t.Fatal(err)
+			}
+		}
+		f.clock.Advance(time.Second)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Acquire returned %v, %v while the key was held; want it to wait", r.h, r.err)
+	default:
+	}
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	for r.h == nil && r.err == nil {
+		select {
+		case r = <-done:
+		case <-time.After(10 * time.Millisecond):
+			f.clock.Advance(time.Second)
+		}
+	}
+	if r.err != nil {
+		t.Fatalf("waiting Acquire: %v", r.err)
+	}
+	if r.h.Token() <= holder.Token() {
+		t.Fatalf("token %d, want above %d", r.h.Token(), holder.Token())
+	}
+}
+
+// slowAcquire advances the fake clock by d inside every Acquire, as a
+// backend round trip would take time.
+type slowAcquire struct {
+	lease.Backend
+	clock *leasetest.FakeClock
+	d     time.Duration
+}
+
+func (s *slowAcquire) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	s.clock.Advance(s.d)
+	return s.Backend.Acquire(ctx, r)
+}
+
+// TestAcquireEvents checks the figures that metrics are built from:
+// Latency is the one backend call the event reports, never the waiting;
+// Attempts counts backend attempts; Waited runs from the call to the event.
+func TestAcquireEvents(t *testing.T) {
+	f := newFixture(t)
+	holder := f.acquire(t)
+	const call = 7 * time.Millisecond
+	slow := &slowAcquire{Backend: f.store, clock: f.clock, d: call}
+	obs := &recorder{}
+	c, err := lease.NewClient(slow, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, MaxAttempts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := f.clock.Now()
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+	if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+	}
+	failed := obs.lastAcquireFailed()
+	if failed == nil {
+		t.Fatal("no AcquireFailed event")
+	}
+	if failed.Attempts != 4 || failed.Latency != call || failed.Waited > f.clock.Now().Sub(start) || failed.Waited < 4*call+3*(800*time.Millisecond) {
+		t.Fatalf("AcquireFailed{Attempts: %d, Latency: %v, Waited: %v}; want 4 attempts, Latency %v (one call), Waited from the call to the event (4 calls and 3 pauses, at most %v)",
+			failed.Attempts, failed.Latency, failed.Waited, call, f.clock.Now().Sub(start))
+	}
+
+	// Acquired after waiting: the same figures on success.
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(context.Background(), "k", p); err != nil {
+		t.Fatal(err)
+	}
+	var got *lease.Acquired
+	obs.mu.Lock()
+	for _, e := range obs.events {
+		if e, ok := e.(*lease.Acquired); ok {
+			got = e
+		}
+	}
+	obs.mu.Unlock()
+	if got == nil || got.Attempts != 1 || got.Latency != call || got.Waited != call || got.Token == 0 {
+		t.Fatalf("Acquired event %+v, want 1 attempt, Latency = Waited = %v, a token", got, call)
 	}
 }

@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -21,8 +23,11 @@ var (
 
 	// ErrIndeterminate means the outcome of a request is unknown: it may or
 	// may not have been applied by the backend (a timeout or a connection
-	// lost after the request was sent). After an indeterminate Release the
-	// lease may stay held until its TTL passes.
+	// lost after the request was sent), or may still be applied later.
+	// After an indeterminate Release the lease may stay held until its TTL
+	// passes; after an indeterminate Acquire or TryAcquire the key may be
+	// held, by nobody, for up to one TTL (see Client.Acquire). An error that
+	// does not match ErrIndeterminate means the outcome is known.
 	ErrIndeterminate = errors.New("lease: outcome unknown")
 
 	// ErrInvalidPolicy wraps every error returned by NewPolicy.
@@ -44,6 +49,11 @@ var (
 	// ErrStopped is the cause of a Managed context that was cancelled because
 	// Stop was called.
 	ErrStopped = errors.New("lease: managed renewal stopped")
+
+	// ErrAlreadyManaged is the error of Handle.StartManaged on a handle that
+	// already has a renewer: a Handle is renewed by at most one Managed in
+	// its life.
+	ErrAlreadyManaged = errors.New("lease: already managed")
 )
 
 // NotAcquiredError reports that a lease is held by someone else. It matches
@@ -59,11 +69,17 @@ type NotAcquiredError struct {
 	Remaining time.Duration
 }
 
+// Error reads: lease: "k" is held by "worker-a" (token 3) for another 1.5s.
+// Wrapped by a Client operation it reads: lease: acquire "k": held by ….
 func (e *NotAcquiredError) Error() string {
+	return "lease: " + strconv.Quote(e.Key) + " is " + e.detail()
+}
+
+func (e *NotAcquiredError) detail() string {
 	if e.Holder == "" {
-		return fmt.Sprintf("lease: %q is held by another acquisition", e.Key)
+		return "held by another acquisition"
 	}
-	return fmt.Sprintf("lease: %q is held by %q (token %d) for another %v", e.Key, e.Holder, e.Token, e.Remaining)
+	return fmt.Sprintf("held by %q (token %d) for another %v", e.Holder, e.Token, e.Remaining.Round(time.Millisecond))
 }
 
 // Is reports whether target is ErrNotAcquired.
@@ -104,14 +120,22 @@ type LostError struct {
 	Token  Token
 	Reason LostReason
 	// Err is the last error seen before the loss, if any (for example the
-	// transport error that kept renewals from reaching the backend).
+	// transport error that kept renewals from reaching the backend), or
+	// ErrReleased.
 	Err error
 }
 
-func (e *LostError) Error() string {
-	s := fmt.Sprintf("lease: %q token %d lost: %v", e.Key, e.Token, e.Reason)
+// Error reads: lease: "k" token 7 lost: expired. Wrapped by a Client
+// operation it reads: lease: renew "k": token 7 lost: expired.
+func (e *LostError) Error() string { return "lease: " + strconv.Quote(e.Key) + " " + e.detail() }
+
+func (e *LostError) detail() string {
+	if e.Reason == Expired && e.Err == ErrReleased {
+		return fmt.Sprintf("token %d already released", e.Token)
+	}
+	s := fmt.Sprintf("token %d lost: %v", e.Token, e.Reason)
 	if e.Err != nil {
-		s += ": " + e.Err.Error()
+		s += ": " + detail(e.Err)
 	}
 	return s
 }
@@ -137,52 +161,116 @@ func Indeterminate(err error) error {
 
 type indeterminateError struct{ err error }
 
-func (e *indeterminateError) Error() string   { return "outcome unknown: " + e.err.Error() }
+func (e *indeterminateError) Error() string   { return e.detail() }
+func (e *indeterminateError) detail() string  { return "outcome unknown: " + detail(e.err) }
 func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.err} }
 
-// undoneError is the error of an Acquire whose last attempt went
-// unanswered and was then undone by a release: the outcome is known (not
-// acquired), so it no longer matches ErrIndeterminate, but it keeps the
-// cause (a timeout, a transport error) in its chain.
-type undoneError struct{ err error }
+// unknownAcquireError is the error of an Acquire that gave up after an
+// attempt went unanswered. The client released what the attempt may have
+// granted, but no answer to that release proves that the attempt can no
+// longer be applied (it may be stalled in the backend and apply after the
+// release), so the outcome stays unknown: it matches ErrIndeterminate, and
+// keeps the cause (a timeout, a transport error, the context's end) in its
+// chain.
+type unknownAcquireError struct {
+	err     error // why Acquire gave up
+	release error // the clean-up release's error; nil if it ended a grant
+}
 
-// Error does not repeat "outcome unknown": the outcome is known now.
-func (e *undoneError) Error() string {
+func (e *unknownAcquireError) Error() string { return e.detail() }
+
+func (e *unknownAcquireError) detail() string {
 	cause := e.err
-	if ie, ok := e.err.(*indeterminateError); ok {
-		cause = ie.err
+	if ie, ok := cause.(*indeterminateError); ok {
+		cause = ie.err // say "outcome unknown" once
 	}
-	return "not acquired; an unanswered attempt was undone: " + cause.Error()
+	var note string
+	switch {
+	case e.release == nil:
+		note = "the clean-up release ended what an attempt had granted; a delayed attempt may still be granted"
+	case errors.Is(e.release, ErrLost):
+		note = "the clean-up release found nothing held; a delayed attempt may still be granted"
+	default:
+		note = "the clean-up release failed too: " + detail(e.release)
+	}
+	return "outcome unknown: " + detail(cause) + " (" + note + ")"
 }
 
-// Unwrap returns the cause beneath the indeterminate wrapper, or nothing if
-// the backend marked the outcome unknown in a way of its own.
-func (e *undoneError) Unwrap() error {
-	if ie, ok := e.err.(*indeterminateError); ok {
-		return ie.err
-	}
-	return nil
+func (e *unknownAcquireError) Unwrap() []error { return []error{ErrIndeterminate, e.err} }
+
+// waitError is the error of an Acquire whose context ended after at least
+// one attempt: it matches the context's cause, and its text also says what
+// the attempts found, so that an operator sees why the wait never ended.
+type waitError struct {
+	cause    error // context.Cause
+	attempts int
+	last     error // the last attempt's error, or nil to say nothing more
 }
 
-// opError wraps a backend error with the operation and key:
-// lease: renew "billing/nightly": <cause>.
+func (e *waitError) Error() string { return e.detail() }
+
+func (e *waitError) detail() string {
+	s := detail(e.cause)
+	if e.last == nil {
+		return s
+	}
+	plural := "s"
+	if e.attempts == 1 {
+		plural = ""
+	}
+	last := e.last
+	if ie, ok := last.(*indeterminateError); ok {
+		last = ie.err
+	}
+	return fmt.Sprintf("%s after %d attempt%s; the last: %s", s, e.attempts, plural, detail(last))
+}
+
+func (e *waitError) Unwrap() error { return e.cause }
+
+// opError wraps an error with the operation and the key, which it names
+// once: lease: renew "billing/nightly": <cause>. An opError with no key
+// (the key itself was invalid, or the operation has none) reads
+// lease: acquire: <cause>.
 type opError struct {
 	op  string
 	key string
 	err error
 }
 
-func (e *opError) Error() string { return fmt.Sprintf("lease: %s %q: %v", e.op, e.key, e.err) }
-func (e *opError) Unwrap() error { return e.err }
+func (e *opError) Error() string {
+	if e.key == "" {
+		return "lease: " + e.op + ": " + detail(e.err)
+	}
+	return "lease: " + e.op + " " + strconv.Quote(e.key) + ": " + detail(e.err)
+}
 
-// wrapOp wraps err with the operation and key, unless err is one of this
-// package's typed errors, which already name the key.
+func (e *opError) detail() string { return detail(e.err) }
+func (e *opError) Unwrap() error  { return e.err }
+
+// wrapOp wraps err with the operation and key.
 func wrapOp(op, key string, err error) error {
-	switch err.(type) {
-	case nil:
+	if err == nil {
 		return nil
-	case *NotAcquiredError, *LostError:
-		return err
 	}
 	return &opError{op: op, key: key, err: err}
+}
+
+// detailer is implemented by this package's errors: detail is the text
+// without the "lease: " prefix and without the key, for an error that an
+// opError (which names both) wraps.
+type detailer interface{ detail() string }
+
+// detail returns err's text as a cause inside another error of this
+// package: without the package prefix, which the outer error already
+// carries, and without the key when err is one of this package's typed
+// errors.
+func detail(err error) string {
+	if d, ok := err.(detailer); ok {
+		return d.detail()
+	}
+	s := err.Error()
+	if t, ok := strings.CutPrefix(s, "lease: "); ok {
+		return t // a sentinel of this package, or an error wrapping one
+	}
+	return s
 }

@@ -43,7 +43,7 @@ func Example() {
 	fmt.Println("worker-b holds token", h2.Token())
 	// Output:
 	// worker-a holds token 1
-	// worker-b: lease: "billing/nightly" is held by "worker-a" (token 1) for another 30s
+	// worker-b: lease: acquire "billing/nightly": held by "worker-a" (token 1) for another 30s
 	// is ErrNotAcquired: true
 	// worker-b holds token 2
 }
@@ -59,8 +59,11 @@ func ExampleHandle_StartManaged() {
 	if err != nil {
 		panic(err)
 	}
-	m := h.StartManaged(ctx)
-	defer m.Stop(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer m.Stop(context.WithoutCancel(ctx))
 	defer h.Release(context.WithoutCancel(ctx))
 
 	// The protected work runs under m.Context(): it is cancelled the moment

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -23,6 +24,7 @@ type Handle struct {
 	mu       sync.Mutex
 	deadline time.Time
 	released bool
+	lost     *LostError // the backend or a renewer said the acquisition is gone
 	managed  *Managed
 }
 
@@ -62,9 +64,9 @@ func (h *Handle) acquisition() Acquisition {
 // token, and moves the local deadline to the request's send time plus
 // TTL − SafetyMargin. The call is bounded by ctx and OperationTimeout.
 //
-// It returns a *LostError (matching ErrLost) if the backend says this
-// acquisition is no longer current, or if the handle was released (then
-// the error also matches ErrReleased); an error matching ErrIndeterminate
+// It returns an error matching ErrLost (errors.As finds the *LostError) if
+// the backend says this acquisition is no longer current, or if the handle
+// was released (then the error also matches ErrReleased); an error matching ErrIndeterminate
 // if the outcome is unknown (the local deadline then stays where it was);
 // or another backend error, after which nothing changed.
 func (h *Handle) Renew(ctx context.Context) error {
@@ -82,7 +84,7 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 	h.mu.Unlock()
 	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token}
 	if released {
-		return &LostError{Key: h.key, Token: h.token, Reason: Expired, Err: ErrReleased}
+		return wrapOp("renew", h.key, h.releasedError())
 	}
 	sent := clock.Now()
 	timeout := o.OperationTimeout
@@ -100,6 +102,7 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 	}
 	cancel()
 	if err != nil {
+		h.noteLost(err)
 		err = wrapOp("renew", h.key, err)
 		if !h.c.quiet {
 			info.Latency, info.Err = clock.Now().Sub(sent), err
@@ -120,7 +123,8 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 }
 
 // Validate asks the backend whether this acquisition still holds the lease.
-// It returns nil if so, a *LostError if not, or the backend's error.
+// It returns nil if so, an error matching ErrLost (errors.As finds the
+// *LostError) if not, or the backend's error.
 // A nil result is already history when it returns: use a fence, not
 // Validate, to protect a write.
 func (h *Handle) Validate(ctx context.Context) error {
@@ -130,14 +134,36 @@ func (h *Handle) Validate(ctx context.Context) error {
 	if err != nil {
 		return wrapOp("validate", h.key, err)
 	}
+	var lost *LostError
 	switch {
 	case r.Held && r.Token == h.token && r.Owner == h.c.owner:
 		return nil
 	case r.Token > h.token || r.Held && r.Token != h.token:
-		return &LostError{Key: h.key, Token: h.token, Reason: Superseded}
+		lost = &LostError{Key: h.key, Token: h.token, Reason: Superseded}
 	default:
-		return &LostError{Key: h.key, Token: h.token, Reason: Expired}
+		lost = &LostError{Key: h.key, Token: h.token, Reason: Expired}
 	}
+	h.noteLost(lost)
+	return wrapOp("validate", h.key, lost)
+}
+
+// noteLost records err if it says the acquisition is gone, so that
+// StartManaged can refuse to renew it.
+func (h *Handle) noteLost(err error) {
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		return
+	}
+	h.mu.Lock()
+	if h.lost == nil {
+		h.lost = lost
+	}
+	h.mu.Unlock()
+}
+
+// releasedError is the error of an operation on a released handle.
+func (h *Handle) releasedError() error {
+	return &LostError{Key: h.key, Token: h.token, Reason: Expired, Err: ErrReleased}
 }
 
 // Release ends this acquisition on the backend, so the key is free at once,
@@ -145,13 +171,14 @@ func (h *Handle) Validate(ctx context.Context) error {
 // ctx and OperationTimeout; to release during shutdown when ctx may already
 // be cancelled, pass context.WithoutCancel(ctx).
 //
-// It returns nil if the backend released the lease; a *LostError if the
-// acquisition was already gone (expired, superseded, or released before,
-// the last also matching ErrReleased); an error matching ErrIndeterminate if
-// the outcome is unknown, in which case the lease may stay held until its
-// TTL passes; or another backend error, after which the lease stays held
-// until its TTL passes (the handle is released locally either way and
-// cannot be renewed).
+// It returns nil if the backend released the lease; an error matching
+// ErrLost (errors.As finds the *LostError) if the acquisition was already
+// gone (expired, superseded, or released before, the last also matching
+// ErrReleased); an error matching ErrIndeterminate if the outcome is
+// unknown, in which case the lease may stay held until its TTL passes; or
+// another backend error, after which the lease stays held until its TTL
+// passes. The handle is released locally either way and cannot be renewed.
+// Every error reads lease: release "key": <cause>.
 func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Lock()
 	already := h.released
@@ -163,7 +190,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	if already {
-		return &LostError{Key: h.key, Token: h.token, Reason: Expired, Err: ErrReleased}
+		return wrapOp("release", h.key, h.releasedError())
 	}
 	clock := h.c.clock
 	start := clock.Now()

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -18,39 +19,58 @@ const (
 // at most MaxKeyLen bytes of valid UTF-8, and contain no control characters
 // (which includes NUL, newlines and tabs) and no Unicode replacement
 // character. Any other character, including spaces, braces and quotes, is
-// allowed: backends must treat the key as opaque data. The error wraps
-// ErrInvalidKey and names the rule broken.
+// allowed: backends must treat the key as opaque data. The error matches
+// ErrInvalidKey and names the rule broken, for example
+// lease: invalid key "a\nb": control character U+000A at byte 1.
 func ValidateKey(key string) error {
-	if err := validateName("key", key, MaxKeyLen); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	return nil
+	return validateName(ErrInvalidKey, key, MaxKeyLen)
 }
 
 // ValidateOwner reports whether owner can name a lease holder, under the
-// same rules as ValidateKey but at most MaxOwnerLen bytes. The error wraps
-// ErrInvalidOwner.
+// same rules as ValidateKey but at most MaxOwnerLen bytes. The error
+// matches ErrInvalidOwner.
 func ValidateOwner(owner string) error {
-	if err := validateName("owner", owner, MaxOwnerLen); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOwner, err)
-	}
-	return nil
+	return validateName(ErrInvalidOwner, owner, MaxOwnerLen)
 }
 
-func validateName(what, s string, maxLen int) error {
+func validateName(kind error, s string, maxLen int) error {
+	bad := func(format string, args ...any) error {
+		return &nameError{kind: kind, msg: fmt.Sprintf(format, args...)}
+	}
 	if s == "" {
-		return fmt.Errorf("%s is empty", what)
+		return bad("empty")
 	}
 	if len(s) > maxLen {
-		return fmt.Errorf("%s is %d bytes, longer than the limit of %d", what, len(s), maxLen)
+		return bad("%d bytes, longer than the limit of %d", len(s), maxLen)
 	}
 	for i, r := range s {
 		switch {
 		case r == utf8.RuneError:
-			return fmt.Errorf("%s %.40q has invalid UTF-8 at byte %d", what, s, i)
+			return bad("%.40q: invalid UTF-8 at byte %d", s, i)
 		case unicode.IsControl(r):
-			return fmt.Errorf("%s %.40q has control character %U at byte %d", what, s, r, i)
+			return bad("%.40q: control character %U at byte %d", s, r, i)
 		}
 	}
 	return nil
+}
+
+// nameError is the error of ValidateKey and ValidateOwner: it matches kind
+// (ErrInvalidKey or ErrInvalidOwner) and reads
+// "lease: invalid key: empty".
+type nameError struct {
+	kind error
+	msg  string
+}
+
+func (e *nameError) Error() string        { return e.kind.Error() + e.text() }
+func (e *nameError) detail() string       { return detail(e.kind) + e.text() }
+func (e *nameError) Is(target error) bool { return target == e.kind }
+
+// text is the message after the kind: the quoted name follows it as its
+// subject (invalid key "a\nb": …); a rule without the name after a colon.
+func (e *nameError) text() string {
+	if strings.HasPrefix(e.msg, `"`) {
+		return " " + e.msg
+	}
+	return ": " + e.msg
 }

@@ -35,29 +35,53 @@ type Managed struct {
 
 // StartManaged starts renewing the lease in the background and returns the
 // renewer. The renewer stops when ctx ends, when Stop is called, when the
-// handle is released, or when the lease is lost. A Handle has at most one
-// renewer: later calls return the first. On a released handle the renewer
-// is returned already stopped.
-func (h *Handle) StartManaged(ctx context.Context) *Managed {
+// handle is released, or when the lease is lost.
+//
+// It starts nothing and returns an error reading
+// lease: manage "key": <cause> when renewing cannot help:
+//
+//   - the handle was released: the error matches ErrLost and ErrReleased;
+//   - the lease is already known lost (a Renew or Validate of this handle,
+//     or its earlier renewer, found it gone): the error matches ErrLost,
+//     and errors.As finds the *LostError saying why;
+//   - the local deadline has passed: the error matches ErrLost, with
+//     Reason DeadlinePassed (the lease may still be held on the backend,
+//     but this client no longer vouches for it: acquire anew);
+//   - the handle already has a renewer: the error matches
+//     ErrAlreadyManaged (a Handle is renewed by at most one Managed in its
+//     life, even after that one stopped);
+//   - ctx is done: the error matches ctx's cause.
+//
+// The checks run in that order. StartManaged is safe for concurrent use
+// with every other method of the handle.
+func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.managed != nil {
-		return h.managed
+	var err error
+	switch {
+	case h.released:
+		err = h.releasedError()
+	case h.lost != nil:
+		err = h.lost
+	case !h.c.clock.Now().Before(h.deadline):
+		err = &LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed}
+	case h.managed != nil:
+		err = ErrAlreadyManaged
+	case ctx.Err() != nil:
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		return nil, wrapOp("manage", h.key, err)
 	}
 	m := &Managed{h: h, lost: make(chan struct{}), done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancelCause(ctx)
 	h.managed = m
-	if h.released {
-		m.cancel(ErrReleased)
-		close(m.done)
-		return m
-	}
 	go m.run(m.due(h.deadline))
-	return m
+	return m, nil
 }
 
 // Lost returns a channel that is closed when the lease is lost, after Err
-// is set and Context is cancelled. It is not closed by Release, nor by Stop unless the lease was lost before Stop (see
+// is set, Context is cancelled and the Lost event was emitted. It is not closed by Release, nor by Stop unless the lease was lost before Stop (see
 // Stop). Successive calls return the same channel.
 func (m *Managed) Lost() <-chan struct{} { return m.lost }
 
@@ -67,8 +91,10 @@ func (m *Managed) Lost() <-chan struct{} { return m.lost }
 // the lease protects under it.
 func (m *Managed) Context() context.Context { return m.ctx }
 
-// Err returns the *LostError that ended the lease, or nil if the lease was
-// not lost. Once set it never changes.
+// Err returns the error that ended the lease, or nil if the lease was not
+// lost. It matches ErrLost, errors.As finds its *LostError (with the
+// Reason), and it reads lease: renew "key": token 7 lost: <reason>. Once
+// set it never changes.
 func (m *Managed) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -196,8 +222,13 @@ func (m *Managed) stopped(last error) {
 	m.lose(&LostError{Key: h.key, Token: h.token, Reason: DeadlinePassed, Err: last})
 }
 
-// lose records the loss err, once: a later call does nothing.
+// lose records the loss err, once: a later call does nothing. err is a
+// *LostError, or one wrapped by renew.
 func (m *Managed) lose(err error) {
+	if _, ok := err.(*opError); !ok {
+		err = wrapOp("renew", m.h.key, err)
+	}
+	m.h.noteLost(err)
 	m.mu.Lock()
 	if m.err != nil {
 		m.mu.Unlock()
@@ -208,7 +239,9 @@ func (m *Managed) lose(err error) {
 	// Cancel before closing Lost, so that whoever sees Lost closed finds
 	// Err set and the context cancelled with its cause.
 	m.cancel(err)
-	close(m.lost)
+	// The event before Lost closes, so that whoever sees Lost closed can
+	// count on the observer having been told.
 	h := m.h
 	h.c.obs.Observe(&Lost{EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Err: err}})
+	close(m.lost)
 }

@@ -19,7 +19,7 @@ func TestManagedStartedLateRenewsAtOnce(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
 	f.clock.Advance(20 * time.Second)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	f.step(t, 0) // the renewer renewed and sleeps again
 	if n := f.obs.count(isRenewed); n != 1 {
@@ -61,7 +61,7 @@ func TestManagedCadenceCountsFromSendTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	f.step(t, 10*time.Second) // the first renewal: sent at 10s at the latest, returns 3s later
 	f.step(t, 0)
@@ -117,7 +117,7 @@ func TestManagedLosesAtDeadlineWhenBackendHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.hang.Store(true)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	select {
 	case <-m.Lost():
 	case <-time.After(10 * time.Second):

@@ -113,7 +113,7 @@ func (f *fixture) step(t *testing.T, d time.Duration) {
 func TestManagedRenewsOnCadence(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	// RenewEvery 10s, shortened by at most 20% jitter: in 100s there are
 	// between 10 and 12 renewals.
@@ -138,7 +138,7 @@ func TestManagedRetriesTransientErrorsThenLosesAtDeadline(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
 	deadline := h.Deadline() // epoch + 25s
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	transient := errors.New("connection refused")
 	f.b.failWith(transient)
@@ -176,7 +176,7 @@ func TestManagedRetriesTransientErrorsThenLosesAtDeadline(t *testing.T) {
 func TestManagedRecoversFromTransientErrors(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	f.b.failWith(errors.New("timeout"))
 	for range 14 { // 14s: the first renewal at 8–10s fails, retries follow
@@ -200,7 +200,7 @@ func TestManagedRecoversFromTransientErrors(t *testing.T) {
 func TestManagedLosesAtOnceWhenBackendSaysLost(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	f.b.failWith(&lease.LostError{Key: "k", Token: h.Token(), Reason: lease.Superseded})
 	f.step(t, 10*time.Second) // the first renewal
@@ -224,9 +224,9 @@ func TestManagedLosesAtOnceWhenBackendSaysLost(t *testing.T) {
 func TestManagedStop(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
-	m := h.StartManaged(context.Background())
-	if m2 := h.StartManaged(context.Background()); m2 != m {
-		t.Fatal("a second StartManaged started a second renewer")
+	m := manage(t, h, context.Background())
+	if m2, err := h.StartManaged(context.Background()); m2 != nil || !errors.Is(err, lease.ErrAlreadyManaged) {
+		t.Fatalf("a second StartManaged = %v, %v; want nil, ErrAlreadyManaged", m2, err)
 	}
 	f.step(t, 10*time.Second)
 	if err := m.Stop(context.Background()); err != nil {
@@ -256,7 +256,7 @@ func TestManagedReleaseBeforeAndAfterStop(t *testing.T) {
 	for _, releaseFirst := range []bool{true, false} {
 		f := newFixture(t)
 		h := f.acquire(t)
-		m := h.StartManaged(context.Background())
+		m := manage(t, h, context.Background())
 		f.step(t, 10*time.Second)
 		ctx := context.Background()
 		var relErr, stopErr error
@@ -290,7 +290,7 @@ func TestManagedStopsWithParentContext(t *testing.T) {
 	f := newFixture(t)
 	h := f.acquire(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	m := h.StartManaged(ctx)
+	m := manage(t, h, ctx)
 	cause := errors.New("shutting down")
 	cancel(cause)
 	select {
@@ -306,16 +306,73 @@ func TestManagedStopsWithParentContext(t *testing.T) {
 	}
 }
 
-func TestManagedOnReleasedHandle(t *testing.T) {
-	f := newFixture(t)
-	h := f.acquire(t)
-	if err := h.Release(context.Background()); err != nil {
-		t.Fatal(err)
+// manage starts managed renewal of h, failing the test on error.
+func manage(t *testing.T, h *lease.Handle, ctx context.Context) *lease.Managed {
+	t.Helper()
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
 	}
-	m := h.StartManaged(context.Background())
-	<-m.Done()
-	if !errors.Is(context.Cause(m.Context()), lease.ErrReleased) {
-		t.Fatalf("cause = %v, want ErrReleased", context.Cause(m.Context()))
+	return m
+}
+
+// TestStartManagedErrors checks each refusal of StartManaged: what it
+// matches, and its exact text.
+func TestStartManagedErrors(t *testing.T) {
+	ctx := context.Background()
+	shutdown := errors.New("shutting down")
+	for _, tc := range []struct {
+		name    string
+		prepare func(f *fixture, h *lease.Handle) context.Context
+		is      []error
+		reason  lease.LostReason // of the *LostError, if any
+		text    string
+	}{
+		{"released", func(f *fixture, h *lease.Handle) context.Context {
+			_ = h.Release(ctx)
+			return ctx
+		}, []error{lease.ErrLost, lease.ErrReleased}, lease.Expired, `lease: manage "k": token 1 already released`},
+		{"known lost", func(f *fixture, h *lease.Handle) context.Context {
+			f.b.failWith(&lease.LostError{Key: "k", Token: 1, Reason: lease.Superseded})
+			_ = h.Renew(ctx)
+			f.b.fail.Store(nil)
+			return ctx
+		}, []error{lease.ErrLost}, lease.Superseded, `lease: manage "k": token 1 lost: superseded`},
+		{"local deadline passed", func(f *fixture, h *lease.Handle) context.Context {
+			f.clock.Advance(25 * time.Second)
+			return ctx
+		}, []error{lease.ErrLost}, lease.DeadlinePassed, `lease: manage "k": token 1 lost: local deadline passed`},
+		{"already managed", func(f *fixture, h *lease.Handle) context.Context {
+			m := manage(t, h, ctx)
+			_ = m.Stop(ctx)
+			return ctx
+		}, []error{lease.ErrAlreadyManaged}, 0, `lease: manage "k": already managed`},
+		{"context done", func(f *fixture, h *lease.Handle) context.Context {
+			cctx, cancel := context.WithCancelCause(ctx)
+			cancel(shutdown)
+			return cctx
+		}, []error{shutdown}, 0, `lease: manage "k": shutting down`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			h := f.acquire(t)
+			m, err := h.StartManaged(tc.prepare(f, h))
+			if m != nil || err == nil {
+				t.Fatalf("StartManaged = %v, %v; want nil and an error", m, err)
+			}
+			for _, target := range tc.is {
+				if !errors.Is(err, target) {
+					t.Errorf("StartManaged = %v, which does not match %v", err, target)
+				}
+			}
+			var lost *lease.LostError
+			if got := errors.As(err, &lost); got != (tc.reason != 0) || got && lost.Reason != tc.reason {
+				t.Errorf("StartManaged = %v: *LostError %v, want reason %v", err, lost, tc.reason)
+			}
+			if err.Error() != tc.text {
+				t.Errorf("StartManaged error reads %q, want %q", err, tc.text)
+			}
+		})
 	}
 }
 
@@ -324,7 +381,7 @@ func TestManagedClockJumpPastDeadline(t *testing.T) {
 	// suspended VM) must lose the lease, never act on it.
 	f := newFixture(t)
 	h := f.acquire(t)
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	f.step(t, time.Hour)
 	select {
@@ -370,7 +427,7 @@ func TestManagedStopAfterUnnoticedDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(ctx)
+	m := manage(t, h, ctx)
 	clock.offset.Store(int64(2 * time.Hour)) // no timer fires: the renewer sleeps on
 	err = m.Stop(ctx)
 	var le *lease.LostError
@@ -414,7 +471,7 @@ func TestManagedParentEndsAfterUnnoticedDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := h.StartManaged(ctx)
+	m := manage(t, h, ctx)
 	clock.offset.Store(int64(2 * time.Hour))
 	cancel()
 	<-m.Done()
@@ -427,7 +484,7 @@ func TestManagedParentEndsAfterUnnoticedDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2 := h2.StartManaged(context.Background())
+	m2 := manage(t, h2, context.Background())
 	clock.offset.Store(int64(4 * time.Hour))
 	_ = h2.Release(context.Background())
 	<-m2.Done()
@@ -460,7 +517,7 @@ func TestManagedLossKeepsTheTellingError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(context.Background())
+	m := manage(t, h, context.Background())
 	defer m.Stop(context.Background())
 	for range 15 { // refused renewals from 8–10s on
 		f.step(t, time.Second)

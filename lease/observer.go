@@ -65,7 +65,11 @@ type EventInfo struct {
 	Owner string
 	// Token is the acquisition's token; 0 when none was granted.
 	Token Token
-	// Latency is how long the operation took, including retries.
+	// Latency is the duration of the one backend call the event reports:
+	// the acquire attempt that got the lease (Acquired) or the last attempt
+	// made (AcquireFailed), the renewal, or the release. It never includes
+	// waiting between attempts, so it can feed a latency histogram of the
+	// backend. Zero for Lost, which reports no call.
 	Latency time.Duration
 	// Err is the operation's error; nil for successes.
 	Err error
@@ -78,12 +82,22 @@ type (
 	// Acquired is emitted when Acquire or TryAcquire gets the lease.
 	Acquired struct {
 		EventInfo
+		// Attempts is the number of backend attempts made, at least 1.
 		Attempts int
+		// Waited is the time from the Acquire call to the event, on the
+		// client's clock: all attempts and the pauses between them.
+		Waited time.Duration
 	}
-	// AcquireFailed is emitted when Acquire or TryAcquire gives up.
+	// AcquireFailed is emitted when Acquire or TryAcquire gives up after at
+	// least one backend attempt. A call refused before any I/O (an invalid
+	// key or policy, a context already done) emits nothing.
 	AcquireFailed struct {
 		EventInfo
+		// Attempts is the number of backend attempts made, at least 1.
 		Attempts int
+		// Waited is the time from the Acquire call to the event, on the
+		// client's clock, including the clean-up release, if any.
+		Waited time.Duration
 	}
 	// Renewed is emitted after a successful renewal.
 	Renewed struct{ EventInfo }
@@ -110,13 +124,14 @@ func (*Released) event()      {}
 func (*ReleaseFailed) event() {}
 
 // NewSlogObserver returns an Observer that writes each event to logger as
-// one structured line with key, owner, token, latency and error: renewals,
-// and acquisitions refused because the lease is held or the caller gave
-// up, at Debug; acquisitions and releases at Info; other failures, and
-// releases of leases already gone, at Warn; losses, and other failed
-// releases (the lease may stay held until its TTL passes), at Error. A nil
-// logger discards everything. The levels are those of the zap observer in
-// package fxmodule.
+// one structured line with key, owner, token, latency and error, and for
+// acquisitions also attempts and waited. Levels: renewals, and
+// acquisitions refused because the lease is held or the caller gave up
+// (unless an attempt went unanswered), at Debug; acquisitions and releases
+// at Info; other failures, and releases of leases already gone, at Warn;
+// losses, and other failed releases (the lease may stay held until its TTL
+// passes), at Error. A nil logger discards everything. The levels are those
+// of the zap observer in package fxmodule.
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -132,12 +147,12 @@ func (o *slogObserver) Observe(e Event) {
 	switch e := e.(type) {
 	case *Acquired:
 		msg = "lease acquired"
-		attrs = append(attrs, slog.Int("attempts", e.Attempts))
+		attrs = append(attrs, slog.Int("attempts", e.Attempts), slog.Duration("waited", e.Waited))
 	case *AcquireFailed:
 		level, msg = slog.LevelDebug, "lease not acquired"
-		attrs = append(attrs, slog.Int("attempts", e.Attempts))
-		if !isNotAcquired(e.Err) && !errors.Is(e.Err, context.Canceled) {
-			level = slog.LevelWarn
+		attrs = append(attrs, slog.Int("attempts", e.Attempts), slog.Duration("waited", e.Waited))
+		if errors.Is(e.Err, ErrIndeterminate) || !isNotAcquired(e.Err) && !errors.Is(e.Err, context.Canceled) {
+			level = slog.LevelWarn // the key may be held, by nobody, for a TTL
 		}
 	case *Renewed:
 		level, msg = slog.LevelDebug, "lease renewed"

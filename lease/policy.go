@@ -34,13 +34,15 @@ type PolicyOptions struct {
 	// random amount of up to 20%, never lengthened. Default the smaller of 100ms and TTL/20.
 	Retry time.Duration
 
-	// Wait is how long Acquire keeps trying while the lease is held by
-	// someone else or the backend fails. Default 0: Acquire makes a single
-	// attempt, like TryAcquire.
+	// Wait bounds how long Acquire keeps trying while the lease is held by
+	// someone else or the backend fails. Default 0: no bound, Acquire waits
+	// until it gets the lease or its context ends, as sync.Mutex.Lock and
+	// semaphore.Acquire do. TryAcquire ignores it and makes one attempt.
 	Wait time.Duration
 
-	// MaxAttempts caps the number of attempts Acquire makes within Wait.
-	// Default 0: no cap other than Wait. A value above 1 requires Wait > 0.
+	// MaxAttempts caps the number of attempts Acquire makes. Default 0: no
+	// cap other than Wait and the context. MaxAttempts 1 makes Acquire
+	// behave like TryAcquire.
 	MaxAttempts int
 }
 
@@ -66,8 +68,7 @@ const (
 //   - RenewEvery, Retry and OperationTimeout are each at most TTL;
 //   - RenewEvery + Retry + 2×OperationTimeout ≤ TTL − SafetyMargin: a
 //     renewal started on schedule can time out and still leave time for one
-//     retry before the local deadline;
-//   - MaxAttempts > 1 requires Wait > 0.
+//     retry before the local deadline.
 //
 // The error wraps ErrInvalidPolicy and names the field, its value and the
 // rule.
@@ -117,9 +118,6 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	if need, have := o.RenewEvery+o.Retry+2*o.OperationTimeout, o.TTL-o.SafetyMargin; need > have {
 		return bad("RenewEvery (%v) + Retry (%v) + 2×OperationTimeout (%v) = %v must not exceed TTL−SafetyMargin (%v), so that a renewal that times out can still be retried before the local deadline",
 			o.RenewEvery, o.Retry, o.OperationTimeout, need, have)
-	}
-	if o.MaxAttempts > 1 && o.Wait == 0 {
-		return bad("MaxAttempts (%d) above 1 requires Wait > 0", o.MaxAttempts)
 	}
 	return Policy{o: o}, nil
 }

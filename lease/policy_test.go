@@ -68,7 +68,6 @@ func TestNewPolicyRules(t *testing.T) {
 		{"huge Retry", lease.PolicyOptions{TTL: 30 * s, Retry: math.MaxInt64 - s}, "Retry (2562047h47m15.854775807s) must not exceed TTL (30s)"},
 		{"huge OperationTimeout", lease.PolicyOptions{TTL: 30 * s, OperationTimeout: math.MaxInt64/2 + 1}, "OperationTimeout (1281023h53m38.427387904s) must not exceed TTL (30s)"},
 		{"sum that overflows", lease.PolicyOptions{TTL: 30 * s, RenewEvery: math.MaxInt64, OperationTimeout: math.MaxInt64/2 + 1, Retry: math.MaxInt64 - s}, "must not exceed TTL (30s)"},
-		{"attempts without wait", lease.PolicyOptions{TTL: 30 * s, MaxAttempts: 3}, "MaxAttempts (3) above 1 requires Wait > 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := lease.NewPolicy(tc.o)
@@ -126,8 +125,8 @@ func FuzzNewPolicy(f *testing.F) {
 			t.Fatalf("accepted SafetyMargin %v ≥ TTL %v", g.SafetyMargin, g.TTL)
 		case need.Cmp(n(g.TTL-g.SafetyMargin)) > 0:
 			t.Fatalf("accepted %+v: RenewEvery + Retry + 2×OperationTimeout = %v exceeds TTL−SafetyMargin", g, need)
-		case g.MaxAttempts > 1 && g.Wait == 0:
-			t.Fatalf("accepted MaxAttempts %d without Wait", g.MaxAttempts)
+		case g.Wait != o.Wait || g.MaxAttempts != o.MaxAttempts:
+			t.Fatalf("NewPolicy(%+v) changed Wait or MaxAttempts to %v, %d; zero means unbounded and stays zero", o, g.Wait, g.MaxAttempts)
 		}
 	})
 }

@@ -88,7 +88,7 @@ func acquireCases() []testCase {
 		}},
 		{"Acquire/WaitsForRelease", func(e *env) {
 			key := e.key("k")
-			holder, err := e.client("holder").Acquire(e.ctx(), key, e.policy())
+			holder, err := e.client("holder").TryAcquire(e.ctx(), key, e.policy())
 			if err != nil {
 				e.t.Fatal(err)
 			}
@@ -218,23 +218,84 @@ func acquireCases() []testCase {
 			}
 			e.mustHold(lease.Acquisition{Key: key, Owner: "owner", Token: h.Token()})
 		}},
-		{"Acquire/UnansweredLastAttemptIsUndone", func(e *env) {
+		{"Acquire/UnansweredLastAttemptIsReleasedButStaysUnknown", func(e *env) {
 			key := e.key("k")
 			b := &loseFirstReply{Backend: e.b}
 			_, err := e.clientOn(b, "owner", e.clock()).TryAcquire(e.ctx(), key, e.policy())
 			if err == nil {
 				e.t.Fatal("TryAcquire whose only reply was lost succeeded")
 			}
-			if errors.Is(err, lease.ErrIndeterminate) {
-				e.t.Fatalf("TryAcquire = %v; the client undid the attempt, so the outcome is known", err)
+			if b.first.Load() == 0 {
+				e.t.Fatal("the backend granted nothing; the test proves nothing")
+			}
+			// The clean-up release ended the grant, but no answer proves
+			// that no copy of the attempt is still on its way.
+			if !errors.Is(err, lease.ErrIndeterminate) {
+				e.t.Fatalf("TryAcquire = %v, want ErrIndeterminate", err)
 			}
 			if !errors.Is(err, errReplyLost) {
 				e.t.Fatalf("TryAcquire = %v, which lost the cause of the failed attempt from its chain", err)
 			}
-			if strings.Contains(err.Error(), "outcome unknown") {
-				e.t.Fatalf("TryAcquire = %q, which still calls the outcome unknown", err)
+			if n := strings.Count(err.Error(), "outcome unknown"); n != 1 {
+				e.t.Fatalf("TryAcquire = %q, which says \"outcome unknown\" %d times, want once", err, n)
 			}
 			e.mustBeFree(key)
+		}},
+		{"Acquire/AttemptAppliedAfterCleanupReleaseStaysUnknown", func(e *env) {
+			// The attempt stalls in the backend (a PostgreSQL backend
+			// stopped mid-statement, a request delayed on a dead
+			// connection) and applies only after the clean-up release
+			// found nothing held. An error that does not match
+			// ErrIndeterminate would promise that no grant exists.
+			key := e.key("k")
+			b := &applyAfterRelease{Backend: e.b}
+			_, err := e.clientOn(b, "owner", e.clock()).TryAcquire(e.ctx(), key, e.policy())
+			if err == nil {
+				e.t.Fatal("TryAcquire whose attempt was held back succeeded")
+			}
+			if b.late.Load() == 0 {
+				e.t.Fatal("the held-back attempt was never applied; the test proves nothing")
+			}
+			if r := e.inspect(key); !r.Held || r.Owner != "owner" {
+				e.t.Fatalf("Inspect = %+v, want held by the late attempt", r)
+			}
+			if !errors.Is(err, lease.ErrIndeterminate) {
+				e.t.Fatalf("TryAcquire = %v: not ErrIndeterminate, yet the attempt was granted after it returned", err)
+			}
+			if !errors.Is(err, errReplyLost) {
+				e.t.Fatalf("TryAcquire = %v, which lost the cause of the failed attempt from its chain", err)
+			}
+		}},
+		{"Acquire/KnownOutcomeMeansNoGrant", func(e *env) {
+			// Every way an Acquire can fail without an unanswered attempt
+			// leaves the key as it was: an error that does not match
+			// ErrIndeterminate means no grant exists for that call.
+			key := e.key("k")
+			holder := e.acquire(key, "holder")
+			ctx, cancel := context.WithTimeout(e.ctx(), 200*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.client("waiter").Acquire(ctx, key, e.policyWith(lease.PolicyOptions{Retry: 20 * time.Millisecond}))
+				done <- err
+			}()
+			if e.s.Clock != nil {
+				// The fake clock moves only when told: end the wait by
+				// cancelling instead.
+				settle(e, done, 5)
+				cancel()
+			}
+			err := settle(e, done, -1)
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				e.t.Fatalf("Acquire of a held key until ctx ended = %v, want the context's error", err)
+			}
+			if errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrNotAcquired) {
+				e.t.Fatalf("Acquire = %v, want neither ErrIndeterminate nor ErrNotAcquired", err)
+			}
+			if !strings.Contains(err.Error(), `the last: held by "holder"`) {
+				e.t.Fatalf("Acquire = %q, which does not say who held the key", err)
+			}
+			e.mustHold(holder)
 		}},
 	}
 }
@@ -296,4 +357,41 @@ func (b *loseFirstReply) Acquire(ctx context.Context, r lease.AcquireRequest) (l
 		return 0, lease.Indeterminate(errReplyLost)
 	}
 	return tok, err
+}
+
+// applyAfterRelease holds back the first Acquire, reporting it as
+// unanswered, and applies it right after the next Release by the same
+// secret: the release finds nothing held, and the attempt is granted after
+// it, as when an acquire statement stalls in the backend while the
+// clean-up release runs on another connection.
+type applyAfterRelease struct {
+	lease.Backend
+	mu      sync.Mutex
+	pending *lease.AcquireRequest
+	late    atomic.Uint64 // the token of the held-back attempt, once applied
+}
+
+func (b *applyAfterRelease) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	b.mu.Lock()
+	if b.pending == nil && b.late.Load() == 0 {
+		b.pending = &r
+		b.mu.Unlock()
+		return 0, lease.Indeterminate(errReplyLost)
+	}
+	b.mu.Unlock()
+	return b.Backend.Acquire(ctx, r)
+}
+
+func (b *applyAfterRelease) Release(ctx context.Context, a lease.Acquisition) error {
+	err := b.Backend.Release(ctx, a)
+	b.mu.Lock()
+	r := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	if r != nil && r.Nonce == a.Nonce {
+		if tok, aerr := b.Backend.Acquire(context.WithoutCancel(ctx), *r); aerr == nil {
+			b.late.Store(uint64(tok))
+		}
+	}
+	return err
 }

@@ -14,7 +14,7 @@ func expiryCases() []testCase {
 			// forever. Only the backend's clock may end it.
 			frozen := NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 			p := e.policyWith(lease.PolicyOptions{TTL: e.s.TTL, OperationTimeout: e.s.TTL / 4, RenewEvery: e.s.TTL / 10})
-			h, err := e.clientOn(e.b, "frozen", frozen).Acquire(e.ctx(), key, p)
+			h, err := e.clientOn(e.b, "frozen", frozen).TryAcquire(e.ctx(), key, p)
 			if err != nil {
 				e.t.Fatal(err)
 			}
@@ -45,11 +45,14 @@ func expiryCases() []testCase {
 		{"Expiry/ManagedKeepsLeaseBeyondTTL", func(e *env) {
 			key := e.key("k")
 			p := e.policyWith(lease.PolicyOptions{TTL: e.s.TTL, OperationTimeout: e.s.TTL / 4, RenewEvery: e.s.TTL / 10})
-			h, err := e.client("managed").Acquire(e.ctx(), key, p)
+			h, err := e.client("managed").TryAcquire(e.ctx(), key, p)
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			m := h.StartManaged(e.ctx())
+			m, err := h.StartManaged(e.ctx())
+			if err != nil {
+				e.t.Fatalf("StartManaged: %v", err)
+			}
 			for range 30 { // three TTLs
 				if e.s.Clock != nil {
 					_ = e.s.Clock.WaitForTimers(e.ctx(), 1)

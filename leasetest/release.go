@@ -30,7 +30,7 @@ func releaseCases() []testCase {
 				e.t.Fatalf("Release: %v", err)
 			}
 			e.mustLose("second Release", e.b.Release(e.ctx(), a), lease.Expired)
-			h, err := e.client("owner").Acquire(e.ctx(), key, e.policy())
+			h, err := e.client("owner").TryAcquire(e.ctx(), key, e.policy())
 			if err != nil {
 				e.t.Fatal(err)
 			}

@@ -60,7 +60,7 @@ func renewCases() []testCase {
 		}},
 		{"Renew/Handle", func(e *env) {
 			key := e.key("k")
-			h, err := e.client("owner").Acquire(e.ctx(), key, e.policy())
+			h, err := e.client("owner").TryAcquire(e.ctx(), key, e.policy())
 			if err != nil {
 				e.t.Fatal(err)
 			}
@@ -87,12 +87,12 @@ func renewCases() []testCase {
 		{"Renew/ValidateAfterTakeover", func(e *env) {
 			key := e.key("k")
 			p := e.policyWith(lease.PolicyOptions{TTL: e.s.TTL, OperationTimeout: e.s.TTL / 4, RenewEvery: e.s.TTL / 10})
-			h, err := e.client("first").Acquire(e.ctx(), key, p)
+			h, err := e.client("first").TryAcquire(e.ctx(), key, p)
 			if err != nil {
 				e.t.Fatal(err)
 			}
 			e.expire(e.s.TTL)
-			h2, err := e.client("second").Acquire(e.ctx(), key, e.policy())
+			h2, err := e.client("second").TryAcquire(e.ctx(), key, e.policy())
 			if err != nil {
 				e.t.Fatalf("Acquire after expiry: %v", err)
 			}

@@ -71,6 +71,7 @@ func cases() []testCase {
 	all = append(all, tokenCases()...)
 	all = append(all, expiryCases()...)
 	all = append(all, watchCases()...)
+	all = append(all, managedCases()...)
 	return all
 }
 
