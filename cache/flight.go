@@ -223,7 +223,10 @@ func (c *Cache) loadAndPublish(ctx context.Context, f *flight, k keys, h *lease.
 		})
 		return result{err: err}
 	}
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		return failed(err)
+	}
 	val, err := callLoad(m.Context(), k.key, h.Token(), load)
 	if lost := m.Stop(context.WithoutCancel(ctx)); err == nil && lost != nil {
 		err = lost

@@ -144,7 +144,14 @@ func (l *Leases) acquire(ctx context.Context, name string, once bool) (*Lease, e
 	if err != nil {
 		return nil, err
 	}
-	m := h.StartManaged(context.WithoutCancel(ctx))
+	m, err := h.StartManaged(context.WithoutCancel(ctx))
+	if err != nil {
+		// The local deadline passed since the acquire: hand it back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.policy.Options().OperationTimeout)
+		defer cancel()
+		_ = h.Release(rctx)
+		return nil, err
+	}
 	x := &Lease{l: l, m: m}
 	x.ctx, x.cancel = context.WithCancelCause(m.Context())
 

@@ -13,11 +13,12 @@ import (
 
 // NewZapObserver returns a lease.Observer that writes every event to logger
 // as one structured line with the fields key, owner, token, latency and,
-// for failures, error (acquisitions also carry attempts). Levels:
+// for failures, error (acquisitions also carry attempts and waited; see
+// lease.EventInfo and lease.Acquired for what they measure). Levels:
 //
 //   - Debug: renewals, and acquisitions that failed because the lease was
 //     held by someone else or the caller gave up (normal contention and
-//     shutdown);
+//     shutdown), unless an attempt went unanswered;
 //   - Info: acquisitions and releases;
 //   - Warn: failed renewals (the renewer retries), other failed
 //     acquisitions, and releases refused because the lease was already
@@ -38,17 +39,17 @@ type zapObserver struct{ l *zap.Logger }
 
 func (o zapObserver) Observe(e lease.Event) {
 	level, msg := zapcore.InfoLevel, "lease event"
-	var extra zap.Field
+	var extra []zap.Field
 	switch e := e.(type) {
 	case *lease.Acquired:
 		msg = "lease acquired"
-		extra = zap.Int("attempts", e.Attempts)
+		extra = []zap.Field{zap.Int("attempts", e.Attempts), zap.Duration("waited", e.Waited)}
 	case *lease.AcquireFailed:
 		level, msg = zapcore.WarnLevel, "lease not acquired"
 		if quietAcquireFailure(e.Err) {
 			level = zapcore.DebugLevel
 		}
-		extra = zap.Int("attempts", e.Attempts)
+		extra = []zap.Field{zap.Int("attempts", e.Attempts), zap.Duration("waited", e.Waited)}
 	case *lease.Renewed:
 		level, msg = zapcore.DebugLevel, "lease renewed"
 	case *lease.RenewFailed:
@@ -64,22 +65,20 @@ func (o zapObserver) Observe(e lease.Event) {
 		}
 	default:
 		// A kind added to package lease after this observer was written.
-		extra = zap.String("event", fmt.Sprintf("%T", e))
+		extra = []zap.Field{zap.String("event", fmt.Sprintf("%T", e))}
 	}
 	ce := o.l.Check(level, msg)
 	if ce == nil {
 		return
 	}
 	i := e.Info()
-	fields := make([]zap.Field, 0, 6)
+	fields := make([]zap.Field, 0, 7)
 	fields = append(fields,
 		zap.String("key", i.Key),
 		zap.String("owner", i.Owner),
 		zap.Uint64("token", uint64(i.Token)),
 		zap.Duration("latency", i.Latency))
-	if extra.Key != "" {
-		fields = append(fields, extra)
-	}
+	fields = append(fields, extra...)
 	if i.Err != nil {
 		fields = append(fields, zap.Error(i.Err))
 	}
@@ -87,8 +86,10 @@ func (o zapObserver) Observe(e lease.Event) {
 }
 
 // quietAcquireFailure reports whether err is an expected end of an
-// acquisition: someone else holds the lease, or the caller gave up.
+// acquisition: someone else holds the lease, or the caller gave up, and no
+// attempt went unanswered (else the key may be held, by nobody, for a
+// TTL).
 func quietAcquireFailure(err error) bool {
-	return errors.Is(err, lease.ErrNotAcquired) ||
-		errors.Is(err, context.Canceled)
+	return !errors.Is(err, lease.ErrIndeterminate) &&
+		(errors.Is(err, lease.ErrNotAcquired) || errors.Is(err, context.Canceled))
 }

@@ -29,10 +29,11 @@ func TestZapObserverEveryEvent(t *testing.T) {
 		msg   string
 		extra map[string]any // fields besides key, owner, token, latency, error
 	}{
-		{&lease.Acquired{EventInfo: info(7, nil), Attempts: 2}, zapcore.InfoLevel, "lease acquired", map[string]any{"attempts": int64(2)}},
-		{&lease.AcquireFailed{EventInfo: info(0, held), Attempts: 1}, zapcore.DebugLevel, "lease not acquired", map[string]any{"attempts": int64(1)}},
-		{&lease.AcquireFailed{EventInfo: info(0, context.Canceled), Attempts: 1}, zapcore.DebugLevel, "lease not acquired", map[string]any{"attempts": int64(1)}},
-		{&lease.AcquireFailed{EventInfo: info(0, unknown), Attempts: 3}, zapcore.WarnLevel, "lease not acquired", map[string]any{"attempts": int64(3)}},
+		{&lease.Acquired{EventInfo: info(7, nil), Attempts: 2, Waited: 150 * time.Millisecond}, zapcore.InfoLevel, "lease acquired", map[string]any{"attempts": int64(2), "waited": 150 * time.Millisecond}},
+		{&lease.AcquireFailed{EventInfo: info(0, held), Attempts: 1, Waited: 3 * time.Millisecond}, zapcore.DebugLevel, "lease not acquired", map[string]any{"attempts": int64(1), "waited": 3 * time.Millisecond}},
+		{&lease.AcquireFailed{EventInfo: info(0, context.Canceled), Attempts: 1, Waited: time.Second}, zapcore.DebugLevel, "lease not acquired", map[string]any{"attempts": int64(1), "waited": time.Second}},
+		{&lease.AcquireFailed{EventInfo: info(0, unknown), Attempts: 3, Waited: 4 * time.Second}, zapcore.WarnLevel, "lease not acquired", map[string]any{"attempts": int64(3), "waited": 4 * time.Second}},
+		{&lease.AcquireFailed{EventInfo: info(0, lease.Indeterminate(context.Canceled)), Attempts: 2}, zapcore.WarnLevel, "lease not acquired", map[string]any{"attempts": int64(2), "waited": time.Duration(0)}},
 		{&lease.Renewed{EventInfo: info(7, nil)}, zapcore.DebugLevel, "lease renewed", nil},
 		{&lease.RenewFailed{EventInfo: info(7, unknown)}, zapcore.WarnLevel, "lease renewal failed", nil},
 		{&lease.Lost{EventInfo: info(7, lost)}, zapcore.ErrorLevel, "lease lost", nil},

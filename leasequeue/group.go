@@ -310,7 +310,15 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 		}
 		return nil
 	}
-	m := h.StartManaged(context.WithoutCancel(ctx))
+	m, err := h.StartManaged(context.WithoutCancel(ctx))
+	if err != nil {
+		// The local deadline passed since the acquire: not a member.
+		_ = h.Release(context.WithoutCancel(ctx))
+		if ctx.Err() == nil {
+			g.emit(&Rebalanced{EventInfo: g.info(nil, "", fmt.Errorf("leasequeue: join group %q: %w", g.o.Name, err))})
+		}
+		return nil
+	}
 	g.track.add(h, "")
 	rctx, cancel := context.WithTimeout(ctx, g.o.Policy.Options().OperationTimeout)
 	defer cancel()
@@ -422,7 +430,14 @@ func (g *Group) live(ctx context.Context) ([]string, error) {
 
 // start runs fn for partition p, whose lease h was just acquired.
 func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn PartitionFunc, wg *sync.WaitGroup) {
-	m := h.StartManaged(context.WithoutCancel(runCtx))
+	m, err := h.StartManaged(context.WithoutCancel(runCtx))
+	if err != nil {
+		// The local deadline passed since the acquire: leave the
+		// partition to the next rebalance.
+		_ = h.Release(context.WithoutCancel(runCtx))
+		g.emit(&Rebalanced{EventInfo: g.info(h, p, err)})
+		return
+	}
 	pctx, cancel := context.WithCancelCause(m.Context())
 	o := &ownership{name: p, h: h, m: m, cancel: cancel}
 	g.mu.Lock()

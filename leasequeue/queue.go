@@ -167,7 +167,13 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		_ = h.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	m := h.StartManaged(context.WithoutCancel(ctx))
+	m, err := h.StartManaged(context.WithoutCancel(ctx))
+	if err != nil {
+		// The local deadline passed while the attempt began: the claim
+		// would be born lost.
+		_ = h.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	c := &Claim{q: q, id: id, h: h, m: m, attempt: attempt, claimed: start}
 	c.ctx, c.cancel = context.WithCancelCause(m.Context())
 	c.stopWatch = context.AfterFunc(m.Context(), func() {

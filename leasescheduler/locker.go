@@ -120,7 +120,15 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 	}
 	k.h = h
 	// Renew until Unlock, whatever happens to the scheduler's context.
-	k.m = h.StartManaged(context.WithoutCancel(ctx))
+	m, err := h.StartManaged(context.WithoutCancel(ctx))
+	if err != nil {
+		// The local deadline passed since the acquire: don't run on it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.Policy.Options().OperationTimeout)
+		defer cancel()
+		_ = h.Release(rctx)
+		return nil, fmt.Errorf("leasescheduler: job %q: %w", job, err)
+	}
+	k.m = m
 	l.mu.Lock()
 	l.held[job] = k
 	l.mu.Unlock()

@@ -243,7 +243,16 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 	// Renew until the function has returned, also after ctx ended: the
 	// function may still be cleaning up under the lease. Its own context
 	// ends at the loss or when ctx ends, whichever comes first.
-	m := h.StartManaged(context.WithoutCancel(ctx))
+	m, err := h.StartManaged(context.WithoutCancel(ctx))
+	if err != nil {
+		// The lease ended before the term began (the local deadline
+		// passed since the acquire): no term; free the key and campaign
+		// again.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+		defer rcancel()
+		_ = h.Release(rctx)
+		return nil, nil
+	}
 	fctx, cancel := context.WithCancelCause(m.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
@@ -259,7 +268,6 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 	go func() {
 		done <- s.safeCall(fctx, h)
 	}()
-	var err error
 	lostSeen := false
 	select {
 	case err = <-done:

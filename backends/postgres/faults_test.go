@@ -88,7 +88,10 @@ func TestRestartBeforeDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	defer m.Stop(ctx)
 	renewedSince(t, h, m, time.Now())
 
@@ -118,7 +121,10 @@ func TestOutagePastDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	defer m.Stop(ctx)
 
 	srv.StopImmediate()
@@ -201,7 +207,10 @@ func TestCutConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	defer m.Stop(ctx)
 
 	proxy.Cut()

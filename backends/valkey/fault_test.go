@@ -337,7 +337,10 @@ func TestPausedServer(t *testing.T) {
 	if !fencedWrite(t, c, h.Token(), "old holder, before the pause") {
 		t.Fatal("first fenced write refused")
 	}
-	m := h.StartManaged(context.Background())
+	m, err := h.StartManaged(context.Background())
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	defer m.Stop(context.Background())
 
 	stalls := stall.Start(t)
@@ -411,7 +414,10 @@ func TestCutConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(context.Background())
+	m, err := h.StartManaged(context.Background())
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	defer m.Stop(context.Background())
 	proxy.Refuse(true)
 	proxy.Cut()

@@ -280,7 +280,11 @@ func BenchmarkManagedRenewal(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		managed = append(managed, h.StartManaged(ctx))
+		m, err := h.StartManaged(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		managed = append(managed, m)
 	}
 	time.Sleep(2 * time.Second) // let the renewals spread out
 	b.ResetTimer()

@@ -104,7 +104,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	} else if err != nil {
 		return err
 	}
-	m := h.StartManaged(ctx)                    // renew every TTL/3 in the background
+	m, err := h.StartManaged(ctx) // renew every TTL/3 in the background
+	if err != nil {
+		return err
+	}
 	defer m.Stop(context.WithoutCancel(ctx))    // runs second: stop renewing
 	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
 	fmt.Fprintf(out, "acquired %q with token %d\n", h.Key(), h.Token())

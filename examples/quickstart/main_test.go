@@ -24,7 +24,7 @@ func TestQuickstartRejectsTheStaleWrite(t *testing.T) {
 		"worker-b wrote with token 2: accepted\n",
 		"worker-a wakes up; its local deadline passed",
 		"worker-a's write was rejected: stale token 1: the store already accepted token 2\n",
-		`worker-a's release failed too: lease: "invoices/2026-11" token 1 lost: superseded` + "\n",
+		`worker-a's release failed too: lease: release "invoices/2026-11": token 1 lost: superseded` + "\n",
 		"worker-b released the lease\n",
 		"final value: total=250 (by worker-b)\n",
 	} {

@@ -115,7 +115,10 @@ func TestStopAfterPauseReportsLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	clock.jump(2 * ttl)
 	err = m.Stop(ctx)
 	var lost *lease.LostError

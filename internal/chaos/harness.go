@@ -247,7 +247,14 @@ func (w *worker) once(ctx context.Context) error {
 		return nil
 	}
 	acq := w.main.Granted()
-	m := h.StartManaged(WithLane(ctx, w.renew))
+	m, err := h.StartManaged(WithLane(ctx, w.renew))
+	if err != nil {
+		// The local deadline passed since the grant (the process was
+		// paused): it must not act as holder; hand the lease back.
+		w.event(h, "StartManaged refused", err)
+		_ = h.Release(WithLane(context.WithoutCancel(ctx), w.main))
+		return nil
+	}
 	resource := Resource(key)
 	write := func(snap lease.Snapshot, value string, late bool, belief bool) Outcome {
 		wctx, cancel := context.WithTimeout(ctx, 2*p.OperationTimeout)

@@ -329,7 +329,7 @@ func checkPolicy(rt *rapid.T) {
 	}
 	g := p.Options()
 	if g.TTL < lease.MinTTL || g.TTL > lease.MaxTTL || g.SafetyMargin >= g.TTL ||
-		g.RenewEvery+g.Retry+2*g.OperationTimeout > g.TTL-g.SafetyMargin || g.MaxAttempts > 1 && g.Wait == 0 ||
+		g.RenewEvery+g.Retry+2*g.OperationTimeout > g.TTL-g.SafetyMargin || g.Wait != o.Wait || g.MaxAttempts != o.MaxAttempts ||
 		g.RenewEvery <= 0 || g.OperationTimeout <= 0 || g.Retry <= 0 {
 		rt.Fatalf("NewPolicy(%+v) accepted %v, which breaks a rule", o, p)
 	}

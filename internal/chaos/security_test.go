@@ -170,7 +170,10 @@ func TestValkeyACL(t *testing.T) {
 	configError("check outside the prefix", outside.Check(ctx))
 
 	// Revoke the user's keys while it holds a lease.
-	m := h.StartManaged(ctx)
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatalf("StartManaged: %v", err)
+	}
 	aclAdmin(t, srv.Addr(), "ACL", "SETUSER", user, "resetkeys")
 	configError("renew after the keys were revoked", h.Renew(ctx))
 	select {

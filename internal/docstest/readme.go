@@ -28,14 +28,17 @@ func nightlyBilling(ctx context.Context, pool *pgxpool.Pool, hostname string) er
 		return err
 	}
 
-	h, err := client.Acquire(ctx, "billing/nightly", policy)
+	h, err := client.TryAcquire(ctx, "billing/nightly", policy) // one attempt; Acquire would wait
 	if errors.Is(err, lease.ErrNotAcquired) {
 		return nil // another replica is on it
 	} else if err != nil {
 		return err
 	}
-	m := h.StartManaged(ctx)                    // renew in the background
-	defer m.Stop(ctx)                           // runs second: stop renewing
+	m, err := h.StartManaged(ctx) // renew in the background
+	if err != nil {
+		return err
+	}
+	defer m.Stop(context.WithoutCancel(ctx))    // runs second: stop renewing
 	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
 
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
