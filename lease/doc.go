@@ -17,8 +17,10 @@
 // shorter than the backend's.
 //
 // Policy holds the timings: TTL, renewal cadence, safety margin, retry
-// pause, how long Acquire waits, and the timeout of each backend call.
-// NewPolicy validates them as a whole.
+// pause, what bounds Acquire's waiting, and the timeout of each backend
+// call. NewPolicy validates them as a whole. Acquire waits for the lease
+// until it is granted or its context ends, as sync.Mutex.Lock does, unless
+// the policy's Wait or MaxAttempts bound it; TryAcquire makes one attempt.
 //
 // # Renewal and loss
 //
@@ -40,6 +42,10 @@
 //
 // Failure to acquire is a *NotAcquiredError (ErrNotAcquired) naming the
 // holder. A *LostError (ErrLost) says the acquisition is no longer current
-// and why. ErrIndeterminate means the outcome of a request is unknown.
-// Cancellation never reads as success.
+// and why. ErrIndeterminate means the outcome of a request is unknown; an
+// Acquire error that does not match it means no grant exists or can still
+// appear for that call. Cancellation never reads as success. Every error
+// names the operation and the key once:
+// lease: renew "billing/nightly": token 7 lost: superseded. Test errors with
+// errors.Is and errors.As, never by their text.
 package lease
