@@ -95,6 +95,10 @@ func (c *Client) Backend() Backend { return c.b }
 //   - ErrIndeterminate when any attempt went unanswered (see below);
 //   - otherwise the last backend error.
 //
+// ErrIndeterminate comes on top of the others: a wait that ran out with the
+// key held, after an attempt went unanswered, matches both ErrNotAcquired
+// and ErrIndeterminate.
+//
 // # Unanswered attempts
 //
 // Attempts reuse one acquisition secret, so an attempt whose outcome was

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -554,4 +555,78 @@ func TestAcquireEvents(t *testing.T) {
 	if got == nil || got.Attempts != 1 || got.Latency != call || got.Waited != call || got.Token == 0 {
 		t.Fatalf("Acquired event %+v, want 1 attempt, Latency = Waited = %v, a token", got, call)
 	}
+}
+
+// firstUnanswered reports the first Acquire as unanswered without applying
+// it, and passes the others on.
+type firstUnanswered struct {
+	lease.Backend
+	n atomic.Int64
+}
+
+func (b *firstUnanswered) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if b.n.Add(1) == 1 {
+		return 0, lease.Indeterminate(errReplyLost)
+	}
+	return b.Backend.Acquire(ctx, r)
+}
+
+func TestAcquireStaysIndeterminateAfterAnsweredAttempts(t *testing.T) {
+	// One unanswered attempt, then attempts the backend answered (the key
+	// is held): the later answers say nothing about the first attempt,
+	// which may still be granted when the holder lets go.
+	f := newFixture(t)
+	f.acquire(t)
+	b := &firstUnanswered{Backend: f.store}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+	err = f.await(t, done)
+	if !errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("Acquire = %v, want ErrIndeterminate and ErrNotAcquired (the last answer)", err)
+	}
+	if n := b.n.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+}
+
+func TestGrantAfterCancelStaysIndeterminateAfterAnUnansweredAttempt(t *testing.T) {
+	// The first attempt goes unanswered, the second is granted after the
+	// caller gave up: giving that grant back does not settle the first.
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &cancelOnGrant{firstUnanswered: firstUnanswered{Backend: f.store}, cancel: cancel}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(ctx, "k", f.p); done <- err }()
+	err = f.await(t, done)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lease.ErrIndeterminate) {
+		t.Fatalf("Acquire = %v, want context.Canceled and ErrIndeterminate", err)
+	}
+	if r, err := f.c.Inspect(context.Background(), "k"); err != nil || r.Held {
+		t.Fatalf("Inspect = %+v, %v; want the grant given back", r, err)
+	}
+}
+
+type cancelOnGrant struct {
+	firstUnanswered
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnGrant) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	tok, err := b.firstUnanswered.Acquire(ctx, r)
+	if err == nil {
+		b.cancel()
+	}
+	return tok, err
 }
