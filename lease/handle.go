@@ -66,9 +66,10 @@ func (h *Handle) acquisition() Acquisition {
 //
 // It returns an error matching ErrLost (errors.As finds the *LostError) if
 // the backend says this acquisition is no longer current, or if the handle
-// was released (then the error also matches ErrReleased); an error matching ErrIndeterminate
-// if the outcome is unknown (the local deadline then stays where it was);
-// or another backend error, after which nothing changed.
+// was released (then the error also matches ErrReleased); an error
+// matching ErrIndeterminate if the outcome is unknown (the local deadline
+// then stays where it was); or another backend error, after which nothing
+// changed. Every error reads lease: renew "key": <cause>.
 func (h *Handle) Renew(ctx context.Context) error {
 	return h.renew(ctx, nil)
 }
