@@ -1,0 +1,205 @@
+// Package leaseotel turns the events of packages lease, cache and
+// leasequeue into OpenTelemetry metrics and spans, on the
+// go.opentelemetry.io/otel metric and trace APIs. Only programs that import
+// it link those modules; the SDK and exporters are the program's choice.
+//
+//	tel, err := leaseotel.New(leaseotel.Options{}) // the global providers
+//	if err != nil {
+//		return err
+//	}
+//	client, err := lease.NewClient(store, lease.ClientOptions{Owner: owner, Observer: tel.Lease()})
+//	c, err := cache.New(vk, cache.Options{Observer: tel.Cache()})
+//
+// # Metrics
+//
+// Instrument names follow the OpenTelemetry naming conventions (dotted,
+// lower case, units as UCUM: "s" for durations, "{lease}" for counts), and
+// attributes are namespaced "lease.*":
+//
+//	lease.held                      up-down counter  leases this process holds now [lease.key]
+//	lease.acquisitions              counter          Acquire and TryAcquire calls [lease.key, lease.outcome]
+//	lease.acquire.attempts          counter          backend acquire attempts those calls made [lease.key]
+//	lease.acquire.wait.duration     histogram, s     from an Acquire call to its end, waiting included [lease.outcome]
+//	lease.backend.request.duration  histogram, s     one backend request, waiting excluded [lease.operation, lease.outcome]
+//	lease.renewals                  counter          renewals [lease.key, lease.outcome]
+//	lease.losses                    counter          leases lost [lease.key, lease.lost.reason]
+//	lease.releases                  counter          releases [lease.key, lease.outcome]
+//	lease.unknown_outcomes          counter          requests whose outcome is unknown [lease.operation]
+//	lease.handover.duration         histogram, s     from a release to the next grant of the key in this process
+//	lease.cache.gets                counter          cache Gets: hit, loaded, shared, stale, or an error outcome [lease.outcome]
+//	lease.cache.get.duration        histogram, s     cache Gets [lease.outcome]
+//	lease.cache.refreshes           counter          load-and-publish runs [lease.outcome]
+//	lease.cache.refresh.duration    histogram, s     load and publication
+//	lease.cache.publications        counter          publications [lease.outcome]
+//	lease.cache.invalidations       counter          invalidations [lease.outcome]
+//	lease.queue.claims              counter          claims taken (ok) or failed [lease.outcome]
+//	lease.queue.claim.attempt       histogram        the attempt number of each claim taken
+//	lease.queue.completions         counter          fenced completions [lease.outcome]
+//	lease.queue.retries             counter          failed attempts to be retried
+//	lease.queue.dead_letters        counter          items moved to the dead-letter state
+//	lease.queue.losses              counter          item and partition leases lost [lease.lost.reason]
+//
+// They are the metrics of package leaseprom under OpenTelemetry names, with
+// the same outcome and reason values (see leaseprom's documentation), built
+// from one table so the two cannot drift.
+//
+// # Cardinality
+//
+// Metrics carry no lease.key attribute unless Options.KeyAttribute is set,
+// and then at most Options.MaxKeyValues distinct values (100 by default),
+// the rest reading "other". Spans always carry lease.key and lease.token:
+// spans are sampled one by one, not aggregated.
+//
+// # Spans
+//
+// Each event that reports an operation becomes one span, with the
+// operation's own start and end times: lease.acquire (the whole Acquire
+// call, waiting included, with lease.acquire.attempts), lease.renew,
+// lease.release, lease.lost (an instant), lease.cache.get,
+// lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
+// lease.queue.claim, lease.queue.complete, lease.queue.fail and
+// lease.queue.lost. A failed operation's span has status Error and records
+// the error. Events carry no context, so these spans are roots of their
+// own traces: link them to a request through lease.key and lease.token.
+package leaseotel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/golib/lease/cache"
+	"github.com/golib/lease/internal/telemetry"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue"
+)
+
+// ScopeName is the instrumentation scope of the meter and tracer.
+const ScopeName = "github.com/golib/lease/leaseotel"
+
+// Options configures Telemetry. The zero value uses the global providers.
+type Options struct {
+	// MeterProvider makes the meter. Default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the tracer. Default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// KeyAttribute, if set, adds a lease.key attribute to the lease.*
+	// metrics whose value is KeyAttribute(key). Default nil: none.
+	KeyAttribute func(key string) string
+	// MaxKeyValues bounds the distinct lease.key values on metrics; values
+	// past it read "other". Default 100. Ignored without KeyAttribute.
+	MaxKeyValues int
+}
+
+// Telemetry turns events into OpenTelemetry metrics and spans. Hand
+// [Telemetry.Lease], [Telemetry.Cache] and [Telemetry.Queue] to the
+// packages whose events it should record. Safe for concurrent use.
+type Telemetry struct {
+	t      *telemetry.Translator
+	tracer trace.Tracer
+	counts [len(telemetry.Specs)]metric.Int64Counter
+	gauges [len(telemetry.Specs)]metric.Int64UpDownCounter
+	histos [len(telemetry.Specs)]metric.Float64Histogram
+}
+
+var secondBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// New returns Telemetry configured by o, with its instruments created; it
+// fails only if the meter refuses an instrument.
+func New(o Options) (*Telemetry, error) {
+	mp, tp := o.MeterProvider, o.TracerProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	meter := mp.Meter(ScopeName)
+	t := &Telemetry{
+		t:      telemetry.NewTranslator(telemetry.NewKeys(o.KeyAttribute, o.MaxKeyValues), nil),
+		tracer: tp.Tracer(ScopeName),
+	}
+	for i, spec := range telemetry.Specs {
+		var err error
+		switch spec.Kind {
+		case telemetry.Counter:
+			t.counts[i], err = meter.Int64Counter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+		case telemetry.Gauge:
+			t.gauges[i], err = meter.Int64UpDownCounter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+		case telemetry.Histogram:
+			opts := []metric.Float64HistogramOption{metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit)}
+			if spec.Unit == "s" {
+				opts = append(opts, metric.WithExplicitBucketBoundaries(secondBuckets...))
+			}
+			t.histos[i], err = meter.Float64Histogram(spec.OTel, opts...)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Lease returns the observer for lease.ClientOptions.Observer.
+func (t *Telemetry) Lease() lease.Observer {
+	return lease.ObserverFunc(func(e lease.Event) { t.t.Lease(e, t.record, t.span) })
+}
+
+// Cache returns the observer for cache.Options.Observer.
+func (t *Telemetry) Cache() cache.Observer {
+	return cache.ObserverFunc(func(e cache.Event) { t.t.Cache(e, t.record, t.span) })
+}
+
+// Queue returns the observer for the leasequeue options' Observer.
+func (t *Telemetry) Queue() leasequeue.Observer {
+	return leasequeue.ObserverFunc(func(e leasequeue.Event) { t.t.Queue(e, t.record, t.span) })
+}
+
+func (t *Telemetry) record(p telemetry.Point) {
+	attrs := make([]attribute.KeyValue, 0, 3)
+	for _, l := range telemetry.Specs[p.Metric].Labels {
+		switch l {
+		case telemetry.KeyLabel:
+			if t.t.Keyed() {
+				attrs = append(attrs, attribute.String("lease.key", p.Key))
+			}
+		case telemetry.OutcomeLabel:
+			attrs = append(attrs, attribute.String("lease.outcome", p.Outcome))
+		case telemetry.ReasonLabel:
+			attrs = append(attrs, attribute.String("lease.lost.reason", p.Reason))
+		case telemetry.OperationLabel:
+			attrs = append(attrs, attribute.String("lease.operation", p.Operation))
+		}
+	}
+	ctx, set := context.Background(), metric.WithAttributes(attrs...)
+	switch telemetry.Specs[p.Metric].Kind {
+	case telemetry.Counter:
+		t.counts[p.Metric].Add(ctx, int64(p.Value), set)
+	case telemetry.Gauge:
+		t.gauges[p.Metric].Add(ctx, int64(p.Value), set)
+	case telemetry.Histogram:
+		t.histos[p.Metric].Record(ctx, p.Value, set)
+	}
+}
+
+func (t *Telemetry) span(s telemetry.Span) {
+	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints))
+	attrs = append(attrs,
+		attribute.String("lease.key", s.Key),
+		attribute.Int64("lease.token", int64(s.Token)),
+		attribute.String("lease.outcome", s.Outcome))
+	for k, v := range s.Ints {
+		attrs = append(attrs, attribute.Int64(k, v))
+	}
+	_, span := t.tracer.Start(context.Background(), s.Name,
+		trace.WithTimestamp(s.Start), trace.WithAttributes(attrs...))
+	if s.Err != nil {
+		span.RecordError(s.Err)
+		span.SetStatus(codes.Error, s.Outcome)
+	}
+	span.End(trace.WithTimestamp(s.End))
+}

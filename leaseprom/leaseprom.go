@@ -1,0 +1,174 @@
+// Package leaseprom exports the events of packages lease, cache and
+// leasequeue as Prometheus metrics, on github.com/prometheus/client_golang.
+// Only programs that import it link that library.
+//
+// One [Metrics] serves all three packages and is registered once:
+//
+//	metrics := leaseprom.New(leaseprom.Options{})
+//	prometheus.MustRegister(metrics)
+//	client, err := lease.NewClient(store, lease.ClientOptions{Owner: owner, Observer: metrics.Lease()})
+//	c, err := cache.New(vk, cache.Options{Observer: metrics.Cache()})
+//	q, err := leasequeue.New(src, client, leasequeue.Options{Observer: metrics.Queue()})
+//
+// # Metrics
+//
+// Every name starts with Options.Namespace ("lease" by default). Durations
+// are in seconds, counters end in _total, as Prometheus' naming guide asks.
+//
+//	lease_held                              gauge    leases this process holds now [key]
+//	lease_acquisitions_total                counter  Acquire and TryAcquire calls by outcome [key, outcome]
+//	lease_acquire_attempts_total            counter  backend acquire attempts those calls made [key]
+//	lease_acquire_wait_seconds              histo    time from an Acquire call to its end, waiting for a holder included [outcome]
+//	lease_backend_request_duration_seconds  histo    one backend request, waiting excluded [operation, outcome]
+//	lease_renewals_total                    counter  renewals by outcome [key, outcome]
+//	lease_losses_total                      counter  leases lost, by reason [key, reason]
+//	lease_releases_total                    counter  releases by outcome [key, outcome]
+//	lease_unknown_outcomes_total            counter  requests whose outcome is unknown [operation]
+//	lease_handover_seconds                  histo    from a release to the next grant of the key in this process
+//	lease_cache_gets_total                  counter  cache Gets by outcome: hit, loaded, shared (waited for another load), stale, error
+//	lease_cache_get_duration_seconds        histo    cache Gets [outcome]
+//	lease_cache_refreshes_total             counter  load-and-publish runs by outcome
+//	lease_cache_refresh_duration_seconds    histo    load and publication
+//	lease_cache_publications_total          counter  publications by outcome: ok, not_current, invalidated, unknown, error
+//	lease_cache_invalidations_total         counter  invalidations by outcome
+//	lease_queue_claims_total                counter  claims taken (ok) or failed, by outcome
+//	lease_queue_claim_attempt               histo    the attempt number of each claim taken (1 = first try)
+//	lease_queue_completions_total           counter  fenced completions by outcome (stale, lost: refused)
+//	lease_queue_retries_total               counter  failed attempts that will be retried
+//	lease_queue_dead_letters_total          counter  items moved to the dead-letter state
+//	lease_queue_losses_total                counter  item or partition leases lost, by reason
+//
+// The outcome label takes one of a fixed set of values: ok, not_acquired,
+// lost, stale, not_current, invalidated, unknown (the request may or may
+// not have been applied), canceled, invalid and error. The reason label is
+// expired, superseded, deadline_passed or unknown; operation is acquire,
+// renew or release.
+//
+// # Cardinality
+//
+// No metric has a key label unless Options.KeyLabel is set: keys are user
+// data and can be unbounded (one per queue item, one per cache entry). With
+// KeyLabel set, the key label of the lease_* metrics is KeyLabel(key), and
+// at most Options.MaxKeyLabels distinct values (100 by default) are handed
+// out; every further one reads "other". Cache and queue metrics never carry
+// keys. Every other label has a fixed set of values.
+//
+// lease_handover_seconds sees only what this process sees: a release and
+// the next grant of the same key by clients that share this Metrics. Across
+// processes, the waiting contender's lease_acquire_wait_seconds shows the
+// same hand-over from the other side.
+package leaseprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/golib/lease/cache"
+	"github.com/golib/lease/internal/telemetry"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue"
+)
+
+// Options configures Metrics. The zero value is ready to use.
+type Options struct {
+	// Namespace is the first part of every metric name. Default "lease".
+	Namespace string
+	// ConstLabels are added to every metric, e.g. {"service": "billing"}.
+	ConstLabels prometheus.Labels
+	// KeyLabel, if set, adds a "key" label to the lease_* metrics whose
+	// value is KeyLabel(key): a prefix, a job name, the key itself for a
+	// known small set of keys. Default nil: no key label at all.
+	KeyLabel func(key string) string
+	// MaxKeyLabels bounds the distinct values of the key label; values
+	// past it read "other". Default 100. Ignored without KeyLabel.
+	MaxKeyLabels int
+	// Buckets are the duration histograms' buckets in seconds. Default:
+	// 0.25 ms to 30 s, for round trips on a local network up to waits for
+	// a holder.
+	Buckets []float64
+}
+
+var (
+	defaultBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	countBuckets   = []float64{1, 2, 3, 5, 10, 25}
+)
+
+// Metrics turns events into Prometheus metrics. It is a
+// prometheus.Collector: register it once, and hand [Metrics.Lease],
+// [Metrics.Cache] and [Metrics.Queue] to the packages whose events it
+// should count. Safe for concurrent use.
+type Metrics struct {
+	t     *telemetry.Translator
+	keyed bool
+	vecs  [len(telemetry.Specs)]prometheus.Collector
+}
+
+// New returns Metrics configured by o.
+func New(o Options) *Metrics {
+	ns := o.Namespace
+	if ns == "" {
+		ns = "lease"
+	}
+	buckets := o.Buckets
+	if len(buckets) == 0 {
+		buckets = defaultBuckets
+	}
+	t := telemetry.NewTranslator(telemetry.NewKeys(o.KeyLabel, o.MaxKeyLabels), nil)
+	m := &Metrics{t: t, keyed: t.Keyed()}
+	for i, spec := range telemetry.Specs {
+		labels := telemetry.Names(telemetry.Metric(i), m.keyed)
+		switch spec.Kind {
+		case telemetry.Counter:
+			m.vecs[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
+		case telemetry.Gauge:
+			m.vecs[i] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
+		case telemetry.Histogram:
+			b := buckets
+			if spec.Unit != "s" {
+				b = countBuckets
+			}
+			m.vecs[i] = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels, Buckets: b}, labels)
+		}
+	}
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.vecs {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.vecs {
+		c.Collect(ch)
+	}
+}
+
+// Lease returns the observer for lease.ClientOptions.Observer.
+func (m *Metrics) Lease() lease.Observer {
+	return lease.ObserverFunc(func(e lease.Event) { m.t.Lease(e, m.record, nil) })
+}
+
+// Cache returns the observer for cache.Options.Observer.
+func (m *Metrics) Cache() cache.Observer {
+	return cache.ObserverFunc(func(e cache.Event) { m.t.Cache(e, m.record, nil) })
+}
+
+// Queue returns the observer for the leasequeue options' Observer.
+func (m *Metrics) Queue() leasequeue.Observer {
+	return leasequeue.ObserverFunc(func(e leasequeue.Event) { m.t.Queue(e, m.record, nil) })
+}
+
+func (m *Metrics) record(p telemetry.Point) {
+	vs := p.Values(m.keyed)
+	switch v := m.vecs[p.Metric].(type) {
+	case *prometheus.CounterVec:
+		v.WithLabelValues(vs...).Add(p.Value)
+	case *prometheus.GaugeVec:
+		v.WithLabelValues(vs...).Add(p.Value)
+	case *prometheus.HistogramVec:
+		v.WithLabelValues(vs...).Observe(p.Value)
+	}
+}

@@ -1,0 +1,305 @@
+package leaseprom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/golib/lease/cache"
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/guard"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leaseprom"
+	"github.com/golib/lease/leasequeue"
+)
+
+// gather registers m on a fresh registry and returns its families by name.
+func gather(t *testing.T, m *leaseprom.Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// value returns the value of the series of name whose labels include
+// labels ("k=v" pairs): a counter's or gauge's value, a histogram's count.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	var sum float64
+	for _, m := range f.GetMetric() {
+		if !hasLabels(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		found := false
+		for _, p := range m.GetLabel() {
+			if p.GetName() == k && p.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func info(key string, token lease.Token, err error) lease.EventInfo {
+	return lease.EventInfo{Key: key, Owner: "o", Token: token, Latency: time.Millisecond, Err: err}
+}
+
+var (
+	errUnknown = lease.Indeterminate(errors.New("i/o timeout"))
+	errLost    = &lease.LostError{Key: "k", Reason: lease.Superseded}
+)
+
+// TestEveryEventKind sends every event of every package through Metrics
+// and checks the series it must move.
+func TestEveryEventKind(t *testing.T) {
+	type check struct {
+		name   string
+		labels []string
+		want   float64
+	}
+	notAcquired := &lease.NotAcquiredError{Key: "k", Holder: "other", Remaining: time.Second}
+	for _, tc := range []struct {
+		name   string
+		lease  []lease.Event
+		cache  []cache.Event
+		queue  []leasequeue.Event
+		checks []check
+	}{
+		{name: "acquired", lease: []lease.Event{&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 3, Waited: 2 * time.Second}}, checks: []check{
+			{"lease_held", nil, 1},
+			{"lease_acquisitions_total", []string{"outcome=ok"}, 1},
+			{"lease_acquire_attempts_total", nil, 3},
+			{"lease_acquire_wait_seconds", []string{"outcome=ok"}, 1},
+			{"lease_backend_request_duration_seconds", []string{"operation=acquire", "outcome=ok"}, 1},
+		}},
+		{name: "acquire failed: held", lease: []lease.Event{&lease.AcquireFailed{EventInfo: info("k", 0, notAcquired), Attempts: 1}}, checks: []check{
+			{"lease_held", nil, 0},
+			{"lease_acquisitions_total", []string{"outcome=not_acquired"}, 1},
+			{"lease_acquire_attempts_total", nil, 1},
+		}},
+		{name: "acquire failed: unknown", lease: []lease.Event{&lease.AcquireFailed{EventInfo: info("k", 0, errUnknown), Attempts: 1}}, checks: []check{
+			{"lease_acquisitions_total", []string{"outcome=unknown"}, 1},
+			{"lease_unknown_outcomes_total", []string{"operation=acquire"}, 1},
+		}},
+		{name: "renewed and failed", lease: []lease.Event{&lease.Renewed{EventInfo: info("k", 7, nil)}, &lease.RenewFailed{EventInfo: info("k", 7, errUnknown)}}, checks: []check{
+			{"lease_renewals_total", []string{"outcome=ok"}, 1},
+			{"lease_renewals_total", []string{"outcome=unknown"}, 1},
+			{"lease_unknown_outcomes_total", []string{"operation=renew"}, 1},
+			{"lease_backend_request_duration_seconds", []string{"operation=renew"}, 2},
+		}},
+		{name: "lost then release refused: held counts once", lease: []lease.Event{
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.Lost{EventInfo: info("k", 7, errLost)},
+			&lease.ReleaseFailed{EventInfo: info("k", 7, errLost)},
+		}, checks: []check{
+			{"lease_held", nil, 0},
+			{"lease_losses_total", []string{"reason=superseded"}, 1},
+			{"lease_releases_total", []string{"outcome=lost"}, 1},
+		}},
+		{name: "released, then granted again: hand-over", lease: []lease.Event{
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.Released{EventInfo: info("k", 7, nil)},
+			&lease.Acquired{EventInfo: info("k", 8, nil), Attempts: 4},
+		}, checks: []check{
+			{"lease_held", nil, 1},
+			{"lease_releases_total", []string{"outcome=ok"}, 1},
+			{"lease_handover_seconds", nil, 1},
+		}},
+		{name: "release unknown", lease: []lease.Event{
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.ReleaseFailed{EventInfo: info("k", 7, errUnknown)},
+		}, checks: []check{
+			{"lease_held", nil, 0},
+			{"lease_releases_total", []string{"outcome=unknown"}, 1},
+			{"lease_unknown_outcomes_total", []string{"operation=release"}, 1},
+			{"lease_handover_seconds", nil, 0},
+		}},
+		{name: "cache", cache: []cache.Event{
+			&cache.Served{EventInfo: cache.EventInfo{Key: "c"}, Outcome: cache.Hit},
+			&cache.Served{EventInfo: cache.EventInfo{Key: "c"}, Outcome: cache.Stale},
+			&cache.Served{EventInfo: cache.EventInfo{Key: "c"}, Outcome: cache.Shared},
+			&cache.GetFailed{EventInfo: cache.EventInfo{Key: "c", Err: cache.ErrWaitTimeout}},
+			&cache.Refreshed{EventInfo: cache.EventInfo{Key: "c"}},
+			&cache.RefreshFailed{EventInfo: cache.EventInfo{Key: "c", Err: errors.New("load failed")}},
+			&cache.Published{EventInfo: cache.EventInfo{Key: "c"}, Size: 10},
+			&cache.PublishRefused{EventInfo: cache.EventInfo{Key: "c", Err: guard.ErrNotCurrent}},
+			&cache.PublishRefused{EventInfo: cache.EventInfo{Key: "c", Err: cache.ErrInvalidated}},
+			&cache.Invalidated{EventInfo: cache.EventInfo{Key: "c"}},
+		}, checks: []check{
+			{"lease_cache_gets_total", []string{"outcome=hit"}, 1},
+			{"lease_cache_gets_total", []string{"outcome=stale"}, 1},
+			{"lease_cache_gets_total", []string{"outcome=shared"}, 1},
+			{"lease_cache_gets_total", []string{"outcome=error"}, 1},
+			{"lease_cache_get_duration_seconds", nil, 4},
+			{"lease_cache_refreshes_total", []string{"outcome=ok"}, 1},
+			{"lease_cache_refreshes_total", []string{"outcome=error"}, 1},
+			{"lease_cache_refresh_duration_seconds", nil, 2},
+			{"lease_cache_publications_total", []string{"outcome=ok"}, 1},
+			{"lease_cache_publications_total", []string{"outcome=not_current"}, 1},
+			{"lease_cache_publications_total", []string{"outcome=invalidated"}, 1},
+			{"lease_cache_invalidations_total", []string{"outcome=ok"}, 1},
+		}},
+		{name: "queue", queue: []leasequeue.Event{
+			&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 2},
+			&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 2},
+			&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Key: "q", Err: &fence.StaleError{Resource: "r", Token: 1, Current: 2}}},
+			&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 1},
+			&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 5, Dead: true},
+			&leasequeue.Lost{EventInfo: leasequeue.EventInfo{Key: "q", Err: &lease.LostError{Key: "q", Reason: lease.Expired}}},
+		}, checks: []check{
+			{"lease_queue_claims_total", []string{"outcome=ok"}, 1},
+			{"lease_queue_claim_attempt", nil, 1},
+			{"lease_queue_completions_total", []string{"outcome=ok"}, 1},
+			{"lease_queue_completions_total", []string{"outcome=stale"}, 1},
+			{"lease_queue_retries_total", nil, 1},
+			{"lease_queue_dead_letters_total", nil, 1},
+			{"lease_queue_losses_total", []string{"reason=expired"}, 1},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := leaseprom.New(leaseprom.Options{})
+			for _, e := range tc.lease {
+				m.Lease().Observe(e)
+			}
+			for _, e := range tc.cache {
+				m.Cache().Observe(e)
+			}
+			for _, e := range tc.queue {
+				m.Queue().Observe(e)
+			}
+			fams := gather(t, m)
+			for _, c := range tc.checks {
+				if got := value(t, fams, c.name, c.labels...); got != c.want {
+					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestNoKeyLabelByDefault checks that without KeyLabel no series carries a
+// key, however many keys are used.
+func TestNoKeyLabelByDefault(t *testing.T) {
+	m := leaseprom.New(leaseprom.Options{})
+	for i := range 50 {
+		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1})
+	}
+	fams := gather(t, m)
+	for name, f := range fams {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "key" {
+					t.Fatalf("%s has a key label without KeyLabel", name)
+				}
+			}
+		}
+	}
+	if got := value(t, fams, "lease_held"); got != 50 {
+		t.Fatalf("lease_held = %v, want 50", got)
+	}
+	if n := len(fams["lease_held"].GetMetric()); n != 1 {
+		t.Fatalf("lease_held has %d series, want 1", n)
+	}
+}
+
+// TestKeyLabelsBounded checks that KeyLabel's values are capped at
+// MaxKeyLabels, the rest counted under "other".
+func TestKeyLabelsBounded(t *testing.T) {
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }, MaxKeyLabels: 3})
+	for i := range 10 {
+		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1})
+	}
+	fams := gather(t, m)
+	if n := len(fams["lease_held"].GetMetric()); n != 4 {
+		t.Fatalf("lease_held has %d series, want 3 keys and other", n)
+	}
+	if got := value(t, fams, "lease_held", "key=other"); got != 7 {
+		t.Fatalf(`lease_held{key="other"} = %v, want 7`, got)
+	}
+	if got := value(t, fams, "lease_held", "key=job/0"); got != 1 {
+		t.Fatalf(`lease_held{key="job/0"} = %v, want 1`, got)
+	}
+}
+
+// TestRealClient runs a client on the memory backend with the observer
+// and checks what a scrape shows: two holders, one refused contender, one
+// release.
+func TestRealClient(t *testing.T) {
+	ctx := context.Background()
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})
+	store := newMemoryStore()
+	a := newClient(t, store, "a", m)
+	b := newClient(t, store, "b", m)
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := a.TryAcquire(ctx, "jobs/1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, "jobs/2", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "jobs/1", p); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("b acquired a held key: %v", err)
+	}
+	if err := h1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fams := gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"lease_held", nil, 1},
+		{"lease_held", []string{"key=jobs/2"}, 1},
+		{"lease_acquisitions_total", []string{"outcome=ok"}, 2},
+		{"lease_acquisitions_total", []string{"key=jobs/1", "outcome=not_acquired"}, 1},
+		{"lease_releases_total", []string{"outcome=ok"}, 1},
+		{"lease_backend_request_duration_seconds", []string{"operation=acquire"}, 3},
+	} {
+		if got := value(t, fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
