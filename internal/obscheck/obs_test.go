@@ -130,7 +130,7 @@ func (r *rig) otel(t *testing.T, name string, attrs ...string) float64 {
 	has := func(set attribute.Set) bool {
 		for _, a := range attrs {
 			k, v, _ := strings.Cut(a, "=")
-			if got, ok := set.Value(attribute.Key(k)); !ok || got.Emit() != v {
+			if got, ok := set.Value(attribute.Key(k)); !ok || got.String() != v {
 				return false
 			}
 		}
