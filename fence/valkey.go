@@ -97,11 +97,14 @@ func (v *Valkey) Claim(ctx context.Context, snap lease.Snapshot, resource string
 //
 // Everything happens in one script, in one round trip: no other client
 // sees the fence checked but the commands not applied, or some commands
-// applied and not others. Before writing anything the script checks that
-// every command will succeed (no WRONGTYPE, INCRBY on an integer that
-// cannot overflow) and refuses the whole group if not, so the group is
-// applied entirely or not at all. Replicas and the append-only file receive
-// the fence and the commands together.
+// applied and not others. Valkey does not roll a script back, so before
+// writing anything the script checks that every command will succeed,
+// whatever the keys held before: no WRONGTYPE, INCRBY only on an integer
+// that cannot overflow, XADD only on a stream that has IDs left. It
+// simulates the group in order (a DEL or SET earlier in the group changes
+// what a later command sees) and refuses the whole group if any command
+// would fail, so the group is applied entirely or not at all. Replicas and
+// the append-only file receive the fence and the commands together.
 //
 // If the fence refuses snap, nothing is written and Do returns a
 // *StaleError or a *ForeignLeaseError. Before any I/O Do checks snap, the

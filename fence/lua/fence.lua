@@ -22,10 +22,34 @@
 -- resource. Nothing is written in the last two cases.
 --
 -- A command that is not allowed, or that would fail (WRONGTYPE, INCRBY on a
--- value that is not an integer or near overflow), is refused with an error
--- reply before anything is written: scripts are not rolled back, so every
--- failure is found first, by simulating the key types and integer values the
--- group sees.
+-- value that is not an integer or near overflow, XADD on a stream that has
+-- issued its last possible ID), is refused with an error reply before
+-- anything is written: scripts are not rolled back, so every failure is
+-- found first, by simulating the key types, integer values and stream IDs
+-- the group sees. What each allowed command can fail on, and how it is
+-- found first:
+--
+--   SET       nothing: it replaces a value of any type; its TTL is at most
+--             100 years (checked here), far from Valkey's overflow limit
+--   HSET      WRONGTYPE: the key's type, read with TYPE and simulated
+--   DEL       nothing
+--   INCRBY    WRONGTYPE; a value Valkey does not read as an integer; a
+--             result out of int64: type, value (GET) and result simulated
+--   EXPIRE,   nothing: the TTL is positive and at most 100 years (checked
+--   PEXPIRE   here)
+--   XADD *    WRONGTYPE; a stream whose last generated ID is the largest
+--             possible one (18446744073709551615-18446744073709551615, set
+--             with XSETID or reached by XADD): type read with TYPE, last ID
+--             with XINFO STREAM, and the IDs the group takes simulated.
+--             Valkey also refuses an entry larger than 4 GiB together with
+--             its stream node; a request that large exceeds the default
+--             client-query-buffer-limit (1 GiB) and proto-max-bulk-len
+--             (512 MiB) and never reaches the script, and a node that
+--             large needs stream-node-max-bytes of gigabytes (default 4 KiB).
+--
+-- Time stands still while a script runs, so no key expires between the
+-- checks and the writes. Under maxmemory, Valkey refuses only a script's
+-- first write (here the fence), never a later one.
 --
 -- Tokens are compared as decimal strings (length, then digits), never as Lua
 -- numbers, so every uint64 compares exactly.
@@ -189,14 +213,35 @@ if f[1] then
   end
 end
 
--- Simulate the group on the keys' types and integer values, so that every
--- failure is found before the first write. A key's type is read (TYPE) only
--- when a command depends on it: a plain SET, DEL or EXPIRE never fails.
--- state[ki] = {t = type or nil if unread, v = string value if known}
+-- Simulate the group on the keys' types, integer values and stream IDs, so
+-- that every failure is found before the first write. A key's type is read
+-- (TYPE) only when a command depends on it: a plain SET, DEL or EXPIRE
+-- never fails.
+-- state[ki] = {t = type or nil if unread, v = string value if known,
+--              ids = how many more IDs XADD * can issue, at least, if known}
 local state = {}
 local function typeof(s, ki)
   if s.t == nil then s.t = redis.call('TYPE', KEYS[ki])['ok'] end
   return s.t
+end
+
+-- How many more entries XADD * can add to the existing stream key, at
+-- least: an ID is (ms, seq); the next one is (now, 0) or (ms, seq + 1),
+-- carrying into ms, so IDs run out only once ms is the largest uint64, and
+-- then after 2^64 - 1 - seq more. Nil if the last ID cannot be read.
+local MAXU = '18446744073709551615'
+local NEAR = '18446744073709000000' -- seq at or above it: count exactly
+local function idsleft(key)
+  local info = redis.call('XINFO', 'STREAM', key)
+  local last
+  for x = 1, #info - 1, 2 do
+    if info[x] == 'last-generated-id' then last = info[x + 1] end
+  end
+  local ms, seq = match(type(last) == 'string' and last or '', '^(%d+)%-(%d+)$')
+  if ms == nil then return nil end
+  if ms ~= MAXU then return math.huge end
+  if #seq < #NEAR or seq < NEAR then return 551615 end -- at least MAXU - NEAR
+  return 551615 - tonumber(string.sub(seq, 15))
 end
 local function wrongtype(c, name, t)
   return redis.error_reply('WRONGTYPE fence: command ' .. c .. ' (' .. name .. ') on a key holding a ' .. t .. '; nothing written')
@@ -215,14 +260,14 @@ for c = 1, n do
       if ARGV[k] == 'NX' or ARGV[k] == 'XX' then cond = ARGV[k] end
     end
     if cond == nil or (cond == 'NX') ~= (typeof(s, ki) ~= 'none') then
-      s.t, s.v = 'string', ARGV[i]
+      s.t, s.v, s.ids = 'string', ARGV[i], nil
     end
   elseif name == 'HSET' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'hash' then return wrongtype(c, name, t) end
     s.t = 'hash'
   elseif name == 'DEL' then
-    s.t, s.v = 'none', nil
+    s.t, s.v, s.ids = 'none', nil, nil
   elseif name == 'INCRBY' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'string' then return wrongtype(c, name, t) end
@@ -242,7 +287,20 @@ for c = 1, n do
   elseif name == 'XADD' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'stream' then return wrongtype(c, name, t) end
-    if t == 'stream' or ARGV[i] ~= 'NOMKSTREAM' then s.t = 'stream' end
+    if t == 'stream' or ARGV[i] ~= 'NOMKSTREAM' then
+      if t == 'none' then
+        s.ids = math.huge -- a new stream
+      elseif s.ids == nil then
+        s.ids = idsleft(KEYS[ki])
+        if s.ids == nil then
+          return refuse('command ' .. c .. ' (XADD): cannot read the last ID of the stream; nothing written')
+        end
+      end
+      if s.ids < 1 then
+        return refuse('command ' .. c .. ' (XADD): the stream has issued its last possible ID; nothing written')
+      end
+      s.t, s.ids = 'stream', s.ids - 1
+    end
   end
   -- EXPIRE and PEXPIRE with a positive TTL change no type and never fail.
 end
