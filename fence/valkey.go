@@ -107,7 +107,9 @@ func (v *Valkey) Claim(ctx context.Context, snap lease.Snapshot, resource string
 // the append-only file receive the fence and the commands together.
 //
 // If the fence refuses snap, nothing is written and Do returns a
-// *StaleError or a *ForeignLeaseError. Before any I/O Do checks snap, the
+// *StaleError or a *ForeignLeaseError; a token more than MaxTokenLead ahead
+// of the server's clock writes nothing and returns an
+// *ImplausibleTokenError. Before any I/O Do checks snap, the
 // resource name (ValidateResource, and no '{' or '}'), and that every key
 // is in the hash slot of the fence key and is not the fence key; it
 // returns an error wrapping ErrInvalid otherwise. A reply error from the
@@ -205,6 +207,12 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 			return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
 		}
 		return replies, nil
+	}
+	if code == 4 && len(arr) == 2 {
+		largest, _ := arr[1].ToString()
+		if n, err := strconv.ParseUint(largest, 10, 64); err == nil {
+			return nil, &ImplausibleTokenError{Resource: resource, Key: snap.Key, Token: snap.Token, Largest: lease.Token(n)}
+		}
 	}
 	if (code == 2 || code == 3) && len(arr) == 3 {
 		key, _ := arr[1].ToString()

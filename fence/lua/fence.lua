@@ -19,7 +19,9 @@
 -- Returns {1, {reply of each command}} when the fence admits the token;
 -- {2, fenced key, fenced token} when the fence has accepted a higher token of
 -- the same lease; {3, fenced key, fenced token} when another lease fences the
--- resource. Nothing is written in the last two cases.
+-- resource; {4, largest token} when the token is implausible: above the
+-- server's clock (TIME) in microseconds plus LEAD, more than any lease
+-- backend can have issued yet. Nothing is written in the last three cases.
 --
 -- A command that is not allowed, or that would fail (WRONGTYPE, INCRBY on a
 -- value that is not an integer or near overflow, XADD on a stream that has
@@ -57,6 +59,7 @@
 local MAX_EX = 3153600000          -- 100 years in seconds
 local MAX_PX = MAX_EX * 1000
 local INCR_LIMIT = 9.2e18          -- below 2^63 by far more than a double's error
+local LEAD = 86400000000           -- fence.MaxTokenLead (24 hours) in microseconds
 
 local ARGV, KEYS = ARGV, KEYS
 local byte, match, tonumber = string.byte, string.match, tonumber
@@ -144,11 +147,27 @@ local function shape(name, i, j)
   return nil
 end
 
+-- less(a, b) reports a < b for canonical decimal strings: length, then
+-- digits, byte by byte (Lua's string < follows the server's locale).
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = byte(a, i), byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+
 -- The token: canonical decimal, compared as a string.
 local token = ARGV[2]
 if type(token) ~= 'string' or #token > 20 or not match(token, '^[1-9]%d*$') then
   return refuse('bad token')
 end
+-- Plausible: at most the server's clock in microseconds plus LEAD (exact
+-- in a Lua number: about 1.8e15, far below 2^53).
+local now = redis.call('TIME')
+local largest = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]) + LEAD)
+if less(largest, token) then return {4, largest} end
 if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
   return refuse('bad lease key or owner')
 end
@@ -199,18 +218,7 @@ if f[1] then
     return refuse('the fence key holds no token')
   end
   if f[1] ~= ARGV[1] then return {3, f[1], cur} end
-  -- token < cur, comparing canonical decimal strings: length, then digits.
-  if #token ~= #cur then
-    if #token < #cur then return {2, f[1], cur} end
-  elseif token ~= cur then
-    for i = 1, #token do
-      local x, y = byte(token, i), byte(cur, i)
-      if x ~= y then
-        if x < y then return {2, f[1], cur} end
-        break
-      end
-    end
-  end
+  if less(token, cur) then return {2, f[1], cur} end
 end
 
 -- Simulate the group on the keys' types, integer values and stream IDs, so
@@ -240,7 +248,7 @@ local function idsleft(key)
   local ms, seq = match(type(last) == 'string' and last or '', '^(%d+)%-(%d+)$')
   if ms == nil then return nil end
   if ms ~= MAXU then return math.huge end
-  if #seq < #NEAR or seq < NEAR then return 551615 end -- at least MAXU - NEAR
+  if less(seq, NEAR) then return 551615 end -- at least MAXU - NEAR
   return 551615 - tonumber(string.sub(seq, 15))
 end
 local function wrongtype(c, name, t)
