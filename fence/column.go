@@ -56,7 +56,9 @@ type UpdateRows struct {
 	// sq.Expr("id = ? OR legacy_id = ?", 7, 107), sq.Or{…}, any
 	// sq.Sqlizer. Update puts it in parentheses of its own, as one unit,
 	// before adding the fence's condition, so no shape of it (OR, NOT,
-	// comments) reaches past the fence. Nil selects every row.
+	// comments) reaches past the fence; a predicate whose parentheses,
+	// quotes or comments do not close within it, or with a ';', is refused
+	// with ErrInvalid. Nil selects every row.
 	Where sq.Sqlizer
 }
 
@@ -191,7 +193,9 @@ func checkColumns(field, tableName string, m map[string]any, col Column) ([]stri
 }
 
 // grouped returns where as one parenthesised unit, on lines of its own so
-// that a trailing -- comment in it ends before the closing parenthesis.
+// that a trailing -- comment in it ends before the closing parenthesis,
+// after checking that no parenthesis, quote or comment of its own can
+// reach past it (checkPredicate).
 // sq.Expr expands a Sqlizer argument the way squirrel's own WHERE does,
 // nested builders included.
 func grouped(where sq.Sqlizer) (sq.Sqlizer, error) {
@@ -201,6 +205,9 @@ func grouped(where sq.Sqlizer) (sq.Sqlizer, error) {
 	}
 	if strings.TrimSpace(text) == "" {
 		return nil, errors.New("empty predicate (leave Where nil to select every row)")
+	}
+	if err := checkPredicate(text); err != nil {
+		return nil, err
 	}
 	return sq.Expr("(\n?\n)", where), nil
 }
