@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -267,5 +268,50 @@ func TestValkeyHostileGroups(t *testing.T) {
 	t.Logf("%d groups applied, %d refused", applied, refused)
 	if applied == 0 || refused == 0 {
 		t.Fatalf("%d applied, %d refused: the groups do not exercise both outcomes", applied, refused)
+	}
+}
+
+// TestValkeyFailureAfterTheChecks: a command that fails although the
+// script's checks passed — here an ACL user without the right to run XADD —
+// cannot be rolled back, and the error says what was applied instead of
+// "nothing written".
+func TestValkeyFailureAfterTheChecks(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newValkey(t, srv.Addr())
+	ctx := ctxT(t)
+	acl := []string{"ACL", "SETUSER", "fencer", "on", ">pw", "~*", "-@all", "+@connection", "+eval", "+evalsha", "+script|load",
+		"+hmget", "+hset", "+type", "+get", "+time", "+xinfo|stream", "+set"}
+	if err := admin.Do(ctx, admin.B().Arbitrary(acl...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "fencer", Password: "pw", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v := newFence(t, c)
+	k := func(name string) string { return dataKey(v, name, "r") }
+	_, err = v.Do(ctx, snap("k", 1), "r", fence.Set(k("a"), "x", fence.SetOptions{}), fence.XAdd(k("s"), fence.XAddOptions{}, "f", "v"))
+	if err == nil || strings.Contains(err.Error(), "nothing written") || !strings.Contains(err.Error(), "command 2 failed after the fence and the 1 commands before it were applied") || errors.Is(err, lease.ErrIndeterminate) {
+		t.Fatalf("XADD without the right to run it = %v; want an error saying the fence and command 1 were applied", err)
+	}
+	if got, _ := admin.Do(ctx, admin.B().Get().Key(k("a")).Build()).ToString(); got != "x" {
+		t.Fatalf("command 1 wrote %q; the error says it was applied", got)
+	}
+	// A missing right to a command the checks run (TYPE, before HSET)
+	// refuses the whole group before any write.
+	if err := admin.Do(ctx, admin.B().Arbitrary("ACL", "SETUSER", "fencer", "-type").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Do(ctx, snap("k", 2), "r", fence.Set(k("b"), "x", fence.SetOptions{}), fence.HSet(k("h"), "f", "v"))
+	if err == nil || !strings.Contains(err.Error(), "nothing written") || !strings.Contains(err.Error(), "type") {
+		t.Fatalf("HSET without the right to TYPE = %v; want refused, nothing written", err)
+	}
+	if n, _ := admin.Do(ctx, admin.B().Exists().Key(k("b")).Build()).AsInt64(); n != 0 {
+		t.Fatal("command 1 was applied; the error says nothing was written")
+	}
+	if tok, _ := admin.Do(ctx, admin.B().Hget().Key(v.FenceKey("r")).Field("token").Build()).ToString(); tok != "1" {
+		t.Fatalf("fence token %q; want 1", tok)
 	}
 }

@@ -113,7 +113,10 @@ func (v *Valkey) Claim(ctx context.Context, snap lease.Snapshot, resource string
 // resource name (ValidateResource, and no '{' or '}'), and that every key
 // is in the hash slot of the fence key and is not the fence key; it
 // returns an error wrapping ErrInvalid otherwise. A reply error from the
-// server means nothing was written. A transport error after the request
+// server means nothing was written. Should a command fail although the
+// script's checks passed (an ACL user without the right to run it, on its
+// key), the fence and the commands before it stay applied, and the error
+// says so; give the user every allowed command on its keys. A transport error after the request
 // was sent matches lease.ErrIndeterminate: the write may have been applied.
 func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
 	keys, args, err := v.encode(snap, resource, cmds)
@@ -207,6 +210,12 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 			return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
 		}
 		return replies, nil
+	}
+	if code == 5 && len(arr) == 3 {
+		c, _ := arr[1].AsInt64()
+		msg, _ := arr[2].ToString()
+		return nil, fmt.Errorf("fence: resource %q: command %d failed after the fence and the %d commands before it were applied (Valkey does not roll back): %s",
+			resource, c, c-1, msg)
 	}
 	if code == 4 && len(arr) == 2 {
 		largest, _ := arr[1].ToString()

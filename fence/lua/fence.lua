@@ -21,7 +21,9 @@
 -- the same lease; {3, fenced key, fenced token} when another lease fences the
 -- resource; {4, largest token} when the token is implausible: above the
 -- server's clock (TIME) in microseconds plus LEAD, more than any lease
--- backend can have issued yet. Nothing is written in the last three cases.
+-- backend can have issued yet. Nothing is written in those three cases.
+-- {5, c, error} when command c failed although the checks passed: the fence
+-- and commands 1..c-1 were applied, c and the rest were not.
 --
 -- A command that is not allowed, or that would fail (WRONGTYPE, INCRBY on a
 -- value that is not an integer or near overflow, XADD on a stream that has
@@ -314,13 +316,18 @@ for c = 1, n do
 end
 
 -- Write: the fence first (unless it already holds this token), then the
--- commands.
+-- commands. A command that fails all the same (a failure the checks above
+-- do not foresee, such as an ACL user without the right to run it) cannot
+-- be rolled back: the script stops and says exactly what was applied,
+-- rather than raising an error that would read as "nothing written".
 if f[1] ~= ARGV[1] or f[2] ~= token then
   redis.call('HSET', KEYS[1], 'key', ARGV[1], 'token', token, 'owner', ARGV[3])
 end
 local replies = {}
 for c = 1, n do
   local cmd = cmds[c]
-  replies[c] = redis.call(cmd[1], KEYS[cmd[2]], unpack(ARGV, cmd[3], cmd[4]))
+  local r = redis.pcall(cmd[1], KEYS[cmd[2]], unpack(ARGV, cmd[3], cmd[4]))
+  if type(r) == 'table' and r.err then return {5, c, r.err} end
+  replies[c] = r
 end
 return {1, replies}
