@@ -45,12 +45,14 @@ type UpdateRows struct {
 	// lower-case unquoted identifier. Required.
 	Table string
 	// Set maps each column to update to its new value: a value sent as a
-	// bind parameter, or an sq.Sqlizer such as sq.Expr("total + ?", 5).
+	// bind parameter, or an sq.Sqlizer such as sq.Expr("total + ?", 5),
+	// checked and parenthesised as Where is.
 	// Column names are lower-case unquoted identifiers, and not the fence
 	// columns, which Update sets itself. Required.
 	Set map[string]any
 	// From, if not empty, is the FROM list of UPDATE … FROM, such as
-	// "billing.runs r", for rows selected by a join.
+	// "billing.runs r", for rows selected by a join. It is checked as Where
+	// is, and put on lines of its own.
 	From string
 	// Where selects the rows, with ? placeholders: sq.Eq{"id": 7},
 	// sq.Expr("id = ? OR legacy_id = ?", 7, 107), sq.Or{…}, any
@@ -212,6 +214,24 @@ func grouped(where sq.Sqlizer) (sq.Sqlizer, error) {
 	return sq.Expr("(\n?\n)", where), nil
 }
 
+// units returns m with every sq.Sqlizer value grouped as one unit (see
+// grouped), so that no expression in a SET list or a VALUES row reaches
+// into the clauses after it.
+func units(field, tableName string, m map[string]any) (map[string]any, error) {
+	out := make(map[string]any, len(m))
+	for c, v := range m {
+		if e, ok := v.(sq.Sqlizer); ok {
+			g, err := grouped(e)
+			if err != nil {
+				return nil, invalid("%s: %s[%q]: %v", tableName, field, c, err)
+			}
+			v = g
+		}
+		out[c] = v
+	}
+	return out, nil
+}
+
 // admits is the fence's rule on a row's columns, qualified by q, against
 // the values $key and $token (placeholders, in that order). A NULL token
 // counts as 0, as in Mark: without COALESCE the comparison would be NULL,
@@ -276,6 +296,17 @@ func Update(ctx context.Context, db Querier, snap lease.Snapshot, u UpdateRows, 
 	if _, err := checkColumns("UpdateRows.Set", t.name, u.Set, col); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	set, err := units("UpdateRows.Set", t.name, u.Set)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if u.From != "" {
+		if err := checkPredicate(u.From); err != nil {
+			return pgconn.CommandTag{}, invalid("%s: UpdateRows.From: %v", t.name, err)
+		}
+		// On a line of its own: a trailing -- comment ends with it.
+		u.From = "\n" + u.From + "\n"
+	}
 	where := sq.Expr("TRUE")
 	if u.Where != nil {
 		if where, err = grouped(u.Where); err != nil {
@@ -289,7 +320,7 @@ func Update(ctx context.Context, db Querier, snap lease.Snapshot, u UpdateRows, 
 	token := int64(snap.Token)
 	rule := admits(t.qualifier, col)
 	b := sq.Update(t.ref).
-		SetMap(u.Set).
+		SetMap(set).
 		Set(col.Token, token).
 		Set(col.Key, snap.Key).
 		Where(where).
@@ -365,6 +396,10 @@ func Upsert(ctx context.Context, db Querier, snap lease.Snapshot, row UpsertRow,
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	vals, err := units("UpsertRow.Values", t.name, row.Values)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	if len(row.Conflict) == 0 {
 		return pgconn.CommandTag{}, invalid("%s: no UpsertRow.Conflict columns", t.name)
 	}
@@ -396,7 +431,7 @@ func Upsert(ctx context.Context, db Querier, snap lease.Snapshot, row UpsertRow,
 	values := sq.Select().Where("? <= "+largestSQL, token)
 	var set []string
 	for _, c := range columns {
-		v := row.Values[c]
+		v := vals[c]
 		if e, ok := v.(sq.Sqlizer); ok {
 			values = values.Column(e)
 		} else {

@@ -109,8 +109,8 @@ func TestUpdateAliasAndFrom(t *testing.T) {
 	// the alias, so the other table's columns don't clash.
 	b := fence.UpdateRows{
 		Table: "billing.invoices AS i",
-		Set:   map[string]any{"status": "run"},
-		From:  "billing.runs r",
+		Set:   map[string]any{"status": "run", "total": sq.Expr("total + ? -- one more run", 1)},
+		From:  "billing.runs r -- the month's run",
 		Where: sq.And{sq.Expr("r.invoice = i.id"), sq.Eq{"r.month": "2026-11"}},
 	}
 	tag, err := fence.Update(ctx, pool, snap("billing", 8), b, col)
@@ -215,6 +215,11 @@ func TestColumnInvalid(t *testing.T) {
 		"sets fence key":    second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"fence_key": nil}}, col)),
 		"empty where":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: sq.Expr(" ")}, col)),
 		"where error":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: failing{}}, col)),
+		"where escapes":     second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: sq.Expr("id = ?) OR (TRUE", 1)}, col)),
+		"set escapes":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"a": sq.Expr("1 WHERE TRUE OR (")}}, col)),
+		"set error":         second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"a": failing{}}}, col)),
+		"from escapes":      second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, From: "r WHERE TRUE OR ("}, col)),
+		"value escapes":     second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1, "a": sq.Expr("1) ON CONFLICT DO NOTHING --")}, "id"), col)),
 		"no conflict":       second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}), col)),
 		"conflict col":      second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}, "nope"), col)),
 		"conflict repeated": second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}, "id", "id"), col)),
