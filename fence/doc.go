@@ -63,6 +63,10 @@
 // # Errors
 //
 // [ErrStale] and [ErrForeignLease] are final: retrying gets the same answer.
+// So is [ErrImplausibleToken]: the PostgreSQL and Valkey fences refuse a
+// token more than [MaxTokenLead] ahead of their own clock, which no backend
+// can have issued yet, so that a forged or corrupted snapshot cannot lock a
+// fence against every later holder.
 // [ErrConflict] (a serialization failure or deadlock; see [IsRetryable]) asks
 // for the whole transaction to be run again. ErrInvalid is returned before
 // any I/O. An error matching [lease.ErrIndeterminate] means the write may or
