@@ -57,8 +57,8 @@ func TestUpdateStaleVersusNoRow(t *testing.T) {
 	t.Parallel()
 	pool := newInvoices(t)
 	ctx := ctxT(t)
-	upd := func(status string, id int) sq.UpdateBuilder {
-		return sq.Update("billing.invoices").Set("status", status).Where(sq.Eq{"id": id})
+	upd := func(status string, id int) fence.UpdateRows {
+		return fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": status}, Where: sq.Eq{"id": id}}
 	}
 	tag, err := fence.Update(ctx, pool, snap("billing", 5), upd("paid", 1), col)
 	if err != nil || tag.RowsAffected() != 1 {
@@ -71,7 +71,7 @@ func TestUpdateStaleVersusNoRow(t *testing.T) {
 	// Zero rows because stale.
 	tag, err = fence.Update(ctx, pool, snap("billing", 4), upd("void", 1), col)
 	wantStale(t, err, 4, 5)
-	if tag.RowsAffected() != 0 || !strings.Contains(err.Error(), "billing.invoices WHERE id = ?") {
+	if tag.RowsAffected() != 0 || !strings.Contains(err.Error(), `"billing.invoices (id)=(1)"`) {
 		t.Fatalf("stale Update: %v, %v", tag, err)
 	}
 	// Zero rows because no row matched: no error.
@@ -89,7 +89,7 @@ func TestUpdateStaleVersusNoRow(t *testing.T) {
 	}
 
 	// Several rows: those whose fence admits the token are written.
-	tag, err = fence.Update(ctx, pool, snap("billing", 4), sq.Update("billing.invoices").Set("status", "sent").Where(sq.LtOrEq{"id": 3}), col)
+	tag, err = fence.Update(ctx, pool, snap("billing", 4), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": "sent"}, Where: sq.LtOrEq{"id": 3}}, col)
 	if err != nil || tag.RowsAffected() != 2 {
 		t.Fatalf("Update of 3 rows, 1 fenced higher: %v, %v; want 2 rows", tag, err)
 	}
@@ -97,7 +97,7 @@ func TestUpdateStaleVersusNoRow(t *testing.T) {
 	if _, err := fence.Update(ctx, pool, snap("refunds", 1), upd("x", 3), col); !errors.Is(err, fence.ErrForeignLease) {
 		t.Fatal(err)
 	}
-	_, err = fence.Update(ctx, pool, snap("billing", 3), sq.Update("billing.invoices").Set("status", "x"), col)
+	_, err = fence.Update(ctx, pool, snap("billing", 3), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": "x"}}, col)
 	wantStale(t, err, 3, 5)
 }
 
@@ -107,11 +107,12 @@ func TestUpdateAliasAndFrom(t *testing.T) {
 	ctx := ctxT(t)
 	// UPDATE … AS i … FROM another table: fence columns are qualified by
 	// the alias, so the other table's columns don't clash.
-	b := sq.Update("billing.invoices AS i").
-		Set("status", "run").
-		From("billing.runs r").
-		Where("r.invoice = i.id").
-		Where(sq.Eq{"r.month": "2026-11"})
+	b := fence.UpdateRows{
+		Table: "billing.invoices AS i",
+		Set:   map[string]any{"status": "run", "total": sq.Expr("total + ? -- one more run", 1)},
+		From:  "billing.runs r -- the month's run",
+		Where: sq.And{sq.Expr("r.invoice = i.id"), sq.Eq{"r.month": "2026-11"}},
+	}
 	tag, err := fence.Update(ctx, pool, snap("billing", 8), b, col)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("Update with alias and FROM: %v, %v", tag, err)
@@ -121,6 +122,9 @@ func TestUpdateAliasAndFrom(t *testing.T) {
 	}
 	_, err = fence.Update(ctx, pool, snap("billing", 7), b, col)
 	wantStale(t, err, 7, 8)
+	if !strings.Contains(err.Error(), `"billing.invoices (id)=(2)"`) {
+		t.Fatalf("error does not name the row: %v", err)
+	}
 }
 
 func TestUpdateInTransaction(t *testing.T) {
@@ -128,10 +132,10 @@ func TestUpdateInTransaction(t *testing.T) {
 	pool := newInvoices(t)
 	ctx := ctxT(t)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := fence.Update(ctx, tx, snap("billing", 2), sq.Update("billing.invoices").Set("total", 10).Where(sq.Eq{"id": 1}), col); err != nil {
+		if _, err := fence.Update(ctx, tx, snap("billing", 2), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"total": 10}, Where: sq.Eq{"id": 1}}, col); err != nil {
 			return err
 		}
-		_, err := fence.Update(ctx, tx, snap("billing", 1), sq.Update("billing.invoices").Set("total", 20).Where(sq.Eq{"id": 1}), col)
+		_, err := fence.Update(ctx, tx, snap("billing", 1), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"total": sq.Expr("total + ?", 20)}, Where: sq.Eq{"id": 1}}, col)
 		return err
 	})
 	wantStale(t, err, 1, 2)
@@ -144,39 +148,44 @@ func TestUpsert(t *testing.T) {
 	t.Parallel()
 	pool := newInvoices(t)
 	ctx := ctxT(t)
-	ins := func(id int, s string) sq.InsertBuilder {
-		return sq.Insert("billing.invoices").Columns("id", "status").Values(id, s)
+	ins := func(id int, s string) fence.UpsertRow {
+		return fence.UpsertRow{Table: "billing.invoices", Values: map[string]any{"id": id, "status": s}, Conflict: []string{"id"}}
 	}
 	// A new row is inserted with its fence.
-	tag, err := fence.Upsert(ctx, pool, snap("billing", 3), ins(10, "new"), col, "id")
+	tag, err := fence.Upsert(ctx, pool, snap("billing", 3), ins(10, "new"), col)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("Upsert of a new row: %v, %v", tag, err)
 	}
 	// An existing unfenced row is overwritten and fenced.
-	if _, err := fence.Upsert(ctx, pool, snap("billing", 3), ins(1, "upserted"), col, "id"); err != nil {
+	if _, err := fence.Upsert(ctx, pool, snap("billing", 3), ins(1, "upserted"), col); err != nil {
 		t.Fatal(err)
 	}
 	if s, m := status(t, pool, 1); s != "upserted" || m.Token != 3 {
 		t.Fatalf("row 1 = %q %v", s, m)
 	}
 	// Stale and foreign upserts write nothing.
-	_, err = fence.Upsert(ctx, pool, snap("billing", 2), ins(10, "stale"), col, "id")
+	_, err = fence.Upsert(ctx, pool, snap("billing", 2), ins(10, "stale"), col)
 	wantStale(t, err, 2, 3)
 	if !strings.Contains(err.Error(), "billing.invoices (id)=(10)") {
 		t.Fatalf("error does not name the row: %v", err)
 	}
-	if _, err := fence.Upsert(ctx, pool, snap("other", 9), ins(10, "foreign"), col, "id"); !errors.Is(err, fence.ErrForeignLease) {
+	if _, err := fence.Upsert(ctx, pool, snap("other", 9), ins(10, "foreign"), col); !errors.Is(err, fence.ErrForeignLease) {
 		t.Fatal(err)
 	}
 	if s, _ := status(t, pool, 10); s != "new" {
 		t.Fatalf("row 10 = %q after refused upserts", s)
 	}
 	// An alias of the caller's own is kept.
-	aliased := sq.Insert("billing.invoices AS inv").Columns("id", "status").Values(10, "aliased")
-	if _, err := fence.Upsert(ctx, pool, snap("billing", 4), aliased, col, "id"); err != nil {
+	// An alias of the caller's own is kept; values may be expressions.
+	aliased := fence.UpsertRow{Table: "billing.invoices AS inv", Values: map[string]any{"id": 10, "status": "aliased", "total": sq.Expr("? * 2", 21)}, Conflict: []string{"id"}}
+	if _, err := fence.Upsert(ctx, pool, snap("billing", 4), aliased, col); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fence.Upsert(ctx, pool, snap("billing", 3), aliased, col, "id"); !errors.Is(err, fence.ErrStale) {
+	var total int
+	if err := pool.QueryRow(ctx, `SELECT total FROM billing.invoices WHERE id = 10`).Scan(&total); err != nil || total != 42 {
+		t.Fatalf("total = %d, %v; want 42", total, err)
+	}
+	if _, err := fence.Upsert(ctx, pool, snap("billing", 3), aliased, col); !errors.Is(err, fence.ErrStale) {
 		t.Fatal(err)
 	}
 }
@@ -185,21 +194,42 @@ func TestColumnInvalid(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	var db fence.Querier = (*pgxpool.Pool)(nil)
-	upd := sq.Update("t").Set("a", 1)
-	ins := sq.Insert("t").Columns("id", "a").Values(1, 2)
+	set := map[string]any{"a": 1}
+	upd := fence.UpdateRows{Table: "t", Set: set}
+	row := func(table string, values map[string]any, conflict ...string) fence.UpsertRow {
+		return fence.UpsertRow{Table: table, Values: values, Conflict: conflict}
+	}
+	ins := row("t", map[string]any{"id": 1, "a": 2}, "id")
 	for name, err := range map[string]error{
-		"column case":  second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: "Fence", Key: "k"})),
-		"column quote": second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: `a"b`, Key: "k"})),
-		"same columns": second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: "f", Key: "f"})),
-		"huge token":   second(fence.Update(ctx, db, snap("k", 1<<63), upd, col)),
-		"bad table":    second(fence.Update(ctx, db, snap("k", 1), sq.Update("a b c d").Set("a", 1), col)),
-		"no conflict":  second(fence.Upsert(ctx, db, snap("k", 1), ins, col)),
-		"conflict col": second(fence.Upsert(ctx, db, snap("k", 1), ins, col, "nope")),
-		"two rows":     second(fence.Upsert(ctx, db, snap("k", 1), ins.Values(2, 3), col, "id")),
-		"suffix":       second(fence.Upsert(ctx, db, snap("k", 1), ins.Suffix("RETURNING id"), col, "id")),
-		"sets fence":   second(fence.Upsert(ctx, db, snap("k", 1), sq.Insert("t").Columns("id", "fence_key").Values(1, "x"), col, "id")),
-		"select":       second(fence.Upsert(ctx, db, snap("k", 1), sq.Insert("t").Columns("id").Select(sq.Select("1")), col, "id")),
-		"nil db":       second(fence.Update(ctx, nil, snap("k", 1), upd, col)),
+		"column case":       second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: "Fence", Key: "k"})),
+		"column quote":      second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: `a"b`, Key: "k"})),
+		"same columns":      second(fence.Update(ctx, db, snap("k", 1), upd, fence.Column{Token: "f", Key: "f"})),
+		"huge token":        second(fence.Update(ctx, db, snap("k", 1<<63), upd, col)),
+		"bad table":         second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "a b c d", Set: set}, col)),
+		"table injection":   second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t; DROP TABLE t", Set: set}, col)),
+		"quoted table":      second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: `"T"`, Set: set}, col)),
+		"three-part table":  second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "a.b.c", Set: set}, col)),
+		"no set":            second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t"}, col)),
+		"set column":        second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"a = 1, b": 2}}, col)),
+		"sets fence token":  second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"fence_token": 0}}, col)),
+		"sets fence key":    second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"fence_key": nil}}, col)),
+		"empty where":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: sq.Expr(" ")}, col)),
+		"where error":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: failing{}}, col)),
+		"where escapes":     second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, Where: sq.Expr("id = ?) OR (TRUE", 1)}, col)),
+		"set escapes":       second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"a": sq.Expr("1 WHERE TRUE OR (")}}, col)),
+		"set error":         second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: map[string]any{"a": failing{}}}, col)),
+		"from escapes":      second(fence.Update(ctx, db, snap("k", 1), fence.UpdateRows{Table: "t", Set: set, From: "r WHERE TRUE OR ("}, col)),
+		"value escapes":     second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1, "a": sq.Expr("1) ON CONFLICT DO NOTHING --")}, "id"), col)),
+		"no conflict":       second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}), col)),
+		"conflict col":      second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}, "nope"), col)),
+		"conflict repeated": second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1}, "id", "id"), col)),
+		"conflict expr":     second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": sq.Expr("nextval('s')")}, "id"), col)),
+		"no values":         second(fence.Upsert(ctx, db, snap("k", 1), row("t", nil, "id"), col)),
+		"sets fence":        second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1, "fence_key": "x"}, "id"), col)),
+		"value column":      second(fence.Upsert(ctx, db, snap("k", 1), row("t", map[string]any{"id": 1, "a) --": 2}, "id"), col)),
+		"upsert table":      second(fence.Upsert(ctx, db, snap("k", 1), row("t (id) VALUES (1); --", map[string]any{"id": 1}, "id"), col)),
+		"nil db":            second(fence.Update(ctx, nil, snap("k", 1), upd, col)),
+		"nil db upsert":     second(fence.Upsert(ctx, nil, snap("k", 1), ins, col)),
 	} {
 		if !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: %v; want ErrInvalid", name, err)
@@ -208,6 +238,12 @@ func TestColumnInvalid(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// failing is a predicate that cannot be rendered.
+type failing struct{}
+
+//lint:ignore ST1003 squirrel's interface names it ToSql
+func (failing) ToSql() (string, []any, error) { return "", nil, errors.New("cannot render") }
 
 // TestColumnKeyWithoutToken: a row whose fence key was set by hand with no
 // token fences like Mark{Key, 0}: it admits any token of that lease and
@@ -219,22 +255,50 @@ func TestColumnKeyWithoutToken(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE billing.invoices SET fence_key = 'billing', fence_token = NULL WHERE id IN (1, 2)`); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := fence.Update(ctx, pool, snap("billing", 2), sq.Update("billing.invoices").Set("status", "paid").Where(sq.Eq{"id": 1}), col)
+	tag, err := fence.Update(ctx, pool, snap("billing", 2), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": "paid"}, Where: sq.Eq{"id": 1}}, col)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("Update of a row with a key and no token = %v, %v; want 1 row written", tag, err)
 	}
-	tag, err = fence.Upsert(ctx, pool, snap("billing", 2), sq.Insert("billing.invoices").Columns("id", "status").Values(2, "upserted"), col, "id")
+	tag, err = fence.Upsert(ctx, pool, snap("billing", 2), fence.UpsertRow{Table: "billing.invoices", Values: map[string]any{"id": 2, "status": "upserted"}, Conflict: []string{"id"}}, col)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("Upsert of a row with a key and no token = %v, %v; want 1 row written", tag, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE billing.invoices SET fence_token = NULL WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fence.Update(ctx, pool, snap("refunds", 9), sq.Update("billing.invoices").Set("status", "void").Where(sq.Eq{"id": 1}), col)
+	_, err = fence.Update(ctx, pool, snap("refunds", 9), fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": "void"}, Where: sq.Eq{"id": 1}}, col)
 	if !errors.Is(err, fence.ErrForeignLease) {
 		t.Fatalf("Update under another lease = %v, want ErrForeignLease", err)
 	}
 	if s, _ := status(t, pool, 1); s != "paid" {
 		t.Fatalf("row 1 = %q, want paid", s)
+	}
+}
+
+// TestUpdateOrInWhere: a WHERE clause with a top-level OR must not escape
+// the fence (issue 13, break 1: the fence's condition was joined to it with
+// a bare AND, so a token 100 overwrote a row written by token 200 and
+// lowered its fence, with no error).
+func TestUpdateOrInWhere(t *testing.T) {
+	t.Parallel()
+	pool := newInvoices(t)
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, `ALTER TABLE billing.invoices ADD COLUMN legacy_id int; UPDATE billing.invoices SET legacy_id = id + 100`); err != nil {
+		t.Fatal(err)
+	}
+	b := func(s string) fence.UpdateRows {
+		return fence.UpdateRows{Table: "billing.invoices", Set: map[string]any{"status": s}, Where: sq.Expr("id = ? OR legacy_id = ?", 1, 101)}
+	}
+	if _, err := fence.Update(ctx, pool, snap("billing", 200), b("paid"), col); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := fence.Update(ctx, pool, snap("billing", 100), b("void"), col)
+	s, m := status(t, pool, 1)
+	t.Logf("stale Update: tag %v, err %v; row 1 now %q %+v", tag, err, s, m)
+	if s != "paid" || m.Token != 200 || !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a stale token got through: row 1 = %q %+v, err = %v", s, m, err)
+	}
+	if !strings.Contains(err.Error(), `"billing.invoices (id)=(1)"`) {
+		t.Fatalf("error does not name the row: %v", err)
 	}
 }

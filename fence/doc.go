@@ -37,10 +37,13 @@
 //
 // # PostgreSQL: a fence column on your own table
 //
-// [Update] and [Upsert] take a squirrel builder and a [Column] (a token and a
-// lease-key column on the same table) and put the check and the write into
-// the caller's own statement: each row is its own resource, and there is no
-// extra round trip unless nothing was written and they have to tell why.
+// [Update] and [Upsert] take the parts of a statement ([UpdateRows]: a
+// table, the columns to set and the rows as a squirrel predicate, kept in
+// parentheses of its own; [UpsertRow]: a table, the values and the conflict
+// columns) and a [Column] (a token and a lease-key column on the same
+// table), and put the check and the write into one statement: each row is
+// its own resource, and there is no extra round trip unless nothing was
+// written and they have to tell why.
 //
 // # Valkey
 //
@@ -60,6 +63,10 @@
 // # Errors
 //
 // [ErrStale] and [ErrForeignLease] are final: retrying gets the same answer.
+// So is [ErrImplausibleToken]: the PostgreSQL and Valkey fences refuse a
+// token more than [MaxTokenLead] ahead of their own clock, which no backend
+// can have issued yet, so that a forged or corrupted snapshot cannot lock a
+// fence against every later holder.
 // [ErrConflict] (a serialization failure or deadlock; see [IsRetryable]) asks
 // for the whole transaction to be run again. ErrInvalid is returned before
 // any I/O. An error matching [lease.ErrIndeterminate] means the write may or

@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -29,6 +30,12 @@ var (
 	// checks the fences afresh). The error is a *ConflictError; IsRetryable
 	// reports true for it.
 	ErrConflict = errors.New("fence: transaction conflict")
+
+	// ErrImplausibleToken means the token is more than MaxTokenLead ahead
+	// of the store's clock, higher than any backend can have issued yet: a
+	// forged or corrupted snapshot, or a lease server whose clock jumped
+	// ahead. Nothing was written. The error is an *ImplausibleTokenError.
+	ErrImplausibleToken = errors.New("fence: implausible token")
 
 	// ErrInvalid wraps the error for a fenced write that can't be sent:
 	// a snapshot without a token, a resource name or command that breaks a
@@ -113,7 +120,7 @@ func IsRetryable(err error) bool {
 	if errors.Is(err, ErrConflict) {
 		return true
 	}
-	if errors.Is(err, ErrStale) || errors.Is(err, ErrForeignLease) {
+	if errors.Is(err, ErrStale) || errors.Is(err, ErrForeignLease) || errors.Is(err, ErrImplausibleToken) {
 		return false
 	}
 	return isConflict(err)
@@ -129,3 +136,42 @@ func isConflict(err error) bool {
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// MaxTokenLead is how far ahead of a store's own clock a token may be: a
+// PostgreSQL or Valkey fence refuses a token above the store's clock in
+// microseconds plus MaxTokenLead with an *ImplausibleTokenError, and writes
+// nothing. The backends of this module issue token = max(last + 1, their
+// clock in microseconds), so their tokens run ahead of a store's clock only
+// by the skew between the two clocks; a token a day ahead is a forged or
+// corrupted snapshot (or a lease server whose clock has jumped a day
+// ahead), and accepting it would let one write lock the resource against
+// every later holder. Backends that count from 1 (the memory backend)
+// issue tokens far below the bound. Memory and Mark.Admit have no clock
+// and apply no bound.
+const MaxTokenLead = 24 * time.Hour
+
+// maxLeadMicros is MaxTokenLead in microseconds, as the stores count.
+const maxLeadMicros = int64(MaxTokenLead / time.Microsecond)
+
+// ImplausibleTokenError reports a write refused because its token is more
+// than MaxTokenLead ahead of the store's clock: no backend can have issued
+// it yet. Nothing was written. It matches ErrImplausibleToken.
+type ImplausibleTokenError struct {
+	// Resource names the fenced resource.
+	Resource string `json:"resource"`
+	// Key is the lease key of the refused write.
+	Key string `json:"key"`
+	// Token is the refused write's token.
+	Token lease.Token `json:"token"`
+	// Largest is the largest token the store accepted at that moment: its
+	// clock in microseconds plus MaxTokenLead.
+	Largest lease.Token `json:"largest"`
+}
+
+func (e *ImplausibleTokenError) Error() string {
+	return fmt.Sprintf("fence: resource %q: token %d of lease %q is implausible: more than %v ahead of the store's clock (largest token now %d); nothing written",
+		e.Resource, e.Token, e.Key, MaxTokenLead, e.Largest)
+}
+
+// Is reports whether target is ErrImplausibleToken.
+func (e *ImplausibleTokenError) Is(target error) bool { return target == ErrImplausibleToken }

@@ -120,9 +120,11 @@ var invoiceColumns = fence.Column{Token: "fence_token", Key: "fence_key"}
 // columns.
 func payInvoice(ctx context.Context, db fence.Querier, snap lease.Snapshot, id int) error {
 	// docs:begin column
-	tag, err := fence.Update(ctx, db, snap,
-		sq.Update("invoices").Set("status", "paid").Where(sq.Eq{"id": id}),
-		fence.Column{Token: "fence_token", Key: "fence_key"})
+	tag, err := fence.Update(ctx, db, snap, fence.UpdateRows{
+		Table: "invoices",
+		Set:   map[string]any{"status": "paid"},
+		Where: sq.Eq{"id": id}, // any sq.Sqlizer; fenced as one unit: (id = $1) AND (fence…)
+	}, fence.Column{Token: "fence_token", Key: "fence_key"})
 	switch {
 	case errors.Is(err, fence.ErrStale):
 		return err // the row was written under a newer token: nothing written
@@ -138,17 +140,20 @@ func payInvoice(ctx context.Context, db fence.Querier, snap lease.Snapshot, id i
 // recordTotal inserts or overwrites an invoice's total, fenced.
 func recordTotal(ctx context.Context, db fence.Querier, snap lease.Snapshot, id, total int) error {
 	// docs:begin upsert
-	// INSERT INTO invoices (id, status, total, fence_token, fence_key) VALUES (…)
+	// INSERT INTO invoices (id, status, total, fence_token, fence_key) SELECT …
 	// ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, total = …
 	// WHERE the existing row's fence admits the new token and key.
-	_, err := fence.Upsert(ctx, db, snap,
-		sq.Insert("invoices").Columns("id", "status", "total").Values(id, "open", total),
-		invoiceColumns, "id")
+	_, err := fence.Upsert(ctx, db, snap, fence.UpsertRow{
+		Table:    "invoices",
+		Values:   map[string]any{"id": id, "status": "open", "total": total},
+		Conflict: []string{"id"},
+	}, invoiceColumns)
 	// docs:end upsert
 	return err
 }
 
-// Fence a row with columns of its own, through squirrel builders.
+// Fence a row with columns of its own, with predicates and values built
+// with squirrel.
 func ExampleUpdate() {
 	var (
 		ctx  context.Context

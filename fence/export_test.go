@@ -2,7 +2,8 @@ package fence
 
 // Exported for the tests in package fence_test.
 var (
-	FenceLua    = fenceLua
-	KeySlot     = keySlot
-	CommitError = commitError
+	FenceLua       = fenceLua
+	KeySlot        = keySlot
+	CommitError    = commitError
+	CheckPredicate = checkPredicate
 )

@@ -73,10 +73,17 @@ func FuzzPostgresResource(f *testing.F) {
 				t.Fatalf("Tx(%q, token %d) = %v; want ErrInvalid", resource, token, err)
 			}
 			return
+		case errors.Is(err, fence.ErrImplausibleToken):
+			if token < uint64(time.Now().Add(fence.MaxTokenLead-time.Minute).UnixMicro()) {
+				t.Fatalf("Tx(%q, token %d) = %v; the token is plausible", resource, token, err)
+			}
+			return
 		case errors.Is(err, fence.ErrStale):
 			return // an earlier input wrote this resource with a higher token
 		case err != nil:
 			t.Fatalf("Tx(%q, token %d): %v", resource, token, err)
+		case token > uint64(time.Now().Add(fence.MaxTokenLead+time.Minute).UnixMicro()):
+			t.Fatalf("Tx(%q, token %d) wrote with an implausible token", resource, token)
 		}
 		var got []byte
 		var m fence.Mark

@@ -164,7 +164,9 @@ func Claim(ctx context.Context, db Beginner, snap lease.Snapshot, resources ...s
 // until the transaction ends: fenced transactions on a resource run one
 // after the other. If any fence refuses snap (see Mark.Admit), fn is not
 // called, everything is rolled back, and Tx returns the *StaleError or
-// *ForeignLeaseError of the first refusing resource in sorted order. If fn
+// *ForeignLeaseError of the first refusing resource in sorted order; a
+// token more than MaxTokenLead ahead of PostgreSQL's clock is refused the
+// same way, with an *ImplausibleTokenError naming the first resource. If fn
 // returns an error, or panics, everything is rolled back, the fences
 // included, and Tx returns fn's error (a serialization failure or deadlock
 // in fn comes back as a *ConflictError wrapping it).
@@ -241,21 +243,30 @@ func (t *Table) prepare(db Beginner, snap lease.Snapshot, resources []string) ([
 
 // check runs the advance statement and applies its verdict.
 func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []string) error {
-	rows, err := tx.Query(ctx, t.advance, rs, snap.Key, int64(snap.Token), snap.Owner)
+	rows, err := tx.Query(ctx, t.advance, rs, snap.Key, int64(snap.Token), snap.Owner, maxLeadMicros)
 	if err != nil {
 		return t.statementError(rs, err)
 	}
 	marks := make(map[string]Mark, len(rs))
 	var (
-		resource, key string
+		resource, key *string
 		token         int64
+		largest       *int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&resource, &key, &token}, func() error {
-		marks[resource] = Mark{Key: key, Token: lease.Token(token)}
+		if resource == nil || key == nil {
+			l := token
+			largest = &l
+			return nil
+		}
+		marks[*resource] = Mark{Key: *key, Token: lease.Token(token)}
 		return nil
 	})
 	if err != nil {
 		return t.statementError(rs, err)
+	}
+	if largest != nil {
+		return &ImplausibleTokenError{Resource: rs[0], Key: snap.Key, Token: snap.Token, Largest: lease.Token(*largest)}
 	}
 	want := Mark{Key: snap.Key, Token: snap.Token}
 	for _, r := range rs {

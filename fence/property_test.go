@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
@@ -137,7 +136,7 @@ func (s *upsertStore) multi() bool { return false }
 func (s *upsertStore) write(ctx context.Context, snap lease.Snapshot, rs []string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		_, err := fence.Upsert(ctx, tx, snap,
-			sq.Insert("vals").Columns("resource", "token").Values(rs[0], int64(snap.Token)), col, "resource")
+			fence.UpsertRow{Table: "vals", Values: map[string]any{"resource": rs[0], "token": int64(snap.Token)}, Conflict: []string{"resource"}}, col)
 		if err != nil {
 			return err
 		}

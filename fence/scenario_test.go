@@ -117,17 +117,17 @@ func (r *columnResource) write(ctx context.Context, snap lease.Snapshot, value s
 	var err error
 	if r.upsert {
 		_, err = fence.Upsert(ctx, r.pool, snap,
-			sq.Insert("docs").Columns("id", "body").Values(1, value), docColumn, "id")
+			fence.UpsertRow{Table: "docs", Values: map[string]any{"id": 1, "body": value}, Conflict: []string{"id"}}, docColumn)
 	} else {
 		_, err = fence.Update(ctx, r.pool, snap,
-			sq.Update("docs").Set("body", value).Where(sq.Eq{"id": 1}), docColumn)
+			fence.UpdateRows{Table: "docs", Set: map[string]any{"body": value}, Where: sq.Eq{"id": 1}}, docColumn)
 	}
 	return err
 }
 func (r *columnResource) claim(ctx context.Context, snap lease.Snapshot) error {
 	// A column fence is claimed by an update that changes nothing else.
 	_, err := fence.Update(ctx, r.pool, snap,
-		sq.Update("docs").Set("body", sq.Expr("body")).Where(sq.Eq{"id": 1}), docColumn)
+		fence.UpdateRows{Table: "docs", Set: map[string]any{"body": sq.Expr("body")}, Where: sq.Eq{"id": 1}}, docColumn)
 	return err
 }
 func (r *columnResource) read(ctx context.Context) string {
@@ -321,9 +321,18 @@ func TestForeignLease(t *testing.T) {
 }
 
 // TestTopTokens: the largest tokens each store accepts round-trip exactly.
+// The stores with a clock accept tokens up to their clock in microseconds
+// plus fence.MaxTokenLead (TestImplausibleTokens); Memory has no clock and
+// takes any token.
 func TestTopTokens(t *testing.T) {
-	tokens := []lease.Token{1<<53 - 1, 1<<53 + 1, 1<<63 - 1}
+	t.Parallel()
+	// The test runs on the servers' machine: its clock is theirs.
+	top := lease.Token(time.Now().Add(fence.MaxTokenLead - time.Minute).UnixMicro())
 	for name, newResource := range wrappers() {
+		tokens := []lease.Token{top - 1, top}
+		if name == "Memory" {
+			tokens = []lease.Token{1<<53 - 1, 1<<53 + 1, 1<<63 - 1, 1<<64 - 1}
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := newResource(t)
@@ -332,6 +341,48 @@ func TestTopTokens(t *testing.T) {
 				wantStale(t, r.write(t.Context(), snap("k", tok-1), "one below"), tok-1, tok)
 			}
 			wantValue(t, r, fmt.Sprint("at ", tokens[len(tokens)-1]))
+		})
+	}
+}
+
+// TestImplausibleTokens: a token more than fence.MaxTokenLead ahead of the
+// store's clock — a forged or corrupted snapshot — is refused by every
+// store with a clock, writes nothing and leaves the fence where it was, so
+// the next holder's token is still admitted (issue 13: one forged snapshot
+// with token 2^63−1 used to lock a PostgreSQL fence against every later
+// holder).
+func TestImplausibleTokens(t *testing.T) {
+	t.Parallel()
+	for name, newResource := range wrappers() {
+		if name == "Memory" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newResource(t)
+			now := lease.Token(time.Now().UnixMicro())
+			mustWrite(t, r, snap("k", now), "current")
+			ahead := lease.Token(time.Now().Add(fence.MaxTokenLead + time.Minute).UnixMicro())
+			for _, tok := range []lease.Token{ahead, 1<<53 + 1, 1<<63 - 1} {
+				for _, write := range []func(context.Context, lease.Snapshot) error{
+					func(ctx context.Context, s lease.Snapshot) error { return r.write(ctx, s, "forged") },
+					r.claim,
+				} {
+					err := write(t.Context(), snap("k", tok))
+					var ie *fence.ImplausibleTokenError
+					if !errors.As(err, &ie) || !errors.Is(err, fence.ErrImplausibleToken) || fence.IsRetryable(err) {
+						t.Fatalf("write with token %d: %v; want an *ImplausibleTokenError", tok, err)
+					}
+					lo, hi := lease.Token(time.Now().Add(fence.MaxTokenLead-time.Minute).UnixMicro()), lease.Token(time.Now().Add(fence.MaxTokenLead+time.Minute).UnixMicro())
+					if ie.Token != tok || ie.Key != "k" || ie.Largest < lo || ie.Largest > hi {
+						t.Fatalf("ImplausibleTokenError = %+v; want Largest about %d", ie, lo+lease.Token(time.Minute/time.Microsecond))
+					}
+				}
+			}
+			wantValue(t, r, "current")
+			// The fence did not move: the next holder writes.
+			mustWrite(t, r, snap("k", now+1), "next")
+			wantValue(t, r, "next")
 		})
 	}
 }

@@ -97,18 +97,26 @@ func (v *Valkey) Claim(ctx context.Context, snap lease.Snapshot, resource string
 //
 // Everything happens in one script, in one round trip: no other client
 // sees the fence checked but the commands not applied, or some commands
-// applied and not others. Before writing anything the script checks that
-// every command will succeed (no WRONGTYPE, INCRBY on an integer that
-// cannot overflow) and refuses the whole group if not, so the group is
-// applied entirely or not at all. Replicas and the append-only file receive
-// the fence and the commands together.
+// applied and not others. Valkey does not roll a script back, so before
+// writing anything the script checks that every command will succeed,
+// whatever the keys held before: no WRONGTYPE, INCRBY only on an integer
+// that cannot overflow, XADD only on a stream that has IDs left. It
+// simulates the group in order (a DEL or SET earlier in the group changes
+// what a later command sees) and refuses the whole group if any command
+// would fail, so the group is applied entirely or not at all. Replicas and
+// the append-only file receive the fence and the commands together.
 //
 // If the fence refuses snap, nothing is written and Do returns a
-// *StaleError or a *ForeignLeaseError. Before any I/O Do checks snap, the
+// *StaleError or a *ForeignLeaseError; a token more than MaxTokenLead ahead
+// of the server's clock writes nothing and returns an
+// *ImplausibleTokenError. Before any I/O Do checks snap, the
 // resource name (ValidateResource, and no '{' or '}'), and that every key
 // is in the hash slot of the fence key and is not the fence key; it
 // returns an error wrapping ErrInvalid otherwise. A reply error from the
-// server means nothing was written. A transport error after the request
+// server means nothing was written. Should a command fail although the
+// script's checks passed (an ACL user without the right to run it, on its
+// key), the fence and the commands before it stay applied, and the error
+// says so; give the user every allowed command on its keys. A transport error after the request
 // was sent matches lease.ErrIndeterminate: the write may have been applied.
 func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
 	keys, args, err := v.encode(snap, resource, cmds)
@@ -202,6 +210,18 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 			return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
 		}
 		return replies, nil
+	}
+	if code == 5 && len(arr) == 3 {
+		c, _ := arr[1].AsInt64()
+		msg, _ := arr[2].ToString()
+		return nil, fmt.Errorf("fence: resource %q: command %d failed after the fence and the %d commands before it were applied (Valkey does not roll back): %s",
+			resource, c, c-1, msg)
+	}
+	if code == 4 && len(arr) == 2 {
+		largest, _ := arr[1].ToString()
+		if n, err := strconv.ParseUint(largest, 10, 64); err == nil {
+			return nil, &ImplausibleTokenError{Resource: resource, Key: snap.Key, Token: snap.Token, Largest: lease.Token(n)}
+		}
 	}
 	if (code == 2 || code == 3) && len(arr) == 3 {
 		key, _ := arr[1].ToString()

@@ -271,12 +271,16 @@ func TestValkeyScriptAllowList(t *testing.T) {
 }
 
 // TestValkeyTokensCompareExactly: tokens compare as decimal strings, so
-// neighbours above 2^53, where Lua numbers lose precision, still compare.
+// neighbours of every length compare, and so does a fence key that holds a
+// token above 2^53, where Lua numbers lose precision (written before
+// implausible tokens were refused, or by hand).
 func TestValkeyTokensCompareExactly(t *testing.T) {
 	t.Parallel()
-	v := newFence(t, standalone(t))
+	c := standalone(t)
+	v := newFence(t, c)
 	ctx := ctxT(t)
-	for _, tok := range []lease.Token{9, 10, 99, 100, 1<<53 - 1, 1 << 53, 1<<53 + 1, 1<<64 - 2, 1<<64 - 1} {
+	top := lease.Token(time.Now().Add(fence.MaxTokenLead - time.Minute).UnixMicro())
+	for _, tok := range []lease.Token{9, 10, 99, 100, 1<<32 - 1, 1 << 32, top - 1, top} {
 		if err := v.Claim(ctx, snap("k", tok), "r"); err != nil {
 			t.Fatalf("Claim with %d: %v", tok, err)
 		}
@@ -284,6 +288,16 @@ func TestValkeyTokensCompareExactly(t *testing.T) {
 		var se *fence.StaleError
 		if !errors.As(err, &se) || se.Current != tok || se.Token != tok-1 {
 			t.Fatalf("Claim with %d after %d = %v", tok-1, tok, err)
+		}
+	}
+	for _, planted := range []lease.Token{1<<53 + 1, 1<<64 - 1} {
+		if err := c.Do(ctx, c.B().Hset().Key(v.FenceKey("r")).FieldValue().FieldValue("token", planted.String()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		err := v.Claim(ctx, snap("k", top), "r")
+		var se *fence.StaleError
+		if !errors.As(err, &se) || se.Current != planted {
+			t.Fatalf("Claim with %d on a fence at %d = %v; want stale", top, planted, err)
 		}
 	}
 }

@@ -19,13 +19,41 @@
 -- Returns {1, {reply of each command}} when the fence admits the token;
 -- {2, fenced key, fenced token} when the fence has accepted a higher token of
 -- the same lease; {3, fenced key, fenced token} when another lease fences the
--- resource. Nothing is written in the last two cases.
+-- resource; {4, largest token} when the token is implausible: above the
+-- server's clock (TIME) in microseconds plus LEAD, more than any lease
+-- backend can have issued yet. Nothing is written in those three cases.
+-- {5, c, error} when command c failed although the checks passed: the fence
+-- and commands 1..c-1 were applied, c and the rest were not.
 --
 -- A command that is not allowed, or that would fail (WRONGTYPE, INCRBY on a
--- value that is not an integer or near overflow), is refused with an error
--- reply before anything is written: scripts are not rolled back, so every
--- failure is found first, by simulating the key types and integer values the
--- group sees.
+-- value that is not an integer or near overflow, XADD on a stream that has
+-- issued its last possible ID), is refused with an error reply before
+-- anything is written: scripts are not rolled back, so every failure is
+-- found first, by simulating the key types, integer values and stream IDs
+-- the group sees. What each allowed command can fail on, and how it is
+-- found first:
+--
+--   SET       nothing: it replaces a value of any type; its TTL is at most
+--             100 years (checked here), far from Valkey's overflow limit
+--   HSET      WRONGTYPE: the key's type, read with TYPE and simulated
+--   DEL       nothing
+--   INCRBY    WRONGTYPE; a value Valkey does not read as an integer; a
+--             result out of int64: type, value (GET) and result simulated
+--   EXPIRE,   nothing: the TTL is positive and at most 100 years (checked
+--   PEXPIRE   here)
+--   XADD *    WRONGTYPE; a stream whose last generated ID is the largest
+--             possible one (18446744073709551615-18446744073709551615, set
+--             with XSETID or reached by XADD): type read with TYPE, last ID
+--             with XINFO STREAM, and the IDs the group takes simulated.
+--             Valkey also refuses an entry larger than 4 GiB together with
+--             its stream node; a request that large exceeds the default
+--             client-query-buffer-limit (1 GiB) and proto-max-bulk-len
+--             (512 MiB) and never reaches the script, and a node that
+--             large needs stream-node-max-bytes of gigabytes (default 4 KiB).
+--
+-- Time stands still while a script runs, so no key expires between the
+-- checks and the writes. Under maxmemory, Valkey refuses only a script's
+-- first write (here the fence), never a later one.
 --
 -- Tokens are compared as decimal strings (length, then digits), never as Lua
 -- numbers, so every uint64 compares exactly.
@@ -33,6 +61,7 @@
 local MAX_EX = 3153600000          -- 100 years in seconds
 local MAX_PX = MAX_EX * 1000
 local INCR_LIMIT = 9.2e18          -- below 2^63 by far more than a double's error
+local LEAD = 86400000000           -- fence.MaxTokenLead (24 hours) in microseconds
 
 local ARGV, KEYS = ARGV, KEYS
 local byte, match, tonumber = string.byte, string.match, tonumber
@@ -120,11 +149,27 @@ local function shape(name, i, j)
   return nil
 end
 
+-- less(a, b) reports a < b for canonical decimal strings: length, then
+-- digits, byte by byte (Lua's string < follows the server's locale).
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = byte(a, i), byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+
 -- The token: canonical decimal, compared as a string.
 local token = ARGV[2]
 if type(token) ~= 'string' or #token > 20 or not match(token, '^[1-9]%d*$') then
   return refuse('bad token')
 end
+-- Plausible: at most the server's clock in microseconds plus LEAD (exact
+-- in a Lua number: about 1.8e15, far below 2^53).
+local now = redis.call('TIME')
+local largest = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]) + LEAD)
+if less(largest, token) then return {4, largest} end
 if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
   return refuse('bad lease key or owner')
 end
@@ -175,28 +220,38 @@ if f[1] then
     return refuse('the fence key holds no token')
   end
   if f[1] ~= ARGV[1] then return {3, f[1], cur} end
-  -- token < cur, comparing canonical decimal strings: length, then digits.
-  if #token ~= #cur then
-    if #token < #cur then return {2, f[1], cur} end
-  elseif token ~= cur then
-    for i = 1, #token do
-      local x, y = byte(token, i), byte(cur, i)
-      if x ~= y then
-        if x < y then return {2, f[1], cur} end
-        break
-      end
-    end
-  end
+  if less(token, cur) then return {2, f[1], cur} end
 end
 
--- Simulate the group on the keys' types and integer values, so that every
--- failure is found before the first write. A key's type is read (TYPE) only
--- when a command depends on it: a plain SET, DEL or EXPIRE never fails.
--- state[ki] = {t = type or nil if unread, v = string value if known}
+-- Simulate the group on the keys' types, integer values and stream IDs, so
+-- that every failure is found before the first write. A key's type is read
+-- (TYPE) only when a command depends on it: a plain SET, DEL or EXPIRE
+-- never fails.
+-- state[ki] = {t = type or nil if unread, v = string value if known,
+--              ids = how many more IDs XADD * can issue, at least, if known}
 local state = {}
 local function typeof(s, ki)
   if s.t == nil then s.t = redis.call('TYPE', KEYS[ki])['ok'] end
   return s.t
+end
+
+-- How many more entries XADD * can add to the existing stream key, at
+-- least: an ID is (ms, seq); the next one is (now, 0) or (ms, seq + 1),
+-- carrying into ms, so IDs run out only once ms is the largest uint64, and
+-- then after 2^64 - 1 - seq more. Nil if the last ID cannot be read.
+local MAXU = '18446744073709551615'
+local NEAR = '18446744073709000000' -- seq at or above it: count exactly
+local function idsleft(key)
+  local info = redis.call('XINFO', 'STREAM', key)
+  local last
+  for x = 1, #info - 1, 2 do
+    if info[x] == 'last-generated-id' then last = info[x + 1] end
+  end
+  local ms, seq = match(type(last) == 'string' and last or '', '^(%d+)%-(%d+)$')
+  if ms == nil then return nil end
+  if ms ~= MAXU then return math.huge end
+  if less(seq, NEAR) then return 551615 end -- at least MAXU - NEAR
+  return 551615 - tonumber(string.sub(seq, 15))
 end
 local function wrongtype(c, name, t)
   return redis.error_reply('WRONGTYPE fence: command ' .. c .. ' (' .. name .. ') on a key holding a ' .. t .. '; nothing written')
@@ -215,14 +270,14 @@ for c = 1, n do
       if ARGV[k] == 'NX' or ARGV[k] == 'XX' then cond = ARGV[k] end
     end
     if cond == nil or (cond == 'NX') ~= (typeof(s, ki) ~= 'none') then
-      s.t, s.v = 'string', ARGV[i]
+      s.t, s.v, s.ids = 'string', ARGV[i], nil
     end
   elseif name == 'HSET' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'hash' then return wrongtype(c, name, t) end
     s.t = 'hash'
   elseif name == 'DEL' then
-    s.t, s.v = 'none', nil
+    s.t, s.v, s.ids = 'none', nil, nil
   elseif name == 'INCRBY' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'string' then return wrongtype(c, name, t) end
@@ -242,19 +297,37 @@ for c = 1, n do
   elseif name == 'XADD' then
     local t = typeof(s, ki)
     if t ~= 'none' and t ~= 'stream' then return wrongtype(c, name, t) end
-    if t == 'stream' or ARGV[i] ~= 'NOMKSTREAM' then s.t = 'stream' end
+    if t == 'stream' or ARGV[i] ~= 'NOMKSTREAM' then
+      if t == 'none' then
+        s.ids = math.huge -- a new stream
+      elseif s.ids == nil then
+        s.ids = idsleft(KEYS[ki])
+        if s.ids == nil then
+          return refuse('command ' .. c .. ' (XADD): cannot read the last ID of the stream; nothing written')
+        end
+      end
+      if s.ids < 1 then
+        return refuse('command ' .. c .. ' (XADD): the stream has issued its last possible ID; nothing written')
+      end
+      s.t, s.ids = 'stream', s.ids - 1
+    end
   end
   -- EXPIRE and PEXPIRE with a positive TTL change no type and never fail.
 end
 
 -- Write: the fence first (unless it already holds this token), then the
--- commands.
+-- commands. A command that fails all the same (a failure the checks above
+-- do not foresee, such as an ACL user without the right to run it) cannot
+-- be rolled back: the script stops and says exactly what was applied,
+-- rather than raising an error that would read as "nothing written".
 if f[1] ~= ARGV[1] or f[2] ~= token then
   redis.call('HSET', KEYS[1], 'key', ARGV[1], 'token', token, 'owner', ARGV[3])
 end
 local replies = {}
 for c = 1, n do
   local cmd = cmds[c]
-  replies[c] = redis.call(cmd[1], KEYS[cmd[2]], unpack(ARGV, cmd[3], cmd[4]))
+  local r = redis.pcall(cmd[1], KEYS[cmd[2]], unpack(ARGV, cmd[3], cmd[4]))
+  if type(r) == 'table' and r.err then return {5, c, r.err} end
+  replies[c] = r
 end
 return {1, replies}

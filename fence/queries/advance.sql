@@ -2,11 +2,16 @@
 --
 -- $1 resources, sorted and without duplicates (text[])
 -- $2 lease key, $3 token, $4 owner
+-- $5 fence.MaxTokenLead in microseconds
 --
--- Rows are inserted, or locked and updated, in the order of $1, so
--- transactions that name the same resources lock them in the same order and
--- never deadlock on them. ON CONFLICT works on the latest version of a row,
--- also at READ COMMITTED, and locks it whether or not it updates it.
+-- A token above the server's clock in microseconds plus $5 is implausible:
+-- no row is inserted, locked or written, and the statement returns one row
+-- (NULL, NULL, the largest plausible token).
+--
+-- Otherwise rows are inserted, or locked and updated, in the order of $1,
+-- so transactions that name the same resources lock them in the same order
+-- and never deadlock on them. ON CONFLICT works on the latest version of a
+-- row, also at READ COMMITTED, and locks it whether or not it updates it.
 --
 -- RETURNING reports the fence after the statement of every resource whose
 -- row was inserted or updated: the caller's key and token where the token
@@ -15,13 +20,21 @@
 -- transaction then rolls back). A row that already holds the caller's key
 -- and token is only locked, not written, and not reported: the same holder
 -- writing again costs no row version.
-INSERT INTO public.lease_fences AS f (resource, lease_key, token, owner)
-SELECT r.resource, $2::text, $3::bigint, $4::text
-FROM unnest($1::text[]) WITH ORDINALITY AS r (resource, ord)
-ORDER BY r.ord
-ON CONFLICT (resource) DO UPDATE SET
-    token      = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN EXCLUDED.token ELSE f.token END,
-    owner      = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN EXCLUDED.owner ELSE f.owner END,
-    updated_at = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN now() ELSE f.updated_at END
-WHERE f.lease_key <> EXCLUDED.lease_key OR f.token <> EXCLUDED.token
-RETURNING f.resource, f.lease_key, f.token
+WITH clock AS (
+    SELECT (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $5::bigint AS largest
+), advanced AS (
+    INSERT INTO public.lease_fences AS f (resource, lease_key, token, owner)
+    SELECT r.resource, $2::text, $3::bigint, $4::text
+    FROM unnest($1::text[]) WITH ORDINALITY AS r (resource, ord), clock
+    WHERE $3::bigint <= clock.largest
+    ORDER BY r.ord
+    ON CONFLICT (resource) DO UPDATE SET
+        token      = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN EXCLUDED.token ELSE f.token END,
+        owner      = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN EXCLUDED.owner ELSE f.owner END,
+        updated_at = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN now() ELSE f.updated_at END
+    WHERE f.lease_key <> EXCLUDED.lease_key OR f.token <> EXCLUDED.token
+    RETURNING f.resource, f.lease_key, f.token
+)
+SELECT resource, lease_key, token FROM advanced
+UNION ALL
+SELECT NULL, NULL, largest FROM clock WHERE $3::bigint > largest
