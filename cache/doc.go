@@ -74,7 +74,9 @@
 //	<Prefix>{<escaped lease key>}:published    shard channel announcing publications
 //
 // With the default prefixes the entry "page:/home" has the record
-// lease:{cache:page:/home} and the value cache:{cache:page:/home}:value.
+// lease:{cache:page:%2Fhome} and the value cache:{cache:page:%2Fhome}:value
+// (in a hash tag '%', '{', '}' and '/' are written as %25, %7B, %7D and
+// %2F).
 // Because record, value, marker and mark share one hash slot, both scripts
 // are atomic on a Valkey Cluster too, and a Get reads one node.
 //

@@ -38,8 +38,10 @@
 //
 //	<Prefix>{<escaped key>}
 //
-// where the escaped key is the lease key with '%', '{' and '}' replaced by
-// %25, %7B and %7D. The braces are a hash tag: the record, and the shard
+// where the escaped key is the lease key with '%', '{', '}' and '/'
+// replaced by %25, %7B, %7D and %2F: the record of "billing/nightly" is
+// lease:{billing%2Fnightly}. Every Valkey name of this module is built
+// the same way, so no two things share a name. The braces are a hash tag: the record, and the shard
 // channel <Prefix>{<escaped key>}:released on which Release announces that
 // the key is free, live in one hash slot, and no lease key can name
 // another key's record or move it to another slot. The record holds the

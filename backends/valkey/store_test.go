@@ -116,7 +116,7 @@ func TestKeysStaySeparate(t *testing.T) {
 // checkSlot checks that rec lies in the slot of key's escaped form alone.
 func checkSlot(t *testing.T, c valkey.Client, key, rec string) {
 	t.Helper()
-	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
+	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "/", "%2F").Replace(key)
 	slotOf := func(k string) int64 {
 		n, err := c.Do(ctxT(t), c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
 		if err != nil {
