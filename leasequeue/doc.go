@@ -51,6 +51,13 @@
 // of a worker that died is claimed within a poll of its lease's expiry,
 // while a live worker's items cost one probe per lease period.
 //
+// ACL rules apply to the commands inside scripts too. The least a Valkey
+// user of ValkeySource and ValkeyRoster needs, with the leases on the
+// Valkey lease backend and the default prefixes (SECURITY.md explains each
+// grant, and what a cluster needs):
+//
+//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +hget +hsetnx +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//
 // # Partitions
 //
 // A Group shares named partitions (shards, tenants) among the live workers

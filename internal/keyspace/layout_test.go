@@ -29,7 +29,9 @@ type prefixes struct{ lease, fence, cache, queue string }
 var defaults = prefixes{leasevalkey.DefaultPrefix, fence.DefaultPrefix, cache.DefaultPrefix, leasequeue.DefaultValkeyPrefix}
 
 // all returns every prefix names start with, leasequeue's fences included.
-func (p prefixes) all() []string { return []string{p.lease, p.fence, p.cache, p.queue, p.queue + "fence:"} }
+func (p prefixes) all() []string {
+	return []string{p.lease, p.fence, p.cache, p.queue, p.queue + "fence:"}
+}
 
 // A kind builds one kind of Valkey name from drawn inputs, through the
 // package that uses it where that package exports the name; it returns
