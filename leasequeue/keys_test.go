@@ -30,9 +30,18 @@ var collidingItems = []struct{ q1, id1, q2, id2 string }{
 // one-to-one: after "orders" completed "eu/1", "orders/eu"[1] read done
 // without ever being claimed, and could never be claimed. Each item must
 // be its own, on every store: completing one leaves the other pending, and
-// the two can be claimed at the same time.
+// the two can be claimed at the same time. On the cluster, every script
+// also finds its keys in one slot.
 func TestQueuesDoNotShareItems(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s *store) {
+	run := func(name string, mk func(testing.TB) *store, f func(t *testing.T, s *store)) {
+		t.Run(name, func(t *testing.T) { t.Parallel(); f(t, mk(t)) })
+	}
+	forEach := func(f func(t *testing.T, s *store)) {
+		run("valkey", valkeyStore, f)
+		run("valkey-cluster", valkeyClusterStore, f)
+		run("postgres", postgresStore, f)
+	}
+	forEach(func(t *testing.T, s *store) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		policy := loadedPolicy(t, 5*time.Second)
