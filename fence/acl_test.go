@@ -46,6 +46,14 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 	); err != nil {
 		t.Fatalf("Do as the ACL user: %v", err)
 	}
+	// Commands on keys that exist now: the script checks them first.
+	if _, err := v.Do(ctx, snap("jobs", 2), "jobs/7",
+		fence.XAdd(k("events"), fence.XAddOptions{}, "event", "again"),
+		fence.IncrBy(k("count"), 0),
+		fence.Set(k("status"), "done", fence.SetOptions{XX: true, KeepTTL: true}),
+	); err != nil {
+		t.Fatalf("Do as the ACL user: %v", err)
+	}
 	if err := v.Claim(ctx, snap("jobs", 3), "jobs/7"); err != nil {
 		t.Fatalf("Claim as the ACL user: %v", err)
 	}
