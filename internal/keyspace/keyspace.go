@@ -17,7 +17,11 @@
 // cluster. Since neither prefix nor tag holds a brace, [Name] is one to
 // one: the prefix is what precedes the first '{', the tag what follows it
 // up to the first '}', the suffix the rest, and [Tag] splits back into its
-// parts.
+// parts. The one exception to [Tag] is the fence key of package fence,
+// whose tag is the resource name itself, unescaped: users put "{resource}"
+// in their own keys, and a resource holds no brace, so fence keys are one
+// to one as well. Packages with one prefix share one namespace; different
+// packages need different prefixes (the defaults differ).
 //
 // # Derived lease keys
 //
@@ -26,7 +30,10 @@
 // [LeaseKey](ns, kind, x): ns + kind + "/" + Escape(x). The escaped x holds
 // no '/', so it is what follows the last '/'; no kind is a suffix of
 // another (see [Kinds]), so the kind and then ns are what precede it.
-// Keys of different kinds or namespaces therefore never meet.
+// Keys of different kinds or namespaces therefore never meet. A cache's
+// refresh lease is its Prefix + the cache key, unescaped: the Prefix is its
+// namespace. Lease keys the application chooses itself can meet any of
+// these; that is the application's choice.
 package keyspace
 
 import (
