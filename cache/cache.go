@@ -12,6 +12,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -124,8 +125,8 @@ type Cache struct {
 	store  *leasevalkey.Store
 	policy lease.Policy
 	prefix string
-	// tagPrefix opens every entry's hash tag: '{' and prefix escaped as
-	// the store escapes it in a hash tag; see keys.go.
+	// tagPrefix opens every entry's hash tag: '{' and prefix escaped, as
+	// in the record's hash tag; see keys.go.
 	tagPrefix string
 	ttl       time.Duration
 	stale     time.Duration
@@ -181,7 +182,7 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 		return nil, fmt.Errorf("cache: New: LeaseTTL: %w", err)
 	}
 	c := &Cache{client: client, leases: leases, store: store, policy: policy,
-		prefix: o.Prefix, tagPrefix: strings.TrimSuffix(store.HashTag(o.Prefix), "}"),
+		prefix: o.Prefix, tagPrefix: "{" + keyspace.Escape(o.Prefix),
 		ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
 	if c.obs == NopObserver {
 		c.obs = nil

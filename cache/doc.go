@@ -74,7 +74,9 @@
 //	<Prefix>{<escaped lease key>}:published    shard channel announcing publications
 //
 // With the default prefixes the entry "page:/home" has the record
-// lease:{cache:page:/home} and the value cache:{cache:page:/home}:value.
+// lease:{cache:page:%2Fhome} and the value cache:{cache:page:%2Fhome}:value
+// (in a hash tag '%', '{', '}' and '/' are written as %25, %7B, %7D and
+// %2F).
 // Because record, value, marker and mark share one hash slot, both scripts
 // are atomic on a Valkey Cluster too, and a Get reads one node.
 //
@@ -98,10 +100,11 @@
 // bounds how long they stay). When the server is out of memory, Publish
 // fails and writes nothing, while Invalidate still works.
 //
-// ACL rules apply to the commands inside scripts too. A user that can do
-// everything the Cache and its lease Store do, on the default prefixes:
+// ACL rules apply to the commands inside scripts too. The least a user
+// needs to do everything the Cache and its lease Store do, on the default
+// prefixes (SECURITY.md explains each grant, and what a cluster needs):
 //
-//	ACL SETUSER web on >secret ~lease:* &lease:* ~cache:* &cache:* +@read +@write +@scripting +@pubsub +info +time
+//	ACL SETUSER web reset on >secret ~lease:* &lease:* ~cache:* &cache:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hget +hset +get +mget +set +unlink +time +spublish +ssubscribe +sunsubscribe +info
 //
 // # Errors
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -45,18 +46,13 @@ func (c *Cache) checkKey(op, key string) error {
 }
 
 // readNames returns the names of key's freshness marker and value, in one
-// allocation: the hit path needs nothing else. key must have passed
-// checkKey.
+// allocation for a key without a reserved byte: the hit path needs nothing
+// else. key must have passed checkKey.
 func (c *Cache) readNames(key string) (fresh, value string) {
-	// The store escapes only these bytes, and escapes piece by piece as it
-	// does whole (see leasevalkey's Store.HashTag): a key without them
-	// needs no call, so the hit path makes one allocation.
-	esc := key
-	if strings.ContainsAny(key, "%{}") {
-		tag := c.store.HashTag(key)
-		esc = tag[1 : len(tag)-1]
-	}
-	// <Prefix>{<escaped Prefix><escaped key>}
+	// The names are <Prefix>{<escaped Prefix><escaped key>}<suffix>, the
+	// record's hash tag (keyspace escapes piece by piece as it does whole,
+	// so the tag is the escaped lease key Prefix + key).
+	esc := keyspace.Escape(key)
 	base := len(c.prefix) + len(c.tagPrefix) + len(esc) + 1
 	var b strings.Builder
 	b.Grow(2*base + len(freshSuffix) + len(valueSuffix))

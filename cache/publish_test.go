@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	valkey "github.com/valkey-io/valkey-go"
-
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/guard"
 	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 
@@ -331,22 +331,24 @@ func TestOutOfMemory(t *testing.T) {
 }
 
 // TestDocumentedACLIsEnough runs the whole protocol as a user with exactly
-// the ACL rules docs/cache.md gives.
+// the ACL rules docs/cache.md and the package documentation give, and
+// checks that the rules refuse what would reach other tenants' data.
 func TestDocumentedACLIsEnough(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
-	admin := newClient(t, []string{srv.Addr()})
-	ctx := ctxT(t)
-	rule := "ACL SETUSER web on >secret ~lease:* &lease:* ~cache:* &cache:* +@read +@write +@scripting +@pubsub +info +time"
-	if err := admin.Do(ctx, admin.B().Arbitrary(strings.Fields(rule)...).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	asWeb := func(owner string) *replica {
-		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: "web", Password: "secret", DisableCache: true})
+	for _, doc := range []string{"doc.go", "../docs/cache.md", "../SECURITY.md"} {
+		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(c.Close)
+		if !strings.Contains(strings.Join(strings.Fields(string(text)), " "), "ACL SETUSER web "+valkeyacl.Cache) {
+			t.Errorf("%s does not give the rule ACL SETUSER web %s", doc, valkeyacl.Cache)
+		}
+	}
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newClient(t, []string{srv.Addr()})
+	ctx := ctxT(t)
+	asWeb := func(owner string) *replica {
+		c := valkeyacl.Login(t, admin, srv.Addr(), "web", valkeyacl.Cache)
 		store, _ := leasevalkey.New(c, leasevalkey.Options{})
 		leases, _ := lease.NewClient(store, lease.ClientOptions{Owner: owner})
 		cc, err := cache.New(c, leases, cache.Options{TTL: time.Minute, StaleFor: time.Minute})
@@ -391,4 +393,39 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	if err := a.store.Check(ctx); err != nil {
 		t.Fatalf("Check as the ACL user: %v", err)
 	}
+	// Publish under a refresh lease held by hand, before and after the
+	// server forgot the scripts (a restart, a failover: the calls fall
+	// back to EVAL and EVAL_RO).
+	for round, key := range []string{"p", "q"} {
+		if round == 1 {
+			if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.store.Check(ctx); err != nil {
+				t.Fatalf("Check as the ACL user after SCRIPT FLUSH: %v", err)
+			}
+		}
+		h, err := a.leases.TryAcquire(ctx, a.cache.LeaseKey(key), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := a.store.Guard(h.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.cache.Publish(ctx, g, key, []byte("published"), time.Minute); err != nil {
+			t.Fatalf("Publish as the ACL user: %v", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("Release as the ACL user: %v", err)
+		}
+		if v, _, err := b.cache.Get(ctx, key, constant("unused", nil)); err != nil || string(v) != "published" {
+			t.Fatalf("Get of the published value as the ACL user = %q, %v", v, err)
+		}
+		if err := b.cache.Invalidate(ctx, key); err != nil {
+			t.Fatalf("Invalidate as the ACL user: %v", err)
+		}
+	}
+	valkeyacl.CheckAllUsed(t, admin, valkeyacl.Cache)
+	valkeyacl.CheckForbidden(t, admin, a.client, "other:{tenant}")
 }

@@ -12,6 +12,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -71,7 +72,7 @@ func NewValkey(client valkey.Client, o ValkeyOptions) (*Valkey, error) {
 // FenceKey returns the name of the fence key of resource:
 // Prefix + "{" + resource + "}". Keys written under the fence must hash to
 // its slot; the simplest way is to put "{" + resource + "}" in them.
-func (v *Valkey) FenceKey(resource string) string { return v.prefix + "{" + resource + "}" }
+func (v *Valkey) FenceKey(resource string) string { return keyspace.Name(v.prefix, resource, "") }
 
 // isFenceKey reports whether key is the fence key of some resource:
 // Prefix, '{', a resource without braces, '}'.

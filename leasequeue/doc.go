@@ -9,7 +9,8 @@
 // # Items
 //
 // A Queue claims the items of a Source for one worker. Claim takes one
-// item: it acquires the lease Options.Name + "/items/" + id, records the
+// item: it acquires the lease Options.Name + "/items/" + id (with '%',
+// '{', '}' and '/' of id escaped, see Queue.Key), records the
 // start of an attempt with a write fenced by the new token (the item is
 // now running, its attempt count one higher), and renews the lease in the
 // background until the claim is completed, failed or released:
@@ -50,12 +51,20 @@
 // of a worker that died is claimed within a poll of its lease's expiry,
 // while a live worker's items cost one probe per lease period.
 //
+// ACL rules apply to the commands inside scripts too. The least a Valkey
+// user of ValkeySource and ValkeyRoster needs, with the leases on the
+// Valkey lease backend and the default prefixes (SECURITY.md explains each
+// grant, and what a cluster needs):
+//
+//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +hget +hsetnx +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//
 // # Partitions
 //
 // A Group shares named partitions (shards, tenants) among the live workers
 // of a group, with one lease per partition and one membership lease per
-// worker (GroupOptions.Name + "/members/" + worker). Workers find each
-// other through a Roster, which only records names; a name counts while
+// worker (GroupOptions.Name + "/members/" + worker, escaped the same
+// way). Workers find each other through a Roster, which only records
+// names; a name counts while
 // its membership lease is held. There is no coordinator: every
 // RebalanceEvery each worker sorts the live members, takes its share
 // (len(Partitions)/members, plus one for the first len(Partitions)%members

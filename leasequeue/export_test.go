@@ -11,3 +11,23 @@ func (g *Group) Crash() { g.crash() }
 // Overdue reports whether the renewal of any lease the queue tracks is
 // overdue.
 func (q *Queue) Overdue() bool { return !q.track.healthy(q.clock.Now()) }
+
+// MemberKey and PartitionKey are the lease keys of a group's members and
+// partitions.
+var MemberKey, PartitionKey = memberKey, partitionKey
+
+// DueKey and DeadKey return the names of the queue's due and dead sets.
+func (s *ValkeySource) DueKey() string  { return s.due }
+func (s *ValkeySource) DeadKey() string { return s.dead }
+
+// Resource returns the fence resource of item id.
+func (s *ValkeySource) Resource(id string) (string, error) { return s.resource(id) }
+
+// FenceKey returns the name of item id's fence key.
+func (s *ValkeySource) FenceKey(id string) string {
+	r, _ := s.resource(id)
+	return s.fence.FenceKey(r)
+}
+
+// Key returns the name of group's member set.
+func (r *ValkeyRoster) Key(group string) string { return r.key(group) }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -19,9 +20,11 @@ import (
 // required.
 type GroupOptions struct {
 	// Name names the group. Worker w's membership lease is
-	// Name + "/members/" + w and partition p's lease is
-	// Name + "/partitions/" + p; both must pass lease.ValidateKey. Keep the
-	// keys of different groups and queues apart.
+	// Name + "/members/" + W and partition p's lease is
+	// Name + "/partitions/" + P, where W and P are w and p with '%', '{',
+	// '}' and '/' written as %25, %7B, %7D and %2F; both must pass
+	// lease.ValidateKey. No two groups or queues share a lease key, but a
+	// lease key of your own can meet theirs: keep it out of their names.
 	Name string
 
 	// Worker names this worker in the group; every worker of a group needs
@@ -153,8 +156,16 @@ func NewGroup(client *lease.Client, o GroupOptions) (*Group, error) {
 	return g, nil
 }
 
-func memberKey(group, worker string) string { return group + "/members/" + worker }
-func partitionKey(group, p string) string   { return group + "/partitions/" + p }
+// memberKey and partitionKey return the lease keys of a worker's membership
+// and of a partition of group: group + "/members/" or "/partitions/" and
+// the escaped name (see package keyspace), so that no two share a lease.
+func memberKey(group, worker string) string {
+	return keyspace.LeaseKey(group+"/", keyspace.GroupMember, worker)
+}
+
+func partitionKey(group, p string) string {
+	return keyspace.LeaseKey(group+"/", keyspace.GroupPartition, p)
+}
 
 // preference orders partitions by rendezvous hashing on worker: each
 // worker prefers other partitions, so that workers starting together

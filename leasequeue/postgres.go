@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -345,7 +346,7 @@ func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.
 	}
 	var stale error
 	if it.FenceKey != "" {
-		_, stale = fence.Mark{Key: it.FenceKey, Token: it.Token}.Admit(s.queue+"/"+id, snap)
+		_, stale = fence.Mark{Key: it.FenceKey, Token: it.Token}.Admit(keyspace.Tag(s.queue, id), snap)
 	}
 	switch {
 	case stale != nil && (fenceFirst || it.State == Pending || it.State == Running):

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -35,8 +36,9 @@ func DefaultRetryDelay(attempt int) time.Duration {
 // Options configure a Queue. Name and Policy are required.
 type Options struct {
 	// Name names the queue. Item id is claimed under the lease key
-	// Name + "/items/" + id, which must pass lease.ValidateKey. Keep the
-	// keys of different queues and groups apart.
+	// Name + "/items/" + I (see Queue.Key), which must pass
+	// lease.ValidateKey. No two queues or groups share a lease key, but a
+	// lease key of your own can meet theirs: keep it out of their names.
 	Name string
 
 	// Policy is the policy of the items' leases: its TTL is how long an
@@ -129,9 +131,13 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	return q, nil
 }
 
-func itemKey(name, id string) string { return name + "/items/" + id }
+// itemKey returns the lease key of item id of queue name.
+func itemKey(name, id string) string { return keyspace.LeaseKey(name+"/", keyspace.QueueItem, id) }
 
-// Key returns the lease key of item id.
+// Key returns the lease key of item id: Name + "/items/" + the ID with
+// '%', '{', '}' and '/' written as %25, %7B, %7D and %2F, so that no two
+// items of any queues share a lease ("a"[b/items/c] is a/items/b%2Fitems%2Fc,
+// "a/items/b"[c] is a/items/b/items/c).
 func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
 
 // Claim claims item id for the caller: it makes one attempt to acquire the

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -41,7 +41,10 @@ var (
 // valid.
 type ValkeyOptions struct {
 	// Prefix starts every key. Default DefaultValkeyPrefix
-	// ("leasequeue:"). It must not contain '{' or '}'.
+	// ("leasequeue:"). It must not contain '{' or '}'. Sources and
+	// rosters that share a prefix share their queues and groups; give
+	// other packages (the lease Store, fences, caches) prefixes of their
+	// own.
 	Prefix string
 }
 
@@ -49,7 +52,7 @@ func (o ValkeyOptions) prefix() (string, error) {
 	if o.Prefix == "" {
 		return DefaultValkeyPrefix, nil
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
+	if !keyspace.ValidPrefix(o.Prefix) {
 		return "", fmt.Errorf("leasequeue: ValkeyOptions.Prefix %q must not contain '{' or '}'", o.Prefix)
 	}
 	return o.Prefix, nil
@@ -58,24 +61,27 @@ func (o ValkeyOptions) prefix() (string, error) {
 // ValkeySource is a Source on Valkey (standalone, sentinel or cluster)
 // for one queue. Producers push item IDs to a list; handed-out items wait
 // in a sorted set scored by when to look at them again; each item's state
-// is a hash fenced, with package fence, by the item's resource
-// queue + "/" + id. With the prefix P, queue q and item i:
+// is a hash fenced, with package fence, by the item's resource Q/I, where
+// Q and I are the queue name and the item ID with '%', '{', '}' and '/'
+// written as %25, %7B, %7D and %2F (so queue "orders" item "eu/1" is
+// orders/eu%2F1 and queue "orders/eu" item "1" is orders%2Feu/1: no two
+// items share a name). With the prefix P:
 //
-//	P{q}:ready       list of IDs not handed out yet (Enqueue, or RPUSH)
-//	P{q}:due         sorted set of handed-out, unfinished IDs, by the time
+//	P{Q}:ready       list of IDs not handed out yet (Enqueue, or RPUSH)
+//	P{Q}:due         sorted set of handed-out, unfinished IDs, by the time
 //	                 to look at them again (ms on the server's clock)
-//	P{q}:dead        sorted set of dead IDs, by the time they died
-//	P{q/i}:item      hash: state, owner, error
-//	P{q/i}:attempts  the attempt count
-//	Pfence:{q/i}     the item's fence (see fence.Valkey)
+//	P{Q}:dead        sorted set of dead IDs, by the time they died
+//	P{Q/I}:item      hash: state, owner, error
+//	P{Q/I}:attempts  the attempt count
+//	Pfence:{Q/I}     the item's fence (see fence.Valkey)
 //
 // Next is one script on the queue's keys. Begin advances the item's fence
 // first, then reads the item, then writes it under the fence; Complete
 // and Fail are one fenced script on the item's keys, followed by an
 // unfenced update of the due set (a lost update only makes a poller look
-// at the item again, and find it finished). Queue names and IDs must not
-// contain '{' or '}'. It is safe for concurrent use and never closes the
-// client.
+// at the item again, and find it finished). Queue names and IDs may hold
+// any character but control characters. It is safe for concurrent use and
+// never closes the client.
 type ValkeySource struct {
 	client valkey.Client
 	fence  *fence.Valkey
@@ -96,16 +102,18 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 	if err != nil {
 		return nil, err
 	}
-	if err := fence.ValidateResource(queue); err != nil || strings.ContainsAny(queue, "{}") {
-		return nil, fmt.Errorf("leasequeue: NewValkeySource: queue name %q must be a valid fence resource without '{' or '}': %v", queue, err)
+	if err := fence.ValidateResource(keyspace.Tag(queue)); err != nil {
+		return nil, fmt.Errorf("leasequeue: NewValkeySource: queue name %q: %w", queue, err)
 	}
 	f, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: prefix + "fence:"})
 	if err != nil {
 		return nil, err
 	}
-	base := prefix + "{" + queue + "}:"
+	tag := keyspace.Tag(queue)
 	return &ValkeySource{client: client, fence: f, prefix: prefix, queue: queue,
-		ready: base + "ready", due: base + "due", dead: base + "dead"}, nil
+		ready: keyspace.Name(prefix, tag, ":ready"),
+		due:   keyspace.Name(prefix, tag, ":due"),
+		dead:  keyspace.Name(prefix, tag, ":dead")}, nil
 }
 
 // ReadyKey returns the name of the queue's ready list: producers that are
@@ -113,24 +121,23 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 // state to "pending", see ItemKey) instead of calling Enqueue.
 func (s *ValkeySource) ReadyKey() string { return s.ready }
 
-// resource returns the fence resource of item id, checking id.
+// resource returns the fence resource of item id, checking id: the hash
+// tag of the item's keys.
 func (s *ValkeySource) resource(id string) (string, error) {
-	r := s.queue + "/" + id
+	r := keyspace.Tag(s.queue, id)
 	if err := fence.ValidateResource(r); err != nil {
 		return "", err
-	}
-	if strings.ContainsAny(id, "{}") {
-		return "", fmt.Errorf("%w: item ID %q contains '{' or '}'", fence.ErrInvalid, id)
 	}
 	return r, nil
 }
 
 // ItemKey returns the name of a key in the hash slot of item id, with the
-// given suffix: the item's own keys are ItemKey(id, "item") and
-// ItemKey(id, "attempts"). Keys of your own written by CompleteWith must
-// be made with it, and must not use those two suffixes.
+// given suffix: P{Q/I}:suffix (see ValkeySource). The item's own keys are
+// ItemKey(id, "item") and ItemKey(id, "attempts"). Keys of your own
+// written by CompleteWith must be made with it, and must not use those
+// two suffixes.
 func (s *ValkeySource) ItemKey(id, suffix string) string {
-	return s.prefix + "{" + s.queue + "/" + id + "}:" + suffix
+	return keyspace.Name(s.prefix, keyspace.Tag(s.queue, id), ":"+suffix)
 }
 
 // Enqueue adds pending items with the given IDs and pushes them to the
@@ -367,8 +374,9 @@ func valkeyError(op, name string, err error) error {
 }
 
 // ValkeyRoster is a Roster in Valkey: the workers of group g are the set
-// Prefix + "{" + g + "}:members". It is safe for concurrent use and never
-// closes the client.
+// P{G}:members, where G is g with '%', '{', '}' and '/' written as %25,
+// %7B, %7D and %2F. It is safe for concurrent use and never closes the
+// client.
 type ValkeyRoster struct {
 	client valkey.Client
 	prefix string
@@ -388,7 +396,9 @@ func NewValkeyRoster(client valkey.Client, o ValkeyOptions) (*ValkeyRoster, erro
 	return &ValkeyRoster{client: client, prefix: prefix}, nil
 }
 
-func (r *ValkeyRoster) key(group string) string { return r.prefix + "{" + group + "}:members" }
+func (r *ValkeyRoster) key(group string) string {
+	return keyspace.Name(r.prefix, keyspace.Tag(group), ":members")
+}
 
 // Join implements Roster.
 func (r *ValkeyRoster) Join(ctx context.Context, group, worker string) error {

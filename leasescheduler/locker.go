@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -26,8 +26,9 @@ type Options struct {
 	Policy lease.Policy
 
 	// Prefix starts every lease key: a run's lease is Prefix + "run/" +
-	// job, a slot's Prefix + "slot/" + n + "/" + job with n 0, 1 or 2.
-	// Default DefaultPrefix.
+	// job, a slot's Prefix + "slot/" + n + "/" + job with n 0, 1 or 2,
+	// where '%', '{', '}' and '/' of job are written as %25, %7B, %7D and
+	// %2F, so that no two jobs share a lease. Default DefaultPrefix.
 	Prefix string
 
 	// Slots, if set, runs each job at most once per scheduled slot (see the
@@ -76,12 +77,14 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 }
 
 // RunKey returns the key of the lease that a run of job holds.
-func (l *Locker) RunKey(job string) string { return l.o.Prefix + "run/" + job }
+func (l *Locker) RunKey(job string) string {
+	return keyspace.LeaseKey(l.o.Prefix, keyspace.SchedulerRun, job)
+}
 
 // SlotKey returns the key of the lease that marks slot s of job as taken.
 // The slots of a job take turns on three keys.
 func (l *Locker) SlotKey(job string, s Slot) string {
-	return l.o.Prefix + "slot/" + strconv.FormatInt((s.Index%3+3)%3, 10) + "/" + job
+	return keyspace.LeaseKey(l.o.Prefix, keyspace.SchedulerSlot(s.Index), job)
 }
 
 // Lock implements gocron.Locker: it acquires the lease of one run of job

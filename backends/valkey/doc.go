@@ -38,8 +38,10 @@
 //
 //	<Prefix>{<escaped key>}
 //
-// where the escaped key is the lease key with '%', '{' and '}' replaced by
-// %25, %7B and %7D. The braces are a hash tag: the record, and the shard
+// where the escaped key is the lease key with '%', '{', '}' and '/'
+// replaced by %25, %7B, %7D and %2F: the record of "billing/nightly" is
+// lease:{billing%2Fnightly}. Every Valkey name of this module is built
+// the same way, so no two things share a name. The braces are a hash tag: the record, and the shard
 // channel <Prefix>{<escaped key>}:released on which Release announces that
 // the key is free, live in one hash slot, and no lease key can name
 // another key's record or move it to another slot. The record holds the
@@ -84,10 +86,24 @@
 // without it a restart frees every lease at once, and tokens still never
 // go back.
 //
-// ACL rules apply to the commands inside scripts too. A user that can do
-// everything the Store does, on the default prefix:
+// ACL rules apply to the commands inside scripts too. The least a user
+// needs to do everything the Store does, on the default prefix:
 //
-//	ACL SETUSER leases on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time
+//	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +time +spublish +ssubscribe +sunsubscribe +info
+//
+// that is: the keys and shard channels of the prefix (~lease:* and
+// &lease:* follow Options.Prefix); the scripts, run with EVALSHA (EVAL
+// after the server forgot them), read-only ones with EVALSHA_RO, loaded
+// with SCRIPT LOAD; the commands inside them (HMGET, HSET, TIME,
+// SPUBLISH); SSUBSCRIBE and SUNSUBSCRIBE for release watches; INFO for
+// Check; and CLIENT TRACKING, which valkey-go sends on connecting unless
+// ClientOption.DisableCache is set. On a Valkey Cluster add
+// +cluster|shards (valkey-go reads the topology with it) and create the
+// user on every node. The rule grants no KEYS, SCAN, FLUSHALL, FLUSHDB,
+// SWAPDB, SCRIPT FLUSH, CONFIG, DEBUG or ACL, and no key or channel
+// outside the prefix: a test runs every operation as this user and
+// checks that those are refused. Such a user can still forge lease
+// records under the prefix: keep it to the services that take leases.
 //
 // ACL credentials and TLS are options of the valkey-go client
 // (ClientOption.Username, Password and TLSConfig); see

@@ -69,9 +69,9 @@ func (s *Store) RecordKey(key string) string { return recordKey(s.prefix, key) }
 // RecordKey(key) is Prefix() + HashTag(key). Any name that carries it as
 // its first '{…}' lives in the record's hash slot, so a script can touch
 // that name and the record together, even on a cluster. In the tag, '%',
-// '{' and '}' of key are escaped as %25, %7B and %7D; other bytes are
-// kept, and escaping key piece by piece gives the same result as escaping
-// it whole.
+// '{', '}' and '/' of key are escaped as %25, %7B, %7D and %2F; other
+// bytes are kept, and escaping key piece by piece gives the same result as
+// escaping it whole.
 func (s *Store) HashTag(key string) string { return recordKey(s.prefix, key)[len(s.prefix):] }
 
 // Guard returns the coordinates of the acquisition snap in this Store, for

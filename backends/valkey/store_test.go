@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/guard"
 	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 
@@ -116,7 +118,7 @@ func TestKeysStaySeparate(t *testing.T) {
 // checkSlot checks that rec lies in the slot of key's escaped form alone.
 func checkSlot(t *testing.T, c valkey.Client, key, rec string) {
 	t.Helper()
-	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
+	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "/", "%2F").Replace(key)
 	slotOf := func(k string) int64 {
 		n, err := c.Do(ctxT(t), c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
 		if err != nil {
@@ -403,56 +405,134 @@ func numSub(t *testing.T, c valkey.Client, s *leasevalkey.Store) int64 {
 }
 
 // aclRule is the ACL rule the documentation gives for a lease user.
-const aclRule = "on >secret ~lease:* &lease:* +@read +@write +@scripting +@pubsub +info +time"
+const aclRule = valkeyacl.Lease
 
 // aclStore starts a dedicated server with the ACL user named user (password
-// "secret") and the rule, and returns a Store logged in as that user.
-func aclStore(t *testing.T, user, rule string) *leasevalkey.Store {
+// "secret") and the rule, and returns a Store logged in as that user, the
+// user's client and an administrator's client of the server.
+func aclStore(t *testing.T, user, rule string) (s *leasevalkey.Store, c, admin valkey.Client) {
 	t.Helper()
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
-	admin := newClient(t, srv.Addr())
-	if err := admin.Do(ctxT(t), admin.B().AclSetuser().Username(user).Rule(strings.Fields(rule)...).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "secret", DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	admin = newClient(t, srv.Addr())
+	c = valkeyacl.Login(t, admin, srv.Addr(), user, rule)
 	s, err := leasevalkey.New(c, leasevalkey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, c, admin
 }
 
 // TestDocumentedACLRuleIsEnough runs every operation, Check and a release
-// watch as a user with exactly the documented rules, and nothing else.
+// watch as a user with exactly the documented rules, and nothing else;
+// checks that the rules refuse what would reach other tenants' data; and
+// that the documentation gives these rules.
 func TestDocumentedACLRuleIsEnough(t *testing.T) {
-	s := aclStore(t, "leases", aclRule)
+	for _, doc := range []string{"doc.go", "../../docs/valkey-quickstart.md", "../../SECURITY.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(text)), " "), "ACL SETUSER leases "+aclRule) {
+			t.Errorf("%s does not give the rule ACL SETUSER leases %s", doc, aclRule)
+		}
+	}
+	s, c, admin := aclStore(t, "leases", aclRule)
+	ctx := ctxT(t)
+	// The second round runs after the server forgot the scripts, as after
+	// a restart or a failover: the calls fall back to EVAL and EVAL_RO.
+	for round := range 2 {
+		if round == 1 {
+			if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Check(ctx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		a := acquire(t, s, "acl", "o", time.Minute)
+		if err := s.Renew(ctx, a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		ch, stop, err := s.WatchReleases(ctx, "acl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatal("no release notification")
+		}
+		stop()
+		if _, err := s.Inspect(ctx, "acl"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	valkeyacl.CheckAllUsed(t, admin, aclRule)
+	valkeyacl.CheckForbidden(t, admin, c, "other:{tenant}")
+}
+
+// TestDocumentedACLRuleIsEnoughOnACluster: on a cluster the rule needs
+// CLUSTER SHARDS too, which the documentation says.
+func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
+	text, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), valkeyacl.Cluster) {
+		t.Errorf("doc.go does not say that a cluster needs %s", valkeyacl.Cluster)
+	}
+	cl := testserver.StartValkeyCluster(t, 3)
+	var admins []valkey.Client
+	for _, n := range cl.Nodes() {
+		admin, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(admin.Close)
+		admins = append(admins, admin)
+	}
+	c := valkeyacl.LoginCluster(t, admins, cl.Addrs(), "leases", aclRule+" "+valkeyacl.Cluster)
+	s, err := leasevalkey.New(c, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := ctxT(t)
 	if err := s.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
-	a := acquire(t, s, "acl", "o", time.Minute)
-	if err := s.Renew(ctx, a, time.Minute); err != nil {
-		t.Fatal(err)
+	for _, key := range []string{"a", "b/c", "{d}"} { // on several nodes
+		a := acquire(t, s, key, "o", time.Minute)
+		if err := s.Renew(ctx, a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		ch, stop, err := s.WatchReleases(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatal("no release notification")
+		}
+		stop()
 	}
-	ch, stop, err := s.WatchReleases(ctx, "acl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if err := s.Release(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		t.Fatal("no release notification")
-	}
-	if _, err := s.Inspect(ctx, "acl"); err != nil {
-		t.Fatal(err)
+	for _, n := range cl.Nodes() {
+		user, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, Username: "leases", Password: "secret"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer user.Close()
+		for _, cmd := range [][]string{{"FLUSHALL"}, {"KEYS", "*"}, {"CLUSTER", "RESET"}, {"CLUSTER", "FAILOVER"}} {
+			if err := user.Do(ctx, user.B().Arbitrary(cmd...).Build()).Error(); !valkeyacl.Refused(err) {
+				t.Errorf("%s on %s as the ACL user: %v; want NOPERM", strings.Join(cmd, " "), n.Addr(), err)
+			}
+		}
 	}
 }
 
@@ -461,7 +541,7 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 // default) cannot release; the refusal is a permission error, the lease
 // stays held, and Check names the problem at start-up.
 func TestReleaseWithoutChannelRightsChangesNothing(t *testing.T) {
-	s := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
+	s, _, _ := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
 	ctx := ctxT(t)
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "release channel") || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Check = %v, want a permission problem with the release channel", err)

@@ -1,0 +1,59 @@
+package cache_test
+
+import (
+	"testing"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+	"pgregory.net/rapid"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/cache"
+	"github.com/golib/lease/lease"
+)
+
+// noServer is a valkey.Client that is never called: naming does no I/O.
+type noServer struct{ valkey.Client }
+
+// TestEntryNames pins the names of an entry to the layout of the package
+// documentation, the module's one encoding (package keyspace): the
+// refresh lease's record, and the entry's keys and channel under the
+// Cache's prefix with the record's hash tag. Keys are drawn rich in the
+// bytes the encoding escapes.
+func TestEntryNames(t *testing.T) {
+	store, err := leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: "l:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := rapid.OneOf(rapid.StringMatching(`[a%{}/:2F7BD]{1,8}`), rapid.StringN(1, 16, 64)).
+		Filter(func(k string) bool { return lease.ValidateKey("c/%:"+k) == nil })
+	rapid.Check(t, func(t *rapid.T) {
+		prefix := rapid.SampledFrom([]string{"c/%:", cache.DefaultPrefix}).Draw(t, "prefix")
+		c, err := cache.New(noServer{}, leases, cache.Options{Prefix: prefix, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := keys.Draw(t, "key")
+		record, value, fresh, mark, channel := c.EntryNames(key)
+		lk := prefix + key
+		if c.LeaseKey(key) != lk {
+			t.Fatalf("LeaseKey(%q) = %q, want %q", key, c.LeaseKey(key), lk)
+		}
+		base := prefix + store.HashTag(lk)
+		for _, n := range []struct{ what, got, want string }{
+			{"record", record, store.RecordKey(lk)},
+			{"value", value, base + ":value"},
+			{"fresh marker", fresh, base + ":fresh"},
+			{"invalidation mark", mark, base + ":invalidated"},
+			{"channel", channel, base + ":published"},
+		} {
+			if n.got != n.want {
+				t.Fatalf("%s of %q is %q, want %q", n.what, key, n.got, n.want)
+			}
+		}
+	})
+}

@@ -1,0 +1,146 @@
+package leasequeue_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/valkeyacl"
+	"github.com/golib/lease/leasequeue"
+)
+
+// TestDocumentedValkeyACLIsEnough runs every operation of the Valkey
+// source, the Valkey roster and a Group on them, with leases on the Valkey
+// lease backend, as a user with exactly the rule the documentation gives;
+// checks that the rule refuses what would reach other tenants' data; and
+// that the documentation gives it.
+func TestDocumentedValkeyACLIsEnough(t *testing.T) {
+	for _, doc := range []string{"doc.go", "../docs/queues.md", "../SECURITY.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(text)), " "), "ACL SETUSER workers "+valkeyacl.Queue) {
+			t.Errorf("%s does not give the rule ACL SETUSER workers %s", doc, valkeyacl.Queue)
+		}
+	}
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := valkeyClient(t, []string{srv.Addr()})
+	c := valkeyacl.Login(t, admin, srv.Addr(), "workers", valkeyacl.Queue)
+	defer valkeyacl.CheckForbidden(t, admin, c, "other:{orders/1}")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	backend, err := leasevalkey.New(c, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.Check(ctx); err != nil {
+		t.Fatalf("Store.Check as the ACL user: %v", err)
+	}
+	src, err := leasequeue.NewValkeySource(c, "orders", leasequeue.ValkeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(ctx, t, src, "a", "b", "c", "d")
+	policy := loadedPolicy(t, 5*time.Second)
+	q, err := leasequeue.New(newClient(t, backend, "w", nil), src, leasequeue.Options{Name: "orders", Policy: policy, MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := mustNext(ctx, t, src, 10, time.Millisecond); len(ids) != 4 {
+		t.Fatalf("Next = %q; want 4 IDs", ids)
+	}
+	claim := func(id string) *leasequeue.Claim {
+		t.Helper()
+		cl, err := q.Claim(ctx, id)
+		if err != nil {
+			t.Fatalf("Claim(%q) as the ACL user: %v", id, err)
+		}
+		return cl
+	}
+	if err := claim("a").Complete(ctx); err != nil {
+		t.Fatalf("Complete as the ACL user: %v", err)
+	}
+	if err := src.CompleteClaimWith(ctx, claim("b"), fence.IncrBy(src.ItemKey("b", "receipts"), 1)); err != nil {
+		t.Fatalf("CompleteClaimWith as the ACL user: %v", err)
+	}
+	if err := claim("c").Fail(ctx, errors.New("try again")); err != nil {
+		t.Fatalf("Fail as the ACL user: %v", err)
+	}
+	if err := src.Defer(ctx, "c", 0); err != nil {
+		t.Fatalf("Defer as the ACL user: %v", err)
+	}
+	if err := claim("c").Fail(ctx, errors.New("for good")); err != nil { // the second of MaxAttempts: dead
+		t.Fatalf("second Fail as the ACL user: %v", err)
+	}
+	if err := claim("d").Release(ctx); err != nil {
+		t.Fatalf("Release as the ACL user: %v", err)
+	}
+	for id, want := range map[string]leasequeue.State{"a": leasequeue.Done, "b": leasequeue.Done, "c": leasequeue.Dead} {
+		if it := mustItem(ctx, t, src, id); it.State != want {
+			t.Errorf("item %s = %+v; want %s", id, it, want)
+		}
+	}
+	// After the server forgot the scripts (a restart, a failover), the
+	// calls fall back to EVAL and EVAL_RO.
+	if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.Check(ctx); err != nil {
+		t.Fatalf("Store.Check as the ACL user after SCRIPT FLUSH: %v", err)
+	}
+	mustEnqueue(ctx, t, src, "e")
+	if ids := mustNext(ctx, t, src, 10, time.Hour); !slices.Contains(ids, "e") {
+		t.Fatalf("Next after SCRIPT FLUSH = %q; want e among them", ids)
+	}
+	if err := claim("e").Complete(ctx); err != nil {
+		t.Fatalf("Complete as the ACL user after SCRIPT FLUSH: %v", err)
+	}
+
+	roster, err := leasequeue.NewValkeyRoster(c, leasequeue.ValkeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := leasequeue.NewGroup(newClient(t, backend, "w", nil), leasequeue.GroupOptions{Name: "shards", Partitions: []string{"p"}, Policy: policy, Roster: roster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The membership of a previous run is still held: Run waits for its
+	// release, woken by the release channel.
+	old, err := newClient(t, backend, "w-before", nil).TryAcquire(ctx, leasequeue.MemberKey("shards", "w"), policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Run(runCtx, func(ctx context.Context, p leasequeue.Partition) error { <-ctx.Done(); return nil })
+	}()
+	eventually(t, 30*time.Second, "Run watches the release channel", func() bool {
+		n, err := admin.Do(ctx, admin.B().PubsubShardnumsub().Channel(backend.RecordKey(leasequeue.MemberKey("shards", "w"))+":released").Build()).ToArray()
+		if err != nil || len(n) != 2 {
+			return false
+		}
+		sub, _ := n[1].AsInt64()
+		return sub > 0
+	})
+	if err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "w owns the partition", func() bool { return len(g.Owned()) == 1 })
+	if m, err := roster.Members(ctx, "shards"); err != nil || len(m) != 1 {
+		t.Errorf("Members as the ACL user = %q, %v", m, err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Group.Run as the ACL user: %v", err)
+	}
+	valkeyacl.CheckAllUsed(t, admin, valkeyacl.Queue)
+}
