@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -456,4 +457,108 @@ func takeOver(t *testing.T, env *backendenv.Env, leader lease.Backend, fault, he
 	stopOthers()
 	wg.Wait()
 	a.check()
+}
+
+// TestFailedLeaderHandsOverAndRunsAgain: the leader's function fails once;
+// its lease is released at once, so a waiting replica takes over during
+// the leader's restart pause, and when that replica steps down the old
+// leader, which campaigned again after its pause, runs its function
+// again. Terms never overlap (judged by the fence), tokens grow, and both
+// replicas report healthy throughout.
+func TestFailedLeaderHandsOverAndRunsAgain(t *testing.T) {
+	t.Parallel()
+	for _, kind := range backendenv.Kinds {
+		t.Run(kind.Name, func(t *testing.T) {
+			t.Parallel()
+			env := kind.Env(t)
+			ar := newArena(t, env.Fence)
+			p := realPolicy(t, 0)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+
+			type event struct {
+				owner string
+				tr    leaseservice.Transition
+			}
+			events := make(chan event, 64)
+			observe := func(owner string) func(leaseservice.Transition) {
+				record := ar.observe(owner)
+				return func(tr leaseservice.Transition) { record(tr); events <- event{owner, tr} }
+			}
+			var calls atomic.Int32
+			work := ar.work(0, nil)
+			a, err := leaseservice.New(client(t, env.NewBackend(t, env.Addr), "a"), "singleton", p,
+				func(ctx context.Context, h *lease.Handle) error {
+					if calls.Add(1) == 1 {
+						if _, err := env.Fence.Write(ctx, h.Snapshot(), "resource"); err != nil {
+							return err
+						}
+						return errors.New("disk full")
+					}
+					return work(ctx, h)
+				}, leaseservice.Options{RestartDelay: 3 * time.Second, OnTransition: observe("a")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b leads for a second, then steps down and keeps out for
+			// long enough that a, back from its pause, takes over.
+			b, err := leaseservice.New(client(t, env.NewBackend(t, env.Addr), "b"), "singleton", p,
+				ar.work(time.Second, nil), leaseservice.Options{Rest: 20 * time.Second, OnTransition: observe("b")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			wg.Go(func() {
+				if err := a.Run(ctx); err != nil {
+					t.Errorf("a: Run = %v", err)
+				}
+			})
+			var seq []string
+			var tokens []lease.Token
+			bStarted := false
+			for len(seq) < 4 {
+				var e event
+				select {
+				case e = <-events:
+				case <-ctx.Done():
+					t.Fatalf("transitions so far: %v", seq)
+				}
+				switch e.tr.Kind {
+				case leaseservice.Elected:
+					tokens = append(tokens, e.tr.Token)
+				case leaseservice.Failed:
+					if e.tr.Err == nil || e.tr.Err.Error() != "disk full" || e.tr.RestartIn <= 0 {
+						t.Fatalf("%s: %+v, want Failed with disk full and a pause", e.owner, e.tr)
+					}
+				default:
+					continue
+				}
+				seq = append(seq, e.owner+" "+e.tr.Kind.String())
+				if !bStarted { // b joins once a leads
+					bStarted = true
+					wg.Go(func() {
+						if err := b.Run(ctx); err != nil {
+							t.Errorf("b: Run = %v", err)
+						}
+					})
+				}
+				for name, s := range map[string]*leaseservice.Service{"a": a, "b": b} {
+					if err := s.Check(); err != nil && (name == "a" || bStarted && b.IsLeader()) {
+						t.Errorf("%s: Check after %v = %v", name, seq, err)
+					}
+				}
+			}
+			cancel()
+			wg.Wait()
+			if got := strings.Join(seq, ", "); got != "a elected, a failed, b elected, a elected" {
+				t.Fatalf("transitions %q, want a elected, a failed, b elected, a elected", got)
+			}
+			if !slices.IsSorted(tokens) || tokens[0] == tokens[1] || tokens[1] == tokens[2] {
+				t.Errorf("tokens %v, want growing", tokens)
+			}
+			ar.check()
+		})
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,22 +47,64 @@ import (
 // acquisition, whose token should accompany every protected write.
 type Func func(ctx context.Context, h *lease.Handle) error
 
-// Options configure a Service. The zero value campaigns forever.
+// DefaultRestartDelay and DefaultMaxRestartDelay are the pauses before a
+// failed function is run again when Options.RestartDelay and
+// Options.MaxRestartDelay are zero.
+const (
+	DefaultRestartDelay    = time.Second
+	DefaultMaxRestartDelay = time.Minute
+)
+
+// Options configure a Service. The zero value campaigns forever and runs
+// a function that fails again, after a pause that grows from
+// DefaultRestartDelay to DefaultMaxRestartDelay.
 type Options struct {
-	// Once makes Run return after the first term instead of campaigning
-	// again.
+	// Once makes Run return after the first term that the function did not
+	// fail, instead of campaigning again.
 	Once bool
 
 	// Rest is how long Run waits after a term before it campaigns again.
 	// Default 0: at once, which usually wins the lease back before a
 	// waiting replica has been woken by the release. Set it to let another
-	// replica take over when the function returns to step down.
+	// replica take over when the function returns to step down. After a
+	// failed term Run waits the restart delay instead.
 	Rest time.Duration
+
+	// StopOnError makes Run return the function's error, after releasing
+	// the lease, when the function fails: returns an error that neither
+	// the lease's loss nor Run's context caused, or panics. Use it when
+	// something else restarts the process on that error (a supervisor
+	// watching Run's result). Default false: the term ends, the lease is
+	// released, and after the restart delay Run campaigns and runs the
+	// function again, so that a failure never leaves the replica up but
+	// without its singleton. Each failure is reported to OnTransition as
+	// Failed.
+	StopOnError bool
+
+	// RestartDelay is the pause after the first of consecutive failures
+	// before Run campaigns again; it doubles with each further failure, up
+	// to MaxRestartDelay, and each pause is shortened by a random amount
+	// of up to 20% so that replicas spread out. A term that ends without
+	// failing, or that ran for at least MaxRestartDelay before failing,
+	// starts the count again. The lease is released during the pause, so
+	// another replica can take over. Default DefaultRestartDelay.
+	RestartDelay time.Duration
+
+	// MaxRestartDelay caps the pause. Default DefaultMaxRestartDelay, or
+	// RestartDelay if that is longer. It must not be less than
+	// RestartDelay.
+	MaxRestartDelay time.Duration
 
 	// ReleaseTimeout bounds the release at the end of a term, which runs
 	// under a context detached from Run's. Default the policy's
 	// OperationTimeout.
 	ReleaseTimeout time.Duration
+
+	// HealthGrace is how far past its bound a campaign attempt, and past
+	// the lease's local deadline a term whose function has not returned,
+	// may go before Check reports the service unhealthy (client-go's
+	// maxTolerableExpiredLease). Default the policy's TTL.
+	HealthGrace time.Duration
 
 	// OnTransition, if set, is called synchronously from Run's goroutine at
 	// each transition. It must not block for long.
@@ -80,6 +123,11 @@ const (
 	// Released: the term ended and the lease was released (Err is nil) or
 	// the release failed (Err says how).
 	Released
+	// Failed: the function returned an error that neither the lease's loss
+	// nor Run's context caused, or panicked (Err is the error). The lease
+	// is released next; unless Options.StopOnError is set, Run campaigns
+	// again after RestartIn.
+	Failed
 )
 
 func (k TransitionKind) String() string {
@@ -90,6 +138,8 @@ func (k TransitionKind) String() string {
 		return "lost"
 	case Released:
 		return "released"
+	case Failed:
+		return "failed"
 	}
 	return fmt.Sprintf("TransitionKind(%d)", int(k))
 }
@@ -102,8 +152,12 @@ type Transition struct {
 	Key string
 	// Token is the fencing token of the term the transition belongs to.
 	Token lease.Token
-	// Err is the loss for Lost and the release error for Released.
+	// Err is the loss for Lost, the release error for Released and the
+	// function's error for Failed.
 	Err error
+	// RestartIn is, for Failed, the pause before Run campaigns again; zero
+	// with Options.StopOnError.
+	RestartIn time.Duration
 }
 
 // A Service campaigns for one lease and runs a function while holding it.
@@ -117,9 +171,24 @@ type Service struct {
 
 	leader  atomic.Bool
 	running atomic.Bool
-	mu      sync.Mutex
-	handle  *lease.Handle
+
+	mu     sync.Mutex
+	handle *lease.Handle // the current term's, or nil
+	state  state
+	since  time.Time // when the current campaign attempt began
+	runErr error     // what Run returned, in state returned
 }
+
+// state is what Run is doing, for Check.
+type state int
+
+const (
+	idle        state = iota // Run has not been called
+	campaigning              // an Acquire call is in flight
+	holding                  // a term: the function runs, or its lease is being released
+	pausing                  // between terms
+	returned                 // Run returned
+)
 
 // New returns a Service that runs fn while client holds the lease on key
 // under policy. It validates its arguments; it does no I/O.
@@ -129,10 +198,17 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 		return nil, errors.New("leaseservice: nil Client")
 	case fn == nil:
 		return nil, errors.New("leaseservice: nil Func")
-	case o.Rest < 0:
-		return nil, fmt.Errorf("leaseservice: Rest (%v) must not be negative", o.Rest)
-	case o.ReleaseTimeout < 0:
-		return nil, fmt.Errorf("leaseservice: ReleaseTimeout (%v) must not be negative", o.ReleaseTimeout)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Rest", o.Rest}, {"RestartDelay", o.RestartDelay}, {"MaxRestartDelay", o.MaxRestartDelay}, {"ReleaseTimeout", o.ReleaseTimeout}, {"HealthGrace", o.HealthGrace}} {
+		if f.d < 0 {
+			return nil, fmt.Errorf("leaseservice: %s (%v) must not be negative", f.name, f.d)
+		}
+	}
+	if o.MaxRestartDelay != 0 && o.MaxRestartDelay < o.RestartDelay {
+		return nil, fmt.Errorf("leaseservice: MaxRestartDelay (%v) must not be less than RestartDelay (%v)", o.MaxRestartDelay, o.RestartDelay)
 	}
 	if err := lease.ValidateKey(key); err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
@@ -153,6 +229,15 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if o.ReleaseTimeout == 0 {
 		o.ReleaseTimeout = po.OperationTimeout
 	}
+	if o.RestartDelay == 0 {
+		o.RestartDelay = DefaultRestartDelay
+	}
+	if o.MaxRestartDelay == 0 {
+		o.MaxRestartDelay = max(DefaultMaxRestartDelay, o.RestartDelay)
+	}
+	if o.HealthGrace == 0 {
+		o.HealthGrace = po.TTL
+	}
 	return &Service{client: client, key: key, policy: campaign, fn: fn, o: o}, nil
 }
 
@@ -170,6 +255,9 @@ func Run(ctx context.Context, client *lease.Client, key string, policy lease.Pol
 // detected, and before the lease is released.
 func (s *Service) IsLeader() bool { return s.leader.Load() }
 
+// Key returns the service's lease key.
+func (s *Service) Key() string { return s.key }
+
 // Handle returns the current term's handle, or nil between terms.
 func (s *Service) Handle() *lease.Handle {
 	s.mu.Lock()
@@ -177,22 +265,26 @@ func (s *Service) Handle() *lease.Handle {
 	return s.handle
 }
 
-// Run campaigns and runs terms until ctx ends, the function returns an
-// error that is not caused by the lease's loss, or, with Options.Once, the
-// first term ends. A Service runs at most one Run at a time.
+// Run campaigns and runs terms until ctx ends; or, with
+// Options.StopOnError, until the function fails; or, with Options.Once,
+// until a term ends without the function failing. Without StopOnError a
+// failed function is run again after the restart delay (see Options).
+// A Service runs at most one Run at a time.
 //
 // Run returns only after the function has returned and the lease was
 // released (or the release attempted). It returns nil when ctx ended and
 // the last release succeeded; the release's error if it failed; the
-// function's error; or a campaign error that retrying cannot cure (an
-// error matching lease.ErrInvalidKey or lease.ErrInvalidPolicy). Other
-// campaign errors, such as an unreachable backend, are retried until ctx
-// ends.
-func (s *Service) Run(ctx context.Context) error {
+// function's error with StopOnError; or a campaign error that retrying
+// cannot cure (an error matching lease.ErrInvalidKey or
+// lease.ErrInvalidPolicy). Other campaign errors, such as an unreachable
+// backend, are retried until ctx ends.
+func (s *Service) Run(ctx context.Context) (err error) {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("leaseservice: Run is already running")
 	}
 	defer s.running.Store(false)
+	defer func() { s.set(returned, nil, err) }()
+	var b backoff
 	for {
 		h, err := s.campaign(ctx)
 		if err != nil {
@@ -201,28 +293,44 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		ferr, rerr := s.term(ctx, h)
+		ferr, restartIn, rerr := s.term(ctx, h, &b)
 		switch {
-		case ferr != nil:
+		case ferr != nil && s.o.StopOnError:
 			return errors.Join(ferr, rerr)
-		case ctx.Err() != nil || s.o.Once:
+		case ctx.Err() != nil, ferr == nil && s.o.Once:
 			return rerr
 		}
-		if s.o.Rest > 0 {
-			t := time.NewTimer(s.o.Rest)
+		pause := s.o.Rest
+		if ferr != nil {
+			pause = restartIn
+		}
+		s.set(pausing, nil, nil)
+		if pause > 0 {
+			t := s.client.Clock().NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return rerr
-			case <-t.C:
+			case <-t.C():
 			}
 		}
+	}
+}
+
+// set records what Run is doing, for Check.
+func (s *Service) set(st state, h *lease.Handle, runErr error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state, s.handle, s.runErr = st, h, runErr
+	if st == campaigning {
+		s.since = s.client.Clock().Now()
 	}
 }
 
 // campaign acquires the lease, retrying until ctx ends.
 func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
 	for {
+		s.set(campaigning, nil, nil)
 		h, err := s.client.Acquire(ctx, s.key, s.policy)
 		switch {
 		case err == nil:
@@ -237,9 +345,38 @@ func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
 	}
 }
 
+// backoff counts consecutive failed terms and says how long to pause.
+type backoff struct{ failures int }
+
+// next returns the pause after a term that failed after running for ran.
+func (b *backoff) next(o Options, ran time.Duration) time.Duration {
+	if ran >= o.MaxRestartDelay {
+		b.failures = 0
+	}
+	d := o.RestartDelay
+	for range b.failures {
+		if d >= o.MaxRestartDelay/2 {
+			d = o.MaxRestartDelay
+			break
+		}
+		d *= 2
+	}
+	d = min(d, o.MaxRestartDelay)
+	b.failures++
+	return d - rand.N(d/5+1) // up to 20% shorter
+}
+
 // term runs the function under h and releases h afterwards. It returns the
-// function's error (unless caused by loss or ctx) and the release's.
-func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr error) {
+// function's error (unless caused by loss or ctx) with the pause before
+// the next term, and the release's error.
+func (s *Service) term(ctx context.Context, h *lease.Handle, b *backoff) (fnErr error, restartIn time.Duration, releaseErr error) {
+	clock := s.client.Clock()
+	s.set(holding, h, nil)
+	defer s.set(holding, nil, nil)
+	releaseCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+	}
+
 	// Renew until the function has returned, also after ctx ended: the
 	// function may still be cleaning up under the lease. Its own context
 	// ends at the loss or when ctx ends, whichever comes first.
@@ -248,22 +385,20 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 		// The lease ended before the term began (the local deadline
 		// passed since the acquire): no term; free the key and campaign
 		// again.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+		rctx, rcancel := releaseCtx()
 		defer rcancel()
 		_ = h.Release(rctx)
-		return nil, nil
+		return nil, 0, nil
 	}
 	fctx, cancel := context.WithCancelCause(m.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	defer stop()
 
-	s.mu.Lock()
-	s.handle = h
-	s.mu.Unlock()
 	s.leader.Store(true)
 	s.notify(Transition{Kind: Elected, Key: s.key, Token: h.Token()})
 
+	began := clock.Now()
 	done := make(chan error, 1)
 	go func() {
 		done <- s.safeCall(fctx, h)
@@ -281,10 +416,18 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 	if fctx.Err() != nil {
 		err = nil // the function stopped because the lease was lost or ctx ended
 	}
+	if err != nil {
+		if !s.o.StopOnError {
+			restartIn = b.next(s.o, clock.Now().Sub(began))
+		}
+		s.notify(Transition{Kind: Failed, Key: s.key, Token: h.Token(), Err: err, RestartIn: restartIn})
+	} else {
+		b.failures = 0
+	}
 
 	// Release even after a loss: if the backend was only unreachable, it
 	// may still show this acquisition, and releasing frees the key sooner.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+	rctx, rcancel := releaseCtx()
 	defer rcancel()
 	releaseErr = h.Release(rctx)
 	_ = m.Stop(rctx)
@@ -295,13 +438,10 @@ func (s *Service) term(ctx context.Context, h *lease.Handle) (fnErr, releaseErr 
 			s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
 		}
 	}
-	s.mu.Lock()
-	s.handle = nil
-	s.mu.Unlock()
 	if !lost {
 		s.notify(Transition{Kind: Released, Key: s.key, Token: h.Token(), Err: releaseErr})
 	}
-	return err, releaseErr
+	return err, restartIn, releaseErr
 }
 
 func (s *Service) safeCall(ctx context.Context, h *lease.Handle) (err error) {

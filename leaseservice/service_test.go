@@ -233,11 +233,13 @@ func TestShutdownReportsReleaseError(t *testing.T) {
 	}
 }
 
-func TestFunctionErrorEndsRunAndReleases(t *testing.T) {
+// TestStopOnErrorReturnsFunctionErrors: with StopOnError, an error or a
+// panic of the function ends Run, after the release.
+func TestStopOnErrorReturnsFunctionErrors(t *testing.T) {
 	mem := leasememory.New(leasememory.Options{})
 	boom := errors.New("boom")
 	err := leaseservice.Run(context.Background(), client(t, mem, "svc"), "k", policy(t, time.Second),
-		func(ctx context.Context, h *lease.Handle) error { return boom }, leaseservice.Options{})
+		func(ctx context.Context, h *lease.Handle) error { return boom }, leaseservice.Options{StopOnError: true})
 	if !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want boom", err)
 	}
@@ -245,7 +247,7 @@ func TestFunctionErrorEndsRunAndReleases(t *testing.T) {
 		t.Fatal("lease not released after the function failed")
 	}
 	err = leaseservice.Run(context.Background(), client(t, mem, "svc"), "k", policy(t, time.Second),
-		func(ctx context.Context, h *lease.Handle) error { panic("kaboom") }, leaseservice.Options{})
+		func(ctx context.Context, h *lease.Handle) error { panic("kaboom") }, leaseservice.Options{StopOnError: true})
 	if fmt.Sprint(err) != `leaseservice: "k": function panicked: kaboom` {
 		t.Fatalf("Run with a panicking function = %v", err)
 	}
