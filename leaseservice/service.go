@@ -21,6 +21,25 @@
 // of them takes over within a round trip or two instead of at its next
 // retry.
 //
+// # Failures
+//
+// A function that returns an error (one that neither the lease's loss nor
+// Run's context caused) or panics has failed. By default the term ends,
+// the lease is released so that another replica can take over, and after
+// a pause that starts at DefaultRestartDelay (1s) and doubles with each
+// consecutive failure up to DefaultMaxRestartDelay (1m) Run campaigns and
+// runs the function again: a replica never stays up without its
+// singleton. Options.RestartDelay and MaxRestartDelay change the pauses;
+// Options.StopOnError makes Run return the error instead, for a
+// supervisor that restarts the process.
+//
+// # Health
+//
+// Service.Check is a func() error for health checks, and HealthHandler
+// serves such checks over HTTP, as client-go's leader-election healthz
+// adaptor does: unhealthy when Run is not campaigning, a campaign attempt
+// hangs, or the function keeps running past the lease's local deadline.
+//
 // # Fencing
 //
 // The function must return promptly when its context is cancelled. Even so,
