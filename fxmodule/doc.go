@@ -41,7 +41,12 @@
 // app's lifetime, on package leaseservice: exactly one replica runs it at a
 // time, and another takes over after it stops or loses the lease. With
 // [RunOptions].ShutdownOnLoss, a loss shuts the app down through
-// fx.Shutdowner with a non-zero exit code. [Leases.Acquire] hands out a
+// fx.Shutdowner with a non-zero exit code. A function that fails is
+// logged at Error and run again after a pause that grows from 1s to 1m
+// (leaseservice.Options in [RunOptions].Service change it), so it never
+// stays dead while the app runs; [RunOptions].ShutdownOnError shuts the
+// app down instead. [Leases.Check] is a func() error for health checks
+// (serve it with leaseservice.HealthHandler). [Leases.Acquire] hands out a
 // renewed [Lease] for work the application drives itself.
 //
 // # Shutdown

@@ -3,7 +3,10 @@ package fxmodule_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 	"go.uber.org/fx"
@@ -12,6 +15,7 @@ import (
 	leasefx "github.com/golib/lease/fxmodule"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leaseservice"
 )
 
 // TestLostLeaseShutsAppDown pauses a dedicated Valkey server past the TTL
@@ -83,9 +87,81 @@ func TestFailedFunctionShutsAppDown(t *testing.T) {
 	if sig.ExitCode != 1 {
 		t.Errorf("shutdown signal %+v, want exit code 1", sig)
 	}
-	lines := recorded.FilterMessage("lease service ended").All()
+	lines := recorded.FilterMessage("function under the lease failed").All()
 	if len(lines) != 1 || lines[0].ContextMap()["error"] != "boom" {
 		t.Errorf("lines %v, want one with error boom", lines)
 	}
 	requireFree(t, backend, leases.Key("singleton"))
+}
+
+// TestFailedFunctionRunsAgain: by default a function that fails is logged
+// and run again after a pause, never left dead while the app runs; Check
+// reports the service healthy meanwhile.
+func TestFailedFunctionRunsAgain(t *testing.T) {
+	cfg := leasefx.Config{Owner: "test/again", Backend: leasefx.Memory, Policy: testPolicy}
+	logger, recorded := logs()
+	var leases *leasefx.Leases
+	var calls atomic.Int32
+	running := make(chan struct{})
+	a := app(t, cfg, logger,
+		fx.Populate(&leases),
+		fx.Invoke(func(l *leasefx.Leases) error {
+			_, err := l.Go("singleton", func(ctx context.Context, h *lease.Handle) error {
+				if calls.Add(1) <= 2 {
+					return errors.New("boom")
+				}
+				close(running)
+				<-ctx.Done()
+				return nil
+			}, leasefx.RunOptions{Service: leaseservice.Options{RestartDelay: 10 * time.Millisecond}})
+			return err
+		}))
+	if err := leases.Check(); err == nil {
+		t.Error("Check before Start = nil, want the service not campaigning")
+	}
+	a.RequireStart()
+	within(t, running, "the third run")
+	if err := leases.Check(); err != nil {
+		t.Errorf("Check while the function runs = %v", err)
+	}
+	a.RequireStop()
+	lines := recorded.FilterMessage("function under the lease failed; running it again after a pause").FilterLevelExact(zapcore.ErrorLevel).All()
+	if len(lines) != 2 || lines[0].ContextMap()["error"] != "boom" {
+		t.Errorf("lines %v, want two with error boom", lines)
+	}
+	if err := leases.Check(); err == nil {
+		t.Error("Check after Stop = nil, want the service not campaigning")
+	}
+}
+
+// TestCheckReportsAStoppedService: with StopOnError, a failure ends the
+// campaign, and Check says which service and why.
+func TestCheckReportsAStoppedService(t *testing.T) {
+	cfg := leasefx.Config{Owner: "test/stopped", Backend: leasefx.Memory, Policy: testPolicy}
+	logger, _ := logs()
+	var leases *leasefx.Leases
+	var svc *leaseservice.Service
+	a := app(t, cfg, logger,
+		fx.Populate(&leases),
+		fx.Invoke(func(l *leasefx.Leases) (err error) {
+			svc, err = l.Go("singleton", func(ctx context.Context, h *lease.Handle) error {
+				return errors.New("boom")
+			}, leasefx.RunOptions{Service: leaseservice.Options{StopOnError: true}})
+			return err
+		}))
+	a.RequireStart()
+	defer a.RequireStop()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err := leases.Check(); err != nil {
+			want := fmt.Sprintf("leaseservice: %q: not campaigning: Run returned: boom", leases.Key("singleton"))
+			if err.Error() != want {
+				t.Fatalf("Check = %q, want %q", err, want)
+			}
+			if svc.Check() == nil {
+				t.Fatal("the service's own Check = nil")
+			}
+			return
+		}
+	}
+	t.Fatal("Check never reported the stopped service")
 }

@@ -14,14 +14,17 @@ import (
 )
 
 // RunOptions configure a function run with Leases.Go. The zero value runs
-// it under the default policy, term after term, for the app's lifetime.
+// it under the default policy, term after term, for the app's lifetime,
+// and runs it again after a pause when it fails (leaseservice.Options).
 type RunOptions struct {
 	// Policy, if not the zero Policy, replaces the default policy for this
 	// lease.
 	Policy lease.Policy
 
 	// Service is passed to leaseservice.New. A zero ReleaseTimeout means
-	// Config.ReleaseTimeout.
+	// Config.ReleaseTimeout. Its RestartDelay, MaxRestartDelay and
+	// StopOnError say what happens when the function fails; by default it
+	// is run again after a pause that grows from 1s to 1m.
 	Service leaseservice.Options
 
 	// ShutdownOnLoss shuts the app down through fx.Shutdowner, with exit
@@ -33,9 +36,11 @@ type RunOptions struct {
 	ShutdownOnLoss bool
 
 	// ShutdownOnError shuts the app down the same way when the function
-	// returns an error that is not caused by the lease's loss or the app's
-	// stop. Without it the error is logged and the function is not run
-	// again.
+	// fails: returns an error that is not caused by the lease's loss or
+	// the app's stop, or panics. Without it each failure is logged at
+	// Error and the function is run again after the restart delay of
+	// Service (unless Service.StopOnError is set, which stops campaigning
+	// for the lease: Leases.Check then reports the service).
 	ShutdownOnError bool
 
 	// ExitCode is the exit code of such a shutdown (fx.ExitCode). Default
@@ -192,8 +197,25 @@ func (s *service) call(ctx context.Context, h *lease.Handle) (err error) {
 }
 
 func (s *service) transition(t leaseservice.Transition) {
-	if t.Kind == leaseservice.Lost {
+	switch t.Kind {
+	case leaseservice.Lost:
 		s.lost(t.Err)
+	case leaseservice.Failed:
+		if s.o.ShutdownOnError {
+			s.l.log.Error("function under the lease failed",
+				zap.String("key", s.key), zap.Uint64("token", uint64(t.Token)), zap.Error(t.Err))
+			s.cancel(t.Err) // no further term
+			s.shutdown("the function under the lease failed")
+			return
+		}
+		if s.o.Service.StopOnError {
+			s.l.log.Error("function under the lease failed; it is not run again",
+				zap.String("key", s.key), zap.Uint64("token", uint64(t.Token)), zap.Error(t.Err))
+			return
+		}
+		s.l.log.Error("function under the lease failed; running it again after a pause",
+			zap.String("key", s.key), zap.Uint64("token", uint64(t.Token)), zap.Error(t.Err),
+			zap.Duration("restartIn", t.RestartIn))
 	}
 }
 
@@ -267,4 +289,27 @@ func (s *service) wait(ctx context.Context) error {
 		return fmt.Errorf("leasefx: %q: %w", s.key, err)
 	}
 	return nil
+}
+
+// Check reports, as leaseservice.Service.Check does for each, whether every
+// function registered with Go is campaigning or running under its
+// renewed lease: nil if all are (or none is registered), else an error
+// naming each that is not, such as one whose Run has returned
+// (RunOptions.Service.StopOnError after a failure), one not started yet
+// (before Start) or stopped (after Stop), or one whose function runs past
+// its lease's local deadline. It does no I/O and is safe for concurrent
+// use. Serve it with leaseservice.HealthHandler:
+//
+//	mux.Handle("/healthz", leaseservice.HealthHandler(leases.Check))
+func (l *Leases) Check() error {
+	l.mu.Lock()
+	services := l.services
+	l.mu.Unlock()
+	var errs []error
+	for _, s := range services {
+		if err := s.svc.Check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
