@@ -5,16 +5,22 @@
 //
 // # Locker
 //
-// A Locker is a gocron.Locker. Its Lock never blocks: it makes one attempt
-// to acquire the job's lease (bounded by the policy's OperationTimeout) and
-// fails at once if another replica holds it, so that gocron skips the run.
-// The lease is renewed while the job runs and released by Unlock, which
-// works with an already-cancelled context.
+// A Locker is a gocron.Locker, built in one call from the application's
+// lease.Client; zero Options are valid. gocron passes each job's name to
+// Lock, and the lease is named after it, so the name is written once, with
+// gocron.WithName:
 //
-//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{Policy: policy})
+//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{})
 //	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 //	_, err = s.NewJob(gocron.DurationJob(time.Minute),
-//		locker.Task("report", report), gocron.WithName("report"))
+//		locker.Task(report), gocron.WithName("report"))
+//
+// Lock never blocks: it makes one attempt to acquire the job's lease
+// (bounded by the policy's OperationTimeout) and fails at once if another
+// replica holds it, so that gocron skips the run. The lease is renewed
+// while the job runs and released by Unlock, which works with an
+// already-cancelled context. A plain gocron task works too; Task adds the
+// lease's context and token.
 //
 // # One run per slot
 //
@@ -47,7 +53,10 @@
 //
 // Locker.Task, Elector.Task and Locker.CronJob run a JobFunc: it gets a
 // context that is cancelled the moment the lease is lost (or the scheduler
-// stops the job), and a Run carrying the lease's fencing token. A lease
+// stops the job), and a Run carrying the lease's fencing token. A task of
+// Locker.Task finds its run's lease by the job context that gocron passes
+// both to Lock and to the job's function; if there is none (the job does
+// not use the Locker) it fails with ErrNoLock and does not run. A lease
 // does not stop a paused process from writing after it has expired: pass
 // the token to every write the job makes, so that the storage rejects a
 // stale one (see package fence).
@@ -56,7 +65,8 @@
 //
 // An Elector is a gocron.Elector: one replica campaigns for a lease with
 // package leaseservice and runs every job while it holds it. IsLeader
-// reads local state and does no I/O.
+// reads local state and does no I/O; Check is a health check in the shape
+// of leaseservice.Service.Check.
 //
 // # robfig/cron
 //

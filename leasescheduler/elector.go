@@ -89,14 +89,29 @@ func (e *Elector) IsLeader(context.Context) error {
 
 // Task returns a gocron.Task that runs fn while this replica leads, with a
 // context cancelled when leadership is lost and the leader's lease in the
-// Run. It fails with ErrNotLeader, without calling fn, on a replica that
+// Run (whose Job is empty: gocron does not tell an Elector the job's
+// name). It fails with ErrNotLeader, without calling fn, on a replica that
 // does not lead.
-func (e *Elector) Task(job string, fn JobFunc) gocron.Task {
-	return gocron.NewTask(func(ctx context.Context) error {
-		t := e.current()
-		if t == nil {
-			return fmt.Errorf("%w: job %q", ErrNotLeader, job)
-		}
-		return call(ctx, t.ctx, Run{Job: job, Lease: t.snap}, fn)
-	})
+func (e *Elector) Task(fn JobFunc) gocron.Task {
+	return gocron.NewTask(electorTask{e, fn}.run)
 }
+
+type electorTask struct {
+	e  *Elector
+	fn JobFunc
+}
+
+func (t electorTask) run(ctx context.Context) error {
+	term := t.e.current()
+	if term == nil {
+		return ErrNotLeader
+	}
+	return call(ctx, term.ctx, Run{Lease: term.snap}, t.fn)
+}
+
+// Check reports whether the Elector campaigns or leads as it should, as
+// leaseservice.Service.Check does: an error if Run is not running, a
+// campaign attempt hangs, or the leader's term goes on past its lease's
+// local deadline. A replica that waits for the leader is healthy. Serve it
+// with leaseservice.HealthHandler.
+func (e *Elector) Check() error { return e.svc.Check() }

@@ -35,6 +35,7 @@ func TestElectorRunsJobsOnTheLeaderOnly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	campaigns := make([]context.CancelFunc, 3)
+	var electors []*leasescheduler.Elector
 	for i := range 3 {
 		replica := fmt.Sprintf("replica-%d", i)
 		e, err := leasescheduler.NewElector(newClient(t, b, replica, nil), "jobs/leader", p, leasescheduler.ElectorOptions{})
@@ -44,6 +45,10 @@ func TestElectorRunsJobsOnTheLeaderOnly(t *testing.T) {
 		if err := e.IsLeader(ctx); !errors.Is(err, leasescheduler.ErrNotLeader) {
 			t.Fatalf("IsLeader before Run = %v, want ErrNotLeader", err)
 		}
+		if err := e.Check(); err == nil {
+			t.Fatal("Check before Run = nil, want the Elector not campaigning")
+		}
+		electors = append(electors, e)
 		cctx, stop := context.WithCancel(ctx)
 		campaigns[i] = stop
 		wg.Go(func() {
@@ -52,7 +57,7 @@ func TestElectorRunsJobsOnTheLeaderOnly(t *testing.T) {
 			}
 		})
 		s := newScheduler(t, gocron.WithDistributedElector(e))
-		_, err = s.NewJob(gocron.CronJob("* * * * * *", true), e.Task("tick", func(ctx context.Context, r leasescheduler.Run) error {
+		_, err = s.NewJob(gocron.CronJob("* * * * * *", true), e.Task(func(ctx context.Context, r leasescheduler.Run) error {
 			mu.Lock()
 			runs = append(runs, run{replica, r.Lease.Token, time.Now()})
 			mu.Unlock()
@@ -78,6 +83,11 @@ func TestElectorRunsJobsOnTheLeaderOnly(t *testing.T) {
 		return append([]run(nil), runs...)
 	}
 	before := waitRuns(3)
+	for i, e := range electors {
+		if err := e.Check(); err != nil {
+			t.Errorf("replica-%d: Check while campaigning or leading = %v", i, err)
+		}
+	}
 	if len(before) < 3 {
 		t.Fatalf("%d runs in the first seconds", len(before))
 	}

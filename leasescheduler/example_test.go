@@ -59,16 +59,11 @@ func ExampleLocker() {
 
 // A gocron scheduler that runs a job on one replica per five-minute slot,
 // with a context cancelled if the lease is lost and the token for fenced
-// writes.
+// writes. The job's name is written once: it names the lease too.
 func ExampleLocker_Task() {
 	var client *lease.Client // lease.NewClient on a Valkey or PostgreSQL backend
-	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
-	if err != nil {
-		log.Fatal(err)
-	}
 	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
-		Policy: policy,
-		Slots:  leasescheduler.Every(5 * time.Minute),
+		Slots: leasescheduler.Every(5 * time.Minute),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -78,11 +73,11 @@ func ExampleLocker_Task() {
 		log.Fatal(err)
 	}
 	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false),
-		locker.Task("report", func(ctx context.Context, run leasescheduler.Run) error {
+		locker.Task(func(ctx context.Context, run leasescheduler.Run) error {
 			// Write under run.Lease (its Token) with package fence.
 			return nil
 		}),
-		gocron.WithName("report")) // the name Lock is called with
+		gocron.WithName("report")) // the job's name, which Lock gets
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -137,7 +132,7 @@ func ExampleElector() {
 		log.Fatal(err)
 	}
 	_, err = s.NewJob(gocron.DurationJob(time.Minute),
-		elector.Task("sync", func(ctx context.Context, run leasescheduler.Run) error {
+		elector.Task(func(ctx context.Context, run leasescheduler.Run) error {
 			// Runs on the leader only; ctx ends if leadership is lost.
 			return nil
 		}))

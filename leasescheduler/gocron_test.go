@@ -105,7 +105,7 @@ func startReplicas(t *testing.T, n int, backend func(i int) lease.Backend, slots
 		replica := fmt.Sprintf("replica-%d", i)
 		l := newLocker(t, newClient(t, backend(i), replica, nil), leasescheduler.Options{Policy: p, Slots: slots})
 		s := newScheduler(t, gocron.WithDistributedLocker(l))
-		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task("tick", g.job(replica)), gocron.WithName("tick")); err != nil {
+		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task(g.job(replica)), gocron.WithName("tick")); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, s)
@@ -186,7 +186,7 @@ func TestWithoutSlotsAFastJobRunsMoreThanOnce(t *testing.T) {
 		replica := fmt.Sprintf("replica-%d", i)
 		l := newLocker(t, newClient(t, b, replica, nil), leasescheduler.Options{Policy: p})
 		s := newScheduler(t, gocron.WithDistributedLocker(l))
-		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task("tick", job(replica)), gocron.WithName("tick")); err != nil {
+		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task(job(replica)), gocron.WithName("tick")); err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)
@@ -220,7 +220,7 @@ func TestLongJobKeepsItsLease(t *testing.T) {
 			}
 			done := make(chan outcome, 1)
 			_, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
-				l.Task("long", func(ctx context.Context, run leasescheduler.Run) error {
+				l.Task(func(ctx context.Context, run leasescheduler.Run) error {
 					var o outcome
 					o.token = run.Lease.Token
 					select {
@@ -280,7 +280,7 @@ func TestStoppedInstanceLetsAnotherTakeTheNextSlot(t *testing.T) {
 			cause := make(chan error, 1)
 			var once sync.Once
 			record := g.job("a")
-			_, err := sa.NewJob(gocron.CronJob("* * * * * *", true), la.Task("tick", func(ctx context.Context, run leasescheduler.Run) error {
+			_, err := sa.NewJob(gocron.CronJob("* * * * * *", true), la.Task(func(ctx context.Context, run leasescheduler.Run) error {
 				first := false
 				once.Do(func() { first = true })
 				if err := record(ctx, run); err != nil || !first {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +20,19 @@ import (
 // empty.
 const DefaultPrefix = "jobs/"
 
-// Options configure a Locker.
+// DefaultTTL is the TTL of a run's lease when Options.Policy is the zero
+// Policy.
+const DefaultTTL = 30 * time.Second
+
+// Options configure a Locker. The zero value is valid: runs hold a lease
+// of DefaultTTL under DefaultPrefix, and a job only never runs on two
+// replicas at once (set Slots for once per scheduled time).
 type Options struct {
 	// Policy is the policy of each run's lease: its TTL bounds how long a
 	// crashed replica keeps a job from running elsewhere, and its
 	// OperationTimeout bounds Lock. Only TTL-related fields matter: Lock
-	// never waits, whatever Wait says. Required.
+	// never waits, whatever Wait says. Default lease.NewPolicy with a TTL
+	// of DefaultTTL and the other fields at their defaults.
 	Policy lease.Policy
 
 	// Prefix starts every lease key: a run's lease is Prefix + "run/" +
@@ -44,13 +54,16 @@ type Options struct {
 
 // A Locker takes a lease for each run of a scheduled job, so that a job
 // runs on one replica at a time, and with Options.Slots once per slot. It
-// implements gocron.Locker. Its methods are safe for concurrent use.
+// implements gocron.Locker: pass it to gocron.WithDistributedLocker (every
+// job of the scheduler) or gocron.WithDistributedJobLocker (one job). The
+// lease is named after the job's gocron name, which gocron passes to Lock.
+// Its methods are safe for concurrent use.
 type Locker struct {
 	client *lease.Client
 	o      Options
 
 	mu   sync.Mutex
-	held map[string]*Lock // by job, while locked
+	held map[context.Context][]*Lock // by the job context gocron passed to Lock, while locked
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -62,7 +75,11 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 		return nil, errors.New("leasescheduler: nil Client")
 	}
 	if o.Policy.TTL() == 0 {
-		return nil, fmt.Errorf("leasescheduler: %w: Options.Policy is the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
+		p, err := lease.NewPolicy(lease.PolicyOptions{TTL: DefaultTTL})
+		if err != nil {
+			return nil, fmt.Errorf("leasescheduler: default policy: %w", err)
+		}
+		o.Policy = p
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -73,7 +90,7 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 	if o.Clock == nil {
 		o.Clock = client.Clock()
 	}
-	return &Locker{client: client, o: o, held: make(map[string]*Lock)}, nil
+	return &Locker{client: client, o: o, held: make(map[context.Context][]*Lock)}, nil
 }
 
 // RunKey returns the key of the lease that a run of job holds.
@@ -95,11 +112,26 @@ func (l *Locker) SlotKey(job string, s Slot) string {
 // replica that got it tries for the run's lease.
 //
 // The error matches lease.ErrNotAcquired when another replica runs the job
-// or has taken the slot; gocron then skips the run.
+// or has taken the slot; gocron then skips the run. It matches
+// ErrUnnamedJob, without any I/O, for a job of Task that was given no
+// name with gocron.WithName.
+//
+// The Lock is remembered under ctx, the job's context that gocron passes
+// to both Lock and the job's function, until Unlock: that is how a task of
+// Task finds the lease of its run.
 func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	if strings.HasPrefix(job, pkgPath+".") {
+		return nil, fmt.Errorf("%w: %q", ErrUnnamedJob, job)
+	}
 	k, err := l.lock(ctx, job)
 	if err != nil {
 		return nil, err
+	}
+	if comparableContext(ctx) {
+		k.key = ctx
+		l.mu.Lock()
+		l.held[ctx] = append(l.held[ctx], k)
+		l.mu.Unlock()
 	}
 	return k, nil
 }
@@ -121,7 +153,6 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("leasescheduler: job %q, %v: the slot is ours, but the run's lease is not: %w", job, k.slot, err)
 	}
-	k.h = h
 	// Renew until Unlock, whatever happens to the scheduler's context.
 	m, err := h.StartManaged(context.WithoutCancel(ctx))
 	if err != nil {
@@ -131,10 +162,7 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 		_ = h.Release(rctx)
 		return nil, fmt.Errorf("leasescheduler: job %q: %w", job, err)
 	}
-	k.m = m
-	l.mu.Lock()
-	l.held[job] = k
-	l.mu.Unlock()
+	k.h, k.m = h, m
 	return k, nil
 }
 
@@ -162,17 +190,51 @@ func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	return nil
 }
 
-// holding returns the Lock of job's current run, or nil.
-func (l *Locker) holding(job string) *Lock {
+// holding returns the Lock that Lock took under the job context ctx, or
+// an error matching ErrNoLock if there is none or more than one.
+func (l *Locker) holding(ctx context.Context) (*Lock, error) {
+	if !comparableContext(ctx) {
+		return nil, fmt.Errorf("%w: the task's context is not the one gocron locked", ErrNoLock)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held[job]
+	switch ks := l.held[ctx]; len(ks) {
+	case 0:
+		return nil, fmt.Errorf("%w: no lease was taken for this run; is the Locker the scheduler's (gocron.WithDistributedLocker) or the job's (gocron.WithDistributedJobLocker)?", ErrNoLock)
+	case 1:
+		return ks[0], nil
+	default:
+		return nil, fmt.Errorf("%w: %d leases were taken under this run's context", ErrNoLock, len(ks))
+	}
+}
+
+// comparableContext reports whether ctx can be a map key. gocron's job
+// contexts (from context.WithCancel) can.
+func comparableContext(ctx context.Context) bool {
+	t := reflect.TypeOf(ctx)
+	return t != nil && t.Comparable()
+}
+
+// forget drops k from the Locks remembered under its context.
+func (l *Locker) forget(k *Lock) {
+	if k.key == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ks := slices.DeleteFunc(l.held[k.key], func(x *Lock) bool { return x == k })
+	if len(ks) == 0 {
+		delete(l.held, k.key)
+	} else {
+		l.held[k.key] = ks
+	}
 }
 
 // A Lock is the lease of one run of a job, renewed until Unlock. It
 // implements gocron.Lock.
 type Lock struct {
 	l    *Locker
+	key  context.Context // what Lock remembered it under, or nil
 	job  string
 	slot Slot
 	h    *lease.Handle
@@ -203,11 +265,7 @@ func (k *Lock) Run() Run { return Run{Job: k.job, Lease: k.h.Snapshot(), Slot: k
 func (k *Lock) Unlock(ctx context.Context) error {
 	k.once.Do(func() {
 		l := k.l
-		l.mu.Lock()
-		if l.held[k.job] == k {
-			delete(l.held, k.job)
-		}
-		l.mu.Unlock()
+		l.forget(k)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.Policy.Options().OperationTimeout)
 		defer cancel()
 		k.err = k.h.Release(rctx)

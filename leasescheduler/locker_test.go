@@ -190,15 +190,30 @@ func TestTaskGetsTheLeaseAndLosesIt(t *testing.T) {
 func TestNewLockerValidates(t *testing.T) {
 	c := newClient(t, leasememory.New(leasememory.Options{}), "a", nil)
 	p := newPolicy(t, lease.PolicyOptions{TTL: time.Second})
-	for name, o := range map[string]leasescheduler.Options{
-		"zero policy":     {},
-		"control in name": {Policy: p, Prefix: "jobs\n"},
-	} {
-		if _, err := leasescheduler.NewLocker(c, o); err == nil {
-			t.Errorf("%s: NewLocker succeeded", name)
-		}
+	if _, err := leasescheduler.NewLocker(c, leasescheduler.Options{Policy: p, Prefix: "jobs\n"}); err == nil {
+		t.Error("control character in Prefix: NewLocker succeeded")
 	}
 	if _, err := leasescheduler.NewLocker(nil, leasescheduler.Options{Policy: p}); err == nil {
 		t.Error("nil client: NewLocker succeeded")
+	}
+}
+
+// TestZeroOptionsLocker: a Locker from zero Options holds each run's lease
+// for DefaultTTL under DefaultPrefix.
+func TestZeroOptionsLocker(t *testing.T) {
+	b := leasememory.New(leasememory.Options{})
+	l := newLocker(t, newClient(t, b, "a", nil), leasescheduler.Options{})
+	ctx := context.Background()
+	k, err := l.Lock(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Unlock(ctx)
+	if key := l.RunKey("report"); key != leasescheduler.DefaultPrefix+"run/report" {
+		t.Fatalf("RunKey = %q", key)
+	}
+	r, err := b.Inspect(ctx, l.RunKey("report"))
+	if err != nil || !r.Held || r.Remaining > leasescheduler.DefaultTTL || r.Remaining < leasescheduler.DefaultTTL-5*time.Second {
+		t.Fatalf("the run's lease: %+v, %v; want held for about %v", r, err, leasescheduler.DefaultTTL)
 	}
 }

@@ -1,7 +1,8 @@
 // Command scheduler runs a gocron job on several replicas with package
 // leasescheduler: every scheduled slot runs exactly once, on whichever
 // replica takes the slot's lease first, even though every replica's timer
-// fires within milliseconds of the others.
+// fires within milliseconds of the others. Each run makes one fenced write
+// with package fence, under the run's lease.
 //
 //	go run ./examples/scheduler                                  # three replicas, memory backend
 //	go run ./examples/scheduler -valkey 127.0.0.1:6379           # each replica its own connection
@@ -23,8 +24,14 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/exampleenv"
+	leasememory "github.com/golib/lease/backends/memory"
+	leasepostgres "github.com/golib/lease/backends/postgres"
+	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 )
@@ -60,10 +67,7 @@ func main() {
 
 // run runs cfg.replicas schedulers until ctx ends.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	// Each replica gets a lease backend on a connection of its own and a
-	// fenced counter to write to (package exampleenv).
-	backend := exampleenv.Options{ValkeyAddr: cfg.valkeyAddr, PostgresURL: cfg.postgresURL, Prefix: "example:scheduler:"}
-	open, err := exampleenv.Dial(ctx, backend)
+	open, where, err := backend(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -75,25 +79,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer mu.Unlock()
 		fmt.Fprintf(out, "[%6.3fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	say("%d replica(s) on %s, a job every second", cfg.replicas, backend.Describe())
+	say("%d replica(s) on %s, a job every second", cfg.replicas, where)
 	var schedulers []gocron.Scheduler
-	var envs []*exampleenv.Replica
+	var closers []func()
 	defer func() {
 		for _, s := range schedulers {
 			_ = s.Shutdown() // waits for running jobs, which release their leases
 		}
-		for _, env := range envs {
-			env.Close()
+		for _, c := range closers {
+			c()
 		}
 	}()
 	for i := range cfg.replicas {
-		env, err := open()
+		r, err := open()
 		if err != nil {
 			return err
 		}
-		envs = append(envs, env)
+		closers = append(closers, r.close)
 		owner := fmt.Sprintf("scheduler-example/%s/%d", host, i+1)
-		s, err := newScheduler(env, owner, say)
+		client, err := lease.NewClient(r.backend, lease.ClientOptions{Owner: owner})
+		if err != nil {
+			return err
+		}
+		s, err := newScheduler(client, report(r.write, owner, say))
 		if err != nil {
 			return err
 		}
@@ -106,20 +114,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-// newScheduler returns a gocron scheduler whose job "report" runs at most
-// once per one-second slot across every replica.
-func newScheduler(env *exampleenv.Replica, owner string, say func(string, ...any)) (gocron.Scheduler, error) {
-	client, err := lease.NewClient(env.Backend, lease.ClientOptions{Owner: owner})
-	if err != nil {
-		return nil, err
-	}
-	// docs:begin locker
-	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
-	if err != nil {
-		return nil, err
-	}
+// docs:begin scheduler
+
+// newScheduler returns a gocron scheduler whose job "report" runs once per
+// one-second slot across every replica whose client shares the backend.
+func newScheduler(client *lease.Client, report leasescheduler.JobFunc) (gocron.Scheduler, error) {
 	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
-		Policy: policy,
 		// One run per slot: the job runs every second, on the second.
 		Slots: leasescheduler.Every(time.Second),
 	})
@@ -131,15 +131,10 @@ func newScheduler(env *exampleenv.Replica, owner string, say func(string, ...any
 		return nil, err
 	}
 	_, err = s.NewJob(
-		gocron.CronJob("* * * * * *", true), // every second
-		locker.Task("report", func(ctx context.Context, run leasescheduler.Run) error {
-			// ctx is cancelled if the lease is lost; fence every write
-			// with run.Lease.
-			return report(ctx, env, run, owner, say)
-		}),
-		gocron.WithName("report"), // the name Lock is called with
+		gocron.CronJob("* * * * * *", true), // every second, on the second
+		locker.Task(report),                 // report gets the run's lease
+		gocron.WithName("report"),           // names the job and its lease: written once
 	)
-	// docs:end locker
 	if err != nil {
 		_ = s.Shutdown()
 		return nil, err
@@ -147,12 +142,134 @@ func newScheduler(env *exampleenv.Replica, owner string, say func(string, ...any
 	return s, nil
 }
 
-// report makes the job's one fenced write.
-func report(ctx context.Context, env *exampleenv.Replica, run leasescheduler.Run, owner string, say func(string, ...any)) error {
-	if err := env.Add(ctx, run.Lease); err != nil {
-		say("%s: slot %s: %v", owner, run.Slot.Start.Format("15:04:05"), err)
-		return errors.Join(errors.New("fenced write failed"), err)
+// docs:end scheduler
+
+// docs:begin report
+
+// report returns the job: one fenced write under the run's lease. ctx is
+// cancelled if the lease is lost; the fence refuses a write whose token
+// is older than one it has accepted, so a paused replica that wakes up
+// after its lease expired cannot write over a newer run.
+func report(write func(context.Context, lease.Snapshot) error, owner string, say func(string, ...any)) leasescheduler.JobFunc {
+	return func(ctx context.Context, run leasescheduler.Run) error {
+		if err := write(ctx, run.Lease); err != nil {
+			say("%s: slot %s: %v", owner, run.Slot.Start.Format("15:04:05"), err)
+			return errors.Join(errors.New("fenced write failed"), err)
+		}
+		say("%s ran %s for slot %s with token %d", owner, run.Job, run.Slot.Start.Format("15:04:05"), run.Lease.Token)
+		return nil
 	}
-	say("%s ran slot %s with token %d", owner, run.Slot.Start.Format("15:04:05"), run.Lease.Token)
-	return nil
 }
+
+// docs:end report
+
+// A replica is what one replica needs: a lease backend on its own
+// connection, and the job's fenced write.
+type replica struct {
+	backend lease.Backend
+	write   func(context.Context, lease.Snapshot) error
+	close   func()
+}
+
+// backend returns a function that opens one replica on the backend cfg
+// names (Valkey, PostgreSQL, or memory shared by this process's replicas)
+// and a description of it.
+func backend(ctx context.Context, cfg config) (func() (*replica, error), string, error) {
+	switch {
+	case cfg.valkeyAddr != "":
+		return func() (*replica, error) { return openValkey(cfg.valkeyAddr) }, "Valkey at " + cfg.valkeyAddr, nil
+	case cfg.postgresURL != "":
+		if err := migrate(ctx, cfg.postgresURL); err != nil {
+			return nil, "", err
+		}
+		return func() (*replica, error) { return openPostgres(ctx, cfg.postgresURL) }, "PostgreSQL", nil
+	}
+	store := leasememory.New(leasememory.Options{})
+	var fences fence.Memory
+	return func() (*replica, error) {
+		return &replica{
+			backend: store,
+			write: func(_ context.Context, snap lease.Snapshot) error {
+				return fences.Do(snap, []string{"report"}, func() error { return nil })
+			},
+			close: func() {},
+		}, nil
+	}, "the memory backend (replicas of one process)", nil
+}
+
+// docs:begin valkey
+
+// openValkey opens a replica on Valkey: leases and fences on the
+// application's own client, and a counter incremented by a fenced INCRBY.
+func openValkey(addr string) (*replica, error) {
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	store, err := leasevalkey.New(client, leasevalkey.Options{Prefix: "example:scheduler:lease:"})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: "example:scheduler:fence:"})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &replica{
+		backend: store,
+		write: func(ctx context.Context, snap lease.Snapshot) error {
+			_, err := fences.Do(ctx, snap, "report", fence.IncrBy("example:scheduler:{report}:runs", 1))
+			return err
+		},
+		close: client.Close,
+	}, nil
+}
+
+// docs:end valkey
+
+// docs:begin postgres
+
+// migrate creates the lease and fence tables and the example's own table.
+func migrate(ctx context.Context, url string) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
+		return err
+	}
+	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS scheduler_example_runs (job text PRIMARY KEY, runs bigint NOT NULL)`)
+	return err
+}
+
+// openPostgres opens a replica on PostgreSQL: leases on the application's
+// own pool, and a row updated in a transaction that checks the fence.
+func openPostgres(ctx context.Context, url string) (*replica, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	store, err := leasepostgres.New(pool, leasepostgres.Options{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &replica{
+		backend: store,
+		write: func(ctx context.Context, snap lease.Snapshot) error {
+			return fence.Tx(ctx, pool, snap, []string{"report"}, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO scheduler_example_runs (job, runs) VALUES ('report', 1)
+					ON CONFLICT (job) DO UPDATE SET runs = scheduler_example_runs.runs + 1`)
+				return err
+			})
+		},
+		close: func() { _ = store.Close(); pool.Close() },
+	}, nil
+}
+
+// docs:end postgres

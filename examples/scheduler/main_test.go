@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 			got := out.String()
 			t.Log("\n" + got)
 			runs := map[string]int{}
-			for _, m := range regexp.MustCompile(`ran slot (\S+) with token`).FindAllStringSubmatch(got, -1) {
+			for _, m := range regexp.MustCompile(`ran report for slot (\S+) with token`).FindAllStringSubmatch(got, -1) {
 				runs[m[1]]++
 			}
 			if len(runs) < 2 {
