@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -13,6 +14,7 @@ import (
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
+	"github.com/golib/lease/leaseservice"
 	"github.com/golib/lease/leasetest"
 )
 
@@ -141,4 +143,7 @@ func ExampleElector() {
 		log.Fatal(err)
 	}
 	s.Start()
+	// docs:begin elector-health
+	http.Handle("/healthz", leaseservice.HealthHandler(elector.Check))
+	// docs:end elector-health
 }

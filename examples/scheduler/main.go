@@ -115,7 +115,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // docs:begin scheduler
-
 // newScheduler returns a gocron scheduler whose job "report" runs once per
 // one-second slot across every replica whose client shares the backend.
 func newScheduler(client *lease.Client, report leasescheduler.JobFunc) (gocron.Scheduler, error) {
@@ -145,7 +144,6 @@ func newScheduler(client *lease.Client, report leasescheduler.JobFunc) (gocron.S
 // docs:end scheduler
 
 // docs:begin report
-
 // report returns the job: one fenced write under the run's lease. ctx is
 // cancelled if the lease is lost; the fence refuses a write whose token
 // is older than one it has accepted, so a paused replica that wakes up
@@ -198,7 +196,6 @@ func backend(ctx context.Context, cfg config) (func() (*replica, error), string,
 }
 
 // docs:begin valkey
-
 // openValkey opens a replica on Valkey: leases and fences on the
 // application's own client, and a counter incremented by a fenced INCRBY.
 func openValkey(addr string) (*replica, error) {
@@ -229,7 +226,6 @@ func openValkey(addr string) (*replica, error) {
 // docs:end valkey
 
 // docs:begin postgres
-
 // migrate creates the lease and fence tables and the example's own table.
 func migrate(ctx context.Context, url string) error {
 	pool, err := pgxpool.New(ctx, url)
