@@ -200,7 +200,7 @@ func (l *Locker) holding(ctx context.Context) (*Lock, error) {
 	defer l.mu.Unlock()
 	switch ks := l.held[ctx]; len(ks) {
 	case 0:
-		return nil, fmt.Errorf("%w: no lease was taken for this run; is the Locker the scheduler's (gocron.WithDistributedLocker) or the job's (gocron.WithDistributedJobLocker)?", ErrNoLock)
+		return nil, fmt.Errorf("%w: this Locker took no lease for the run; give it to gocron.WithDistributedLocker or gocron.WithDistributedJobLocker", ErrNoLock)
 	case 1:
 		return ks[0], nil
 	default:

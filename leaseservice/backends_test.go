@@ -496,7 +496,7 @@ func TestFailedLeaderHandsOverAndRunsAgain(t *testing.T) {
 						return errors.New("disk full")
 					}
 					return work(ctx, h)
-				}, leaseservice.Options{RestartDelay: 3 * time.Second, OnTransition: observe("a")})
+				}, leaseservice.Options{RestartDelay: 5 * time.Second, OnTransition: observe("a")})
 			if err != nil {
 				t.Fatal(err)
 			}
