@@ -20,4 +20,8 @@
 //			NewBackend: func(t *testing.T) lease.Backend { return newMyBackend(t) },
 //		})
 //	}
+//
+// Optional capabilities (lease.ReleaseWatcher, lease.Lister,
+// lease.ForceReleaser) have cases of their own, which a backend that lacks
+// the capability skips.
 package leasetest

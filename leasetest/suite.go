@@ -72,6 +72,7 @@ func cases() []testCase {
 	all = append(all, expiryCases()...)
 	all = append(all, watchCases()...)
 	all = append(all, managedCases()...)
+	all = append(all, adminCases()...)
 	return all
 }
 

@@ -50,6 +50,8 @@ func New(o Options) *Store {
 var (
 	_ lease.Backend        = (*Store)(nil)
 	_ lease.ReleaseWatcher = (*Store)(nil)
+	_ lease.Lister         = (*Store)(nil)
+	_ lease.ForceReleaser  = (*Store)(nil)
 )
 
 // live returns the record of key if it is held and not expired at now.
@@ -131,13 +133,18 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 		return err
 	}
 	r.held = false
-	for ch := range s.watchers[a.Key] {
+	s.notify(a.Key)
+	return nil
+}
+
+// notify wakes the watchers of key. s.mu must be held.
+func (s *Store) notify(key string) {
+	for ch := range s.watchers[key] {
 		select {
 		case ch <- struct{}{}:
 		default: // a wake-up is already pending
 		}
 	}
-	return nil
 }
 
 // WatchReleases implements lease.ReleaseWatcher: the channel receives a
