@@ -1,0 +1,226 @@
+package valkey
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/lease"
+)
+
+var (
+	_ lease.Lister        = (*Store)(nil)
+	_ lease.ForceReleaser = (*Store)(nil)
+)
+
+//go:embed lua/forcerelease.lua
+var forceReleaseLua string
+
+// forceReleaseScript is not retryable, like the other mutating scripts.
+var forceReleaseScript = valkey.NewLuaScript(forceReleaseLua, valkey.WithLoadSHA1(true))
+
+// Outcomes of forcerelease.lua besides outcomeDone, outcomeExpired and
+// outcomeSuperseded.
+const outcomeNotHeld = 0
+
+// recordPrefix returns what the names of the records of every key that
+// starts with keyPrefix start with, and nothing else does: the record
+// encoding escapes each byte on its own, so the record name of keyPrefix
+// without its closing brace.
+func recordPrefix(prefix, keyPrefix string) string {
+	return strings.TrimSuffix(recordKey(prefix, keyPrefix), "}")
+}
+
+var recordUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// parseRecordKey returns the lease key whose record is named name, or false
+// if name is not the record of any key under prefix (another program's
+// key, a fence, a cache entry in the same hash slot).
+func parseRecordKey(prefix, name string) (string, bool) {
+	inner, ok := strings.CutPrefix(name, prefix+"{")
+	if !ok {
+		return "", false
+	}
+	inner, ok = strings.CutSuffix(inner, "}")
+	if !ok {
+		return "", false
+	}
+	key := recordUnescaper.Replace(inner)
+	if recordKey(prefix, key) != name || lease.ValidateKey(key) != nil {
+		return "", false
+	}
+	return key, true
+}
+
+// globEscaper quotes the bytes that are special in a SCAN MATCH pattern.
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+
+// List implements lease.Lister with SCAN (never KEYS) on every primary
+// behind the client, one primary after the other: on a cluster, every
+// primary the client knows; standalone or with a sentinel, the one
+// primary. A page is one SCAN call, with COUNT limit and MATCH on the
+// records' names, on one primary, followed by one Inspect of each record
+// found, pipelined. Pages may be empty.
+//
+// The cursor names the primary and its SCAN cursor. If that primary is no
+// longer one when the next page is asked for (a failover, a resharding),
+// List fails and the listing must start again; SCAN's own rule (every key
+// present throughout is returned) holds only within one primary's slots.
+// Replicas are never scanned. The user needs the SCAN and ROLE commands
+// besides those the package documentation lists.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]lease.Record, string, error) {
+	const op = "list"
+	if limit < 1 {
+		return nil, "", fmt.Errorf("leasevalkey: %s: limit %d is not positive", op, limit)
+	}
+	if ctx.Err() != nil {
+		return nil, "", beforeSend(ctx, op)
+	}
+	primaries, err := s.primaries(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(primaries) == 0 {
+		return nil, "", fmt.Errorf("leasevalkey: %s: the client knows no primary", op)
+	}
+	addr, scan := primaries[0], uint64(0)
+	if cursor != "" {
+		n, a, ok := strings.Cut(cursor, "@")
+		u, err := strconv.ParseUint(n, 10, 64)
+		if !ok || err != nil {
+			return nil, "", fmt.Errorf("leasevalkey: %s: cursor %q is not one List returned", op, cursor)
+		}
+		if !slices.Contains(primaries, a) {
+			return nil, "", fmt.Errorf("leasevalkey: %s: cursor names %s, which is no longer a primary (failover or resharding); start the listing again", op, a)
+		}
+		addr, scan = a, u
+	}
+	node := s.client.Nodes()[addr]
+	if node == nil {
+		return nil, "", fmt.Errorf("leasevalkey: %s: the client no longer knows node %s; start the listing again", op, addr)
+	}
+	pattern := globEscaper.Replace(recordPrefix(s.prefix, prefix)) + "*}"
+	entry, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(pattern).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
+	if err != nil {
+		return nil, "", classify(op+" (SCAN on "+addr+")", err)
+	}
+	next := ""
+	switch i := slices.Index(primaries, addr); {
+	case entry.Cursor != 0:
+		next = strconv.FormatUint(entry.Cursor, 10) + "@" + addr
+	case i+1 < len(primaries):
+		next = "0@" + primaries[i+1]
+	}
+	var keys []string
+	for _, name := range entry.Elements {
+		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, prefix) && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, next, nil
+	}
+	execs := make([]valkey.LuaExec, len(keys))
+	for i, k := range keys {
+		execs[i] = valkey.LuaExec{Keys: []string{recordKey(s.prefix, k)}}
+	}
+	recs := make([]lease.Record, 0, len(keys))
+	for i, res := range inspectScript.ExecMulti(ctx, s.client, execs...) {
+		rec, err := inspectReply(keys[i], res)
+		if err != nil {
+			return nil, "", err
+		}
+		if rec.Held || rec.Token != 0 { // the record may be gone since SCAN
+			recs = append(recs, rec)
+		}
+	}
+	return recs, next, nil
+}
+
+// primaries returns the addresses of the primaries behind the client,
+// sorted, asking each node the client knows for its ROLE.
+func (s *Store) primaries(ctx context.Context) ([]string, error) {
+	var out []string
+	for addr, c := range s.client.Nodes() {
+		vals, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+		if err != nil {
+			return nil, classify("list (ROLE on "+addr+")", err)
+		}
+		if len(vals) > 0 {
+			if role, _ := vals[0].ToString(); role == "master" {
+				out = append(out, addr)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// inspectReply reads the reply of inspect.lua for key.
+func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
+	const op = "inspect"
+	vals, err := res.ToArray()
+	if err != nil {
+		return lease.Record{}, classify(op, err)
+	}
+	if len(vals) != 3 {
+		return lease.Record{}, fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals))
+	}
+	rec := lease.Record{Key: key}
+	if tok, err := vals[0].AsInt64(); err == nil {
+		rec.Token = lease.Token(tok)
+	}
+	if owner, err := vals[1].ToString(); err == nil {
+		left, _ := vals[2].AsInt64()
+		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(left)*time.Microsecond
+	}
+	return rec, nil
+}
+
+// ForceRelease implements lease.ForceReleaser in one script
+// (lua/forcerelease.lua) that sets the record's expiry to 0, as Release
+// does, and announces the release to waiters.
+func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
+	const op = "force release"
+	if err := validate(op, key); err != nil {
+		return lease.Record{}, err
+	}
+	if ctx.Err() != nil {
+		return lease.Record{}, beforeSend(ctx, op)
+	}
+	rec := recordKey(s.prefix, key)
+	vals, err := forceReleaseScript.Exec(ctx, s.client, []string{rec}, []string{token.String(), releaseChannel(rec)}).ToArray()
+	if err != nil {
+		return lease.Record{}, classify(op, err)
+	}
+	if len(vals) != 4 {
+		return lease.Record{}, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals)))
+	}
+	outcome, err := vals[0].AsInt64()
+	if err != nil {
+		return lease.Record{}, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply: %w", op, err))
+	}
+	prev := lease.Record{Key: key}
+	if tok, err := vals[1].AsInt64(); err == nil {
+		prev.Token = lease.Token(tok)
+	}
+	if owner, err := vals[2].ToString(); err == nil {
+		left, _ := vals[3].AsInt64()
+		prev.Held, prev.Owner, prev.Remaining = true, owner, time.Duration(left)*time.Microsecond
+	}
+	switch outcome {
+	case outcomeDone, outcomeNotHeld:
+		return prev, nil
+	case outcomeExpired:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Expired}
+	case outcomeSuperseded:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
+	}
+	return prev, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected outcome %d", op, outcome))
+}

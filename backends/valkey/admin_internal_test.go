@@ -1,0 +1,39 @@
+package valkey
+
+import (
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/golib/lease/lease"
+)
+
+// TestRecordPrefixAndParse checks, for arbitrary keys, that List's view of
+// the record names agrees with recordKey: a record name parses back to its
+// key, names that are not records do not parse, and the records of the
+// keys with a given prefix are exactly the names with recordPrefix.
+func TestRecordPrefixAndParse(t *testing.T) {
+	keyGen := rapid.OneOf(
+		rapid.StringMatching(`[a{}%7DB* ]{1,12}`),
+		rapid.StringN(1, 64, lease.MaxKeyLen),
+	).Filter(func(k string) bool { return lease.ValidateKey(k) == nil })
+	rapid.Check(t, func(t *rapid.T) {
+		prefix := rapid.StringMatching(`[a-z:/ ]{0,8}`).Draw(t, "prefix")
+		k := keyGen.Draw(t, "key")
+		p := rapid.StringMatching(`[a{}%7DB* ]{0,4}`).Draw(t, "keyPrefix")
+		name := recordKey(prefix, k)
+		if got, ok := parseRecordKey(prefix, name); !ok || got != k {
+			t.Fatalf("parseRecordKey(%q) = %q, %v; want %q", name, got, ok, k)
+		}
+		for _, other := range []string{name + ":x", releaseChannel(name), prefix + k, name[:len(name)-1]} {
+			if got, ok := parseRecordKey(prefix, other); ok {
+				t.Fatalf("parseRecordKey(%q) = %q, want no key", other, got)
+			}
+		}
+		if strings.HasPrefix(k, p) != strings.HasPrefix(name, recordPrefix(prefix, p)) {
+			t.Fatalf("key %q has prefix %q: %v, but its record %q has %q: %v",
+				k, p, strings.HasPrefix(k, p), name, recordPrefix(prefix, p), !strings.HasPrefix(k, p))
+		}
+	})
+}

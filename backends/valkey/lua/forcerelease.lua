@@ -1,0 +1,46 @@
+#!lua
+-- forcerelease: end whichever acquisition holds the lease recorded in the
+-- hash KEYS[1] (see acquire.lua for its fields), for an operator, keeping
+-- the token so that it never goes back, and announce the release on a
+-- shard channel as release.lua does.
+--
+-- KEYS[1]  the lease record
+-- ARGV[1]  token (decimal): end the acquisition only if it holds this
+--          token; "0" ends any
+-- ARGV[2]  the shard channel to announce the release on (same hash slot)
+--
+-- Returns {outcome, token, owner, remaining microseconds}, the record as it
+-- was before: token is nil for a missing record, owner nil and remaining 0
+-- when the lease was free. Outcome is 1 released, 0 nothing held (ARGV[1]
+-- "0"), 2 the acquisition named by ARGV[1] already ended (or there is no
+-- record), 3 another acquisition holds or held the lease since.
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 'token', 'owner', 'expires')
+local any = ARGV[1] == '0'
+if not r[1] then
+  if any then
+    return {0, false, false, 0}
+  end
+  return {2, false, false, 0}
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local left = (tonumber(r[3]) or 0) - now
+local token = tonumber(r[1])
+if left <= 0 then
+  if not any and r[1] ~= ARGV[1] then
+    return {3, token, false, 0}
+  end
+  if any then
+    return {0, token, false, 0}
+  end
+  return {2, token, false, 0}
+end
+if not any and r[1] ~= ARGV[1] then
+  return {3, token, r[2], left}
+end
+-- Announce first, as release.lua does: a user refused the channel fails
+-- before the write, leaving the lease as it was.
+redis.call('SPUBLISH', ARGV[2], r[1])
+redis.call('HSET', rec, 'expires', '0')
+return {1, token, r[2], left}
