@@ -1,0 +1,115 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/golib/lease/lease"
+)
+
+var (
+	_ lease.Lister        = (*Store)(nil)
+	_ lease.ForceReleaser = (*Store)(nil)
+)
+
+// List implements lease.Lister with one statement per page
+// (queries/list.sql): the table's rows whose key starts with prefix, in
+// the order of the key column's collation, at most limit per page. The
+// cursor is the last key of the page.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]lease.Record, string, error) {
+	if limit < 1 {
+		return nil, "", fmt.Errorf("leasepostgres: list: limit %d is not positive", limit)
+	}
+	if cursor != "" && !strings.HasPrefix(cursor, prefix) {
+		return nil, "", fmt.Errorf("leasepostgres: list: cursor %q does not belong to a listing of prefix %q", cursor, prefix)
+	}
+	db := s.db
+	if s.pool != nil {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, "", notSent(err)
+		}
+		defer c.Release()
+		db = c
+	}
+	rows, err := db.Query(ctx, loadQuery("list", s.names.qualified), prefix, cursor, int64(limit))
+	if err != nil {
+		return nil, "", classify(err, s.names.qualified)
+	}
+	defer rows.Close()
+	var recs []lease.Record
+	for rows.Next() {
+		var (
+			rec   lease.Record
+			held  bool
+			owner string
+			token int64
+			left  int64
+		)
+		if err := rows.Scan(&rec.Key, &held, &owner, &token, &left); err != nil {
+			return nil, "", classify(err, s.names.qualified)
+		}
+		rec.Token = lease.Token(token)
+		if held {
+			rec.Held, rec.Owner, rec.Remaining = true, owner, remaining(left)
+		}
+		recs = append(recs, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", classify(err, s.names.qualified)
+	}
+	next := ""
+	if len(recs) == limit {
+		next = recs[len(recs)-1].Key
+	}
+	return recs, next, nil
+}
+
+// Outcomes of forcerelease.sql.
+const (
+	forceNotHeld    = 0
+	forceReleased   = 1
+	forceEnded      = 2
+	forceSuperseded = 3
+)
+
+// ForceRelease implements lease.ForceReleaser in one statement
+// (queries/forcerelease.sql) that sets the row's expiry to now, as Release
+// does, and notifies waiters if one marked the key.
+func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Record{}, fmt.Errorf("leasepostgres: force release: %w", err)
+	}
+	var (
+		outcome int32
+		tok     *int64
+		held    bool
+		owner   string
+		left    int64
+	)
+	ok, err := s.queryRow(ctx, loadQuery("forcerelease", s.names.qualified),
+		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left)
+	if err != nil {
+		return lease.Record{}, err
+	}
+	if !ok {
+		return lease.Record{}, lease.Indeterminate(fmt.Errorf("leasepostgres: force release %q: the statement returned no row", key))
+	}
+	prev := lease.Record{Key: key}
+	if tok != nil {
+		prev.Token = lease.Token(*tok)
+	}
+	if held {
+		prev.Held, prev.Owner, prev.Remaining = true, owner, remaining(left)
+	}
+	switch outcome {
+	case forceReleased, forceNotHeld:
+		return prev, nil
+	case forceEnded:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Expired}
+	case forceSuperseded:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
+	}
+	return prev, lease.Indeterminate(fmt.Errorf("leasepostgres: force release %q: unexpected outcome %d", key, outcome))
+}
