@@ -1,0 +1,64 @@
+package fence_test
+
+import (
+	"errors"
+	"testing"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/fence"
+)
+
+func TestTableMark(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := ctxT(t)
+	table, err := fence.NewTable(fence.TableOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := table.Mark(ctx, pool, "reports/q3"); err != nil || !m.IsZero() {
+		t.Fatalf("Mark of an unfenced resource = %+v, %v; want the zero Mark", m, err)
+	}
+	if err := table.Claim(ctx, pool, snap("reports", 7), "reports/q3"); err != nil {
+		t.Fatal(err)
+	}
+	want := fence.Mark{Key: "reports", Token: 7}
+	if m, err := table.Mark(ctx, pool, "reports/q3"); err != nil || m != want {
+		t.Fatalf("Mark after Claim = %+v, %v; want %+v", m, err, want)
+	}
+	if m := readMark(t, pool, "reports/q3"); m != want {
+		t.Fatalf("the table's row = %+v, want %+v", m, want)
+	}
+	if _, err := table.Mark(ctx, pool, ""); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("Mark of an empty resource = %v, want ErrInvalid", err)
+	}
+	other, err := fence.NewTable(fence.TableOptions{Table: "no_such_fences"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Mark(ctx, pool, "reports/q3"); err == nil {
+		t.Fatal("Mark on a missing table succeeded")
+	}
+}
+
+func TestValkeyMark(t *testing.T) {
+	t.Parallel()
+	valkeyClients(t, func(t *testing.T, c valkey.Client) {
+		v := newFence(t, c)
+		ctx := ctxT(t)
+		if m, err := v.Mark(ctx, "jobs/9"); err != nil || !m.IsZero() {
+			t.Fatalf("Mark of an unfenced resource = %+v, %v; want the zero Mark", m, err)
+		}
+		if err := v.Claim(ctx, snap("jobs", 1<<60+3), "jobs/9"); err != nil {
+			t.Fatal(err)
+		}
+		want := fence.Mark{Key: "jobs", Token: 1<<60 + 3}
+		if m, err := v.Mark(ctx, "jobs/9"); err != nil || m != want {
+			t.Fatalf("Mark after Claim = %+v, %v; want %+v", m, err, want)
+		}
+		if _, err := v.Mark(ctx, ""); !errors.Is(err, fence.ErrInvalid) {
+			t.Fatalf("Mark of an empty resource = %v, want ErrInvalid", err)
+		}
+	})
+}
