@@ -16,24 +16,59 @@ const minMajor = 7
 // checkKey is the lease key Check inspects to see that the scripts run.
 const checkKey = "leasevalkey-check"
 
+// CheckReport is what Diagnose found.
+type CheckReport struct {
+	// Problems are settings or permissions that make leases unsafe or
+	// operations fail, each naming the node and what to change.
+	Problems []error
+	// Advice are settings that keep leases safe but that an operator
+	// should know about, such as an eviction policy that cannot evict
+	// lease records but can fill the memory.
+	Advice []string
+}
+
+// Err returns the problems as one error, or nil if there is none.
+func (r CheckReport) Err() error {
+	if err := errors.Join(r.Problems...); err != nil {
+		return fmt.Errorf("leasevalkey: check: %w", err)
+	}
+	return nil
+}
+
 // Check asks every node behind the client whether it is set up in a way
 // that keeps leases safe, and returns an error listing every problem
-// found, or nil:
+// found, or nil. It is Diagnose(ctx).Err(); see Diagnose for what it
+// looks at. Call it at start-up.
+func (s *Store) Check(ctx context.Context) error { return s.Diagnose(ctx).Err() }
+
+// Diagnose asks every node behind the client whether it is set up in a
+// way that keeps leases safe. Problems are:
 //
-//   - a maxmemory-policy other than noeviction, which lets the server evict
-//     a held lease's record under memory pressure (another process could
-//     then acquire it while the holder still works);
+//   - a maxmemory-policy that can evict a key without a TTL: allkeys-lru,
+//     allkeys-lfu, allkeys-random, or a policy this package does not
+//     know. Lease records and fence keys never carry a TTL, so under such
+//     a policy the server may drop a held lease's record under memory
+//     pressure, and another process could then acquire it while the
+//     holder still works;
 //   - a server older than Redis 7.0, which lacks the commands the scripts
 //     use;
 //   - an ACL user that may not run the lease scripts on the Store's keys
-//     (Check runs Inspect once; it changes nothing), or may not publish on
-//     its release channels, without which Release fails (Check publishes
-//     one empty message on the channel of a key no lease uses).
+//     (Diagnose runs Inspect once; it changes nothing), or may not publish
+//     on its release channels, without which Release fails (Diagnose
+//     publishes one empty message on the channel of a key no lease uses).
 //
-// Call it at start-up. It needs the INFO command, which managed services
-// sometimes restrict; its error then says so.
-func (s *Store) Check(ctx context.Context) error {
-	var problems []error
+// The volatile-* policies (volatile-lru, volatile-lfu, volatile-random,
+// volatile-ttl; volatile-lru is the default of several managed services)
+// evict only keys with a TTL, so they never evict lease records or fence
+// keys: they are advice, not problems. When memory is full and no key with
+// a TTL is left, such a server refuses writes, as noeviction does:
+// acquisitions and renewals fail, and leases expire rather than being held
+// twice.
+//
+// Diagnose needs the INFO command, which managed services sometimes
+// restrict; the problem then says so.
+func (s *Store) Diagnose(ctx context.Context) CheckReport {
+	var r CheckReport
 	nodes := s.client.Nodes()
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -44,11 +79,15 @@ func (s *Store) Check(ctx context.Context) error {
 		c := nodes[addr]
 		info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Build()).ToString()
 		if err != nil {
-			problems = append(problems, fmt.Errorf("%s: INFO: %w", addr, err))
+			r.Problems = append(r.Problems, fmt.Errorf("%s: INFO: %w", addr, err))
 			continue
 		}
-		if p := infoField(info, "maxmemory_policy"); p != "" && p != "noeviction" {
-			problems = append(problems, fmt.Errorf("%s: maxmemory-policy is %s: the server may evict lease records, so two holders could hold one lease; set maxmemory-policy noeviction", addr, p))
+		switch p := infoField(info, "maxmemory_policy"); {
+		case p == "" || p == "noeviction":
+		case strings.HasPrefix(p, "volatile-") && slices.Contains(volatilePolicies, p):
+			r.Advice = append(r.Advice, fmt.Sprintf("%s: maxmemory-policy is %s: it evicts only keys with a TTL, and lease records and fence keys have none, so leases are safe; but when memory is full with keys without a TTL, acquisitions and renewals fail (leases then expire), so keep memory headroom and alert on used memory", addr, p))
+		default:
+			r.Problems = append(r.Problems, fmt.Errorf("%s: maxmemory-policy is %s: the server may evict lease records, which have no TTL, so two holders could hold one lease; set maxmemory-policy noeviction or a volatile-* policy", addr, p))
 		}
 		version := infoField(info, "redis_version")
 		name := "Redis"
@@ -57,21 +96,21 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 		major, _, _ := strings.Cut(version, ".")
 		if n, err := strconv.Atoi(major); err != nil || (name == "Redis" && n < minMajor) {
-			problems = append(problems, fmt.Errorf("%s: server version %s %q: need Valkey, or Redis %d.0 or newer", addr, name, version, minMajor))
+			r.Problems = append(r.Problems, fmt.Errorf("%s: server version %s %q: need Valkey, or Redis %d.0 or newer", addr, name, version, minMajor))
 		}
 	}
 	if _, err := s.Inspect(ctx, checkKey); err != nil {
-		problems = append(problems, err)
+		r.Problems = append(r.Problems, err)
 	}
 	ch := releaseChannel(recordKey(s.prefix, checkKey))
 	if err := s.client.Do(ctx, s.client.B().Spublish().Channel(ch).Message("").Build()).Error(); err != nil {
-		problems = append(problems, classify("publish on the release channel "+strconv.Quote(ch), err))
+		r.Problems = append(r.Problems, classify("publish on the release channel "+strconv.Quote(ch), err))
 	}
-	if err := errors.Join(problems...); err != nil {
-		return fmt.Errorf("leasevalkey: check: %w", err)
-	}
-	return nil
+	return r
 }
+
+// volatilePolicies evict only keys that have a TTL.
+var volatilePolicies = []string{"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
 
 // infoField returns the value of field in an INFO reply, or "".
 func infoField(info, field string) string {

@@ -78,9 +78,10 @@
 //
 // # Server settings
 //
-// Call Store.Check at start-up: it reports an eviction policy other than
-// noeviction (which could evict a held lease), a server older than Redis
-// 7.0, and a user that may not run the scripts or publish on the release
+// Call Store.Check at start-up: it reports an eviction policy that can
+// evict keys without a TTL (allkeys-*, which could evict a held lease's
+// record; noeviction and the volatile-* policies cannot, since lease
+// records have no TTL), a server older than Redis 7.0, and a user that may not run the scripts or publish on the release
 // channels (the &channels part of the ACL rule below). Persistence (appendonly yes
 // with appendfsync everysec or always) keeps leases across restarts;
 // without it a restart frees every lease at once, and tokens still never

@@ -1,0 +1,142 @@
+package valkey_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+// TestCheckEvictionPolicies sets each maxmemory-policy on a real server and
+// checks that Diagnose calls it a problem exactly when it can evict lease
+// records, which have no TTL.
+func TestCheckEvictionPolicies(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	c := newClient(t, srv.Addr())
+	s := newStore(t, c)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		policy  string
+		problem bool
+	}{
+		{"noeviction", false},
+		{"volatile-lru", false},
+		{"volatile-lfu", false},
+		{"volatile-random", false},
+		{"volatile-ttl", false},
+		{"allkeys-lru", true},
+		{"allkeys-lfu", true},
+		{"allkeys-random", true},
+	} {
+		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", tc.policy).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		r := s.Diagnose(ctx)
+		err := r.Err()
+		if tc.problem {
+			if err == nil || !strings.Contains(err.Error(), tc.policy) || s.Check(ctx) == nil {
+				t.Errorf("%s: Diagnose = %+v, want the policy reported as a problem", tc.policy, r)
+			}
+			continue
+		}
+		if err != nil || s.Check(ctx) != nil {
+			t.Errorf("%s: Diagnose problems = %v, want none", tc.policy, err)
+		}
+		advised := len(r.Advice) == 1 && strings.Contains(r.Advice[0], tc.policy)
+		if strings.HasPrefix(tc.policy, "volatile-") != advised {
+			t.Errorf("%s: Diagnose advice = %q", tc.policy, r.Advice)
+		}
+	}
+}
+
+// TestEvictionKeepsLeasesUnderVolatilePolicy fills a real server's memory
+// and checks the claim Diagnose rests on: volatile-lru evicts keys with a
+// TTL and never a lease record, while allkeys-lru evicts lease records too.
+func TestEvictionKeepsLeasesUnderVolatilePolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy   string
+		withTTL  bool // whether the filler keys carry a TTL
+		mayEvict bool
+	}{
+		{"volatile-lru", true, false},
+		{"allkeys-lru", false, true},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+			c := newClient(t, srv.Addr())
+			s := newStore(t, c)
+			ctx := ctxT(t)
+			const leases = 200
+			tokens := make([]lease.Token, leases)
+			for i := range leases {
+				tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: fmt.Sprintf("job/%d", i), Owner: "o", Nonce: "n" + strconv.Itoa(i), TTL: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tokens[i] = tok
+			}
+			info, err := c.Do(ctx, c.B().Info().Section("memory").Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			used, _ := strconv.Atoi(field(info, "used_memory"))
+			limit := strconv.Itoa(used + 2<<20)
+			for _, kv := range [][2]string{{"maxmemory-policy", tc.policy}, {"maxmemory", limit}} {
+				if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue(kv[0], kv[1]).Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			value := strings.Repeat("x", 16<<10)
+			refused := 0
+			for i := range 1000 { // 16 MB: far more than the 2 MB of room
+				b := c.B().Set().Key("filler:" + strconv.Itoa(i)).Value(value)
+				var err error
+				if tc.withTTL {
+					err = c.Do(ctx, b.Ex(time.Hour).Build()).Error()
+				} else {
+					err = c.Do(ctx, b.Build()).Error()
+				}
+				if err != nil {
+					refused++
+				}
+			}
+			evicted := 0
+			for i := range leases {
+				r, err := s.Inspect(ctx, fmt.Sprintf("job/%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !r.Held || r.Token != tokens[i] {
+					evicted++
+				}
+			}
+			stats, _ := c.Do(ctx, c.B().Info().Section("stats").Build()).ToString()
+			t.Logf("%s: %d of %d lease records gone, %s evicted keys, %d filler writes refused", tc.policy, evicted, leases, field(stats, "evicted_keys"), refused)
+			if field(stats, "evicted_keys") == "0" {
+				t.Fatalf("%s: the server evicted nothing; the test did not fill its memory", tc.policy)
+			}
+			if !tc.mayEvict && evicted != 0 {
+				t.Fatalf("%s evicted %d lease records; Diagnose calls it safe", tc.policy, evicted)
+			}
+			if tc.mayEvict && evicted == 0 {
+				t.Fatalf("%s evicted no lease record under memory pressure; the test cannot tell the policies apart", tc.policy)
+			}
+		})
+	}
+}
+
+func field(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
