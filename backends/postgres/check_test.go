@@ -1,0 +1,253 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	leasepostgres "github.com/golib/lease/backends/postgres"
+)
+
+// problems returns Diagnose's problems as one string.
+func problems(r leasepostgres.CheckReport) string {
+	if err := r.Err(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func TestCheckHealthy(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a migrated table: %v", err)
+	}
+	r := s.Diagnose(ctx)
+	if !strings.Contains(strings.Join(r.Advice, "\n"), "idle_in_transaction_session_timeout is 0") {
+		t.Fatalf("Diagnose advice = %q, want advice on idle_in_transaction_session_timeout (0 by default)", r.Advice)
+	}
+}
+
+func TestCheckTable(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	url := newDatabase(t)
+	pool := newPool(t, url, nil)
+	s, err := leasepostgres.New(pool, leasepostgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p := problems(s.Diagnose(ctx)); !strings.Contains(p, "not found") || !strings.Contains(p, "Migrate") {
+		t.Fatalf("Diagnose without a table: %q, want the table reported missing", p)
+	}
+	other, err := leasepostgres.New(pool, leasepostgres.Options{Schema: "nowhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if p := problems(other.Diagnose(ctx)); !strings.Contains(p, `schema "nowhere" does not exist`) {
+		t.Fatalf("Diagnose without a schema: %q", p)
+	}
+	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check after Migrate: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM public.leases_migrations`); err != nil {
+		t.Fatal(err)
+	}
+	if p := problems(s.Diagnose(ctx)); !strings.Contains(p, "at migration 0") {
+		t.Fatalf("Diagnose with no recorded migration: %q, want it reported behind", p)
+	}
+	if _, err := pool.Exec(ctx, `DROP TABLE public.leases_migrations; ALTER TABLE public.leases DROP COLUMN watched_until`); err != nil {
+		t.Fatal(err)
+	}
+	if p := problems(s.Diagnose(ctx)); !strings.Contains(p, "lacks columns watched_until") {
+		t.Fatalf("Diagnose with a column missing: %q, want the column named", p)
+	}
+}
+
+// TestCheckPrivileges connects as roles lacking privileges on the table.
+func TestCheckPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	url := newDatabase(t)
+	admin := newPool(t, url, nil)
+	if err := leasepostgres.Migrate(ctx, admin, leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprintf("lease_check_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN; REVOKE ALL ON public.leases FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
+	})
+	pool := newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.User = role })
+	s, err := leasepostgres.New(pool, leasepostgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p := problems(s.Diagnose(ctx)); !strings.Contains(p, "lacks SELECT, INSERT, UPDATE on lease table") {
+		t.Fatalf("Diagnose as a role without privileges: %q", p)
+	}
+	if _, err := admin.Exec(ctx, `GRANT SELECT ON public.leases TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	p := problems(s.Diagnose(ctx))
+	if !strings.Contains(p, "lacks INSERT, UPDATE on lease table") || strings.Contains(p, "lacks SELECT") {
+		t.Fatalf("Diagnose as a role with SELECT only: %q", p)
+	}
+	if _, err := admin.Exec(ctx, `GRANT INSERT, UPDATE ON public.leases TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check with the documented grants: %v", err)
+	}
+	if _, err := admin.Exec(ctx, `REVOKE USAGE ON SCHEMA public FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	if p := problems(s.Diagnose(ctx)); !strings.Contains(p, `lacks USAGE on schema "public"`) {
+		t.Fatalf("Diagnose without USAGE on the schema: %q", p)
+	}
+}
+
+// TestCheckPooler runs Diagnose through a real PgBouncer in each pool
+// mode. It needs the pgbouncer binary (Debian package pgbouncer); without
+// it the test is skipped.
+func TestCheckPooler(t *testing.T) {
+	t.Parallel()
+	url := newDatabase(t)
+	ctx := ctxT(t)
+	direct := newPool(t, url, nil)
+	if err := leasepostgres.Migrate(ctx, direct, leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode    string
+		size    int
+		o       leasepostgres.Options
+		problem bool
+		advice  string
+	}{
+		{mode: "session", size: 4},
+		{mode: "transaction", size: 4, problem: true},
+		{mode: "transaction", size: 1, problem: true},
+		{mode: "statement", size: 4, problem: true},
+		{mode: "transaction", size: 4, o: leasepostgres.Options{DisableNotify: true}, advice: "release notifications are off"},
+		{mode: "transaction", size: 4, o: leasepostgres.Options{ListenPool: direct}, advice: "exec mode behind a transaction-mode pooler"},
+	} {
+		t.Run(fmt.Sprintf("%s-%d-%v-%v", tc.mode, tc.size, tc.o.DisableNotify, tc.o.ListenPool != nil), func(t *testing.T) {
+			bouncer := startPgBouncer(t, url, tc.mode, tc.size)
+			pool := newPool(t, bouncer, func(c *pgxpool.Config) {
+				c.MaxConns = 4
+				if tc.mode != "session" {
+					c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+				}
+				if tc.mode == "statement" {
+					c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+				}
+			})
+			s, err := leasepostgres.New(pool, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			r := s.Diagnose(ctx)
+			p := problems(r)
+			t.Logf("problems: %q; advice: %q", p, r.Advice)
+			if got := strings.Contains(p, "connection pooler in transaction or statement mode"); got != tc.problem {
+				t.Fatalf("pool_mode %s: Diagnose problems %q, want a pooler problem: %v", tc.mode, p, tc.problem)
+			}
+			if tc.advice != "" && !strings.Contains(strings.Join(r.Advice, "\n"), tc.advice) {
+				t.Fatalf("Diagnose advice %q, want %q", r.Advice, tc.advice)
+			}
+		})
+	}
+}
+
+// startPgBouncer starts PgBouncer in front of the database at url, in the
+// pool mode given with pool size pool, and returns a URL that connects
+// through it. It is stopped when t ends.
+func startPgBouncer(t *testing.T, url, mode string, pool int) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		bin = "/usr/sbin/pgbouncer"
+		if _, err := os.Stat(bin); err != nil {
+			t.Skip("pgbouncer not installed (Debian package pgbouncer); the pooler checks are not run")
+		}
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%d
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = %s
+default_pool_size = %d
+max_client_conn = 100
+ignore_startup_parameters = extra_float_digits
+`, cfg.Host, cfg.Port, port, filepath.Join(dir, "users.txt"), mode, pool)
+	for name, text := range map[string]string{"pgbouncer.ini": ini, "users.txt": `"` + cfg.User + `" ""` + "\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{filepath.Join(dir, "pgbouncer.ini")}
+	if u, err := user.Current(); err == nil && u.Uid == "0" {
+		args = append([]string{"-u", "postgres"}, args...) // it refuses to run as root
+	}
+	cmd := exec.Command(bin, args...)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer did not listen on %s: %s", addr, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", cfg.User, addr, cfg.Database)
+}
