@@ -188,7 +188,9 @@ func (w *watcher) interrupt(t *testing.T) {
 
 var uniq atomic.Int64
 
-func unique(s string) string { return fmt.Sprintf("%s%d-%d", s, time.Now().UnixNano()%1e9, uniq.Add(1)) }
+func unique(s string) string {
+	return fmt.Sprintf("%s%d-%d", s, time.Now().UnixNano()%1e9, uniq.Add(1))
+}
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
