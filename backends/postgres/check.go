@@ -38,6 +38,10 @@ func (r CheckReport) Err() error {
 // see Diagnose for what it looks at. Call it at start-up, after Migrate.
 func (s *Store) Check(ctx context.Context) error { return s.Diagnose(ctx).Err() }
 
+// exec is the exec mode of Diagnose's own statements: the unnamed
+// statement, which works through every pooler, whatever the pool's default.
+const exec = pgx.QueryExecModeExec
+
 // poolerProbeTimeout bounds the wait of the pooler probe (see
 // probeSession): a session of its own answers at once.
 const poolerProbeTimeout = 3 * time.Second
@@ -77,7 +81,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 	var usage, readOnly, standby bool
 	err := s.db.QueryRow(ctx, `SELECT has_schema_privilege($1::text, 'USAGE'),
        current_setting('transaction_read_only') = 'on', pg_is_in_recovery()`,
-		s.names.schema).Scan(&usage, &readOnly, &standby)
+		exec, s.names.schema).Scan(&usage, &readOnly, &standby)
 	if err != nil {
 		var pgErr interface{ SQLState() string }
 		if errors.As(err, &pgErr) && pgErr.SQLState() == "3F000" {
@@ -107,7 +111,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
        coalesce(has_table_privilege(to_regclass($1::text), 'INSERT'), false),
        coalesce(has_table_privilege(to_regclass($1::text), 'UPDATE'), false),
        coalesce((SELECT relpersistence::text FROM pg_catalog.pg_class WHERE oid = to_regclass($1::text)), '')`,
-		table).Scan(&exists, &sel, &ins, &upd, &persistence)
+		exec, table).Scan(&exists, &sel, &ins, &upd, &persistence)
 	if err != nil {
 		problem("reading the catalog: %w", classify(err, table))
 		return r
@@ -152,7 +156,7 @@ var leaseColumns = map[string]string{
 func (s *Store) checkColumns(ctx context.Context, r *CheckReport) {
 	rows, err := s.db.Query(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute AS a
-WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped`, s.names.qualified)
+WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped`, exec, s.names.qualified)
 	if err != nil {
 		r.Problems = append(r.Problems, fmt.Errorf("reading the columns of %s: %w", s.names.qualified, classify(err, s.names.qualified)))
 		return
@@ -184,11 +188,11 @@ func (s *Store) checkVersions(ctx context.Context, r *CheckReport) {
 	latest := ms[len(ms)-1].Version
 	var present bool
 	var applied int
-	err = s.db.QueryRow(ctx, `SELECT to_regclass($1::text) IS NOT NULL`, s.names.versions).Scan(&present)
+	err = s.db.QueryRow(ctx, `SELECT to_regclass($1::text) IS NOT NULL`, exec, s.names.versions).Scan(&present)
 	if err != nil || !present {
 		return // a table from a migration tool of the user's own: the columns decide
 	}
-	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.names.versions).Scan(&applied); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.names.versions, exec).Scan(&applied); err != nil {
 		r.Advice = append(r.Advice, fmt.Sprintf("could not read the migration versions in %s: %v", s.names.versions, err))
 		return
 	}
@@ -199,7 +203,7 @@ func (s *Store) checkVersions(ctx context.Context, r *CheckReport) {
 
 func (s *Store) checkSettings(ctx context.Context, r *CheckReport) {
 	var idle, lock, stmt string
-	err := s.db.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout'), current_setting('statement_timeout')`).Scan(&idle, &lock, &stmt)
+	err := s.db.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout'), current_setting('statement_timeout')`, exec).Scan(&idle, &lock, &stmt)
 	if err != nil {
 		return
 	}
@@ -238,8 +242,8 @@ func (s *Store) checkPooler(ctx context.Context, r *CheckReport) {
 	case s.lisPool == pooled(pool) || s.lisPool == nil:
 		r.Problems = append(r.Problems, errors.New("the pool goes through a connection pooler in transaction or statement mode (statements of one connection ran on different server sessions): LISTEN needs a session, so release notifications would never reach waiters; set Options.ListenPool to a pool that connects to the database directly, or Options.DisableNotify"))
 	}
-	if m := pool.Config().ConnConfig.DefaultQueryExecMode; m == pgx.QueryExecModeCacheStatement || m == pgx.QueryExecModeCacheDescribe {
-		r.Advice = append(r.Advice, fmt.Sprintf("the pool uses pgx's %v exec mode behind a transaction-mode pooler: prepared statements need a pooler that tracks them (PgBouncer 1.21+ with max_prepared_statements); otherwise use QueryExecModeExec or QueryExecModeSimpleProtocol", m))
+	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		r.Advice = append(r.Advice, "the pool uses pgx's default exec mode (named prepared statements) behind a transaction-mode pooler: that needs a pooler that tracks them (PgBouncer 1.21+ with max_prepared_statements); otherwise set QueryExecModeExec, QueryExecModeCacheDescribe or QueryExecModeSimpleProtocol")
 	}
 }
 
@@ -263,13 +267,13 @@ func probeSession(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	}
 	defer b.Release()
 	var before, after, other int32
-	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&before); err != nil {
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()", exec).Scan(&before); err != nil {
 		return false, err
 	}
 	tx, err := b.Begin(ctx)
 	if err == nil {
 		defer tx.Rollback(context.WithoutCancel(ctx))
-		err = tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&other)
+		err = tx.QueryRow(ctx, "SELECT pg_backend_pid()", exec).Scan(&other)
 	}
 	if err != nil {
 		if strings.Contains(err.Error(), "statement pooling") {
@@ -279,7 +283,7 @@ func probeSession(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	}
 	wait, cancel := context.WithTimeout(ctx, poolerProbeTimeout)
 	defer cancel()
-	err = a.QueryRow(wait, "SELECT pg_backend_pid()").Scan(&after)
+	err = a.QueryRow(wait, "SELECT pg_backend_pid()", exec).Scan(&after)
 	if err != nil {
 		if wait.Err() != nil && ctx.Err() == nil {
 			return true, nil // pgx closes the connection; Release drops it

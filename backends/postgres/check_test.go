@@ -150,18 +150,16 @@ func TestCheckPooler(t *testing.T) {
 		{mode: "transaction", size: 1, problem: true},
 		{mode: "statement", size: 4, problem: true},
 		{mode: "transaction", size: 4, o: leasepostgres.Options{DisableNotify: true}, advice: "release notifications are off"},
-		{mode: "transaction", size: 4, o: leasepostgres.Options{ListenPool: direct}, advice: "exec mode behind a transaction-mode pooler"},
+		{mode: "transaction", size: 4, o: leasepostgres.Options{ListenPool: direct}, advice: "default exec mode (named prepared statements) behind a transaction-mode pooler"},
 	} {
 		t.Run(fmt.Sprintf("%s-%d-%v-%v", tc.mode, tc.size, tc.o.DisableNotify, tc.o.ListenPool != nil), func(t *testing.T) {
 			bouncer := startPgBouncer(t, url, tc.mode, tc.size)
 			pool := newPool(t, bouncer, func(c *pgxpool.Config) {
 				c.MaxConns = 4
-				if tc.mode != "session" {
-					c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-				}
-				if tc.mode == "statement" {
-					c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-				}
+				// The exec mode stays pgx's default, which Diagnose
+				// advises on, but without a statement cache: PgBouncer
+				// 1.18 keeps no prepared statements across transactions.
+				c.ConnConfig.StatementCacheCapacity = 0
 			})
 			s, err := leasepostgres.New(pool, tc.o)
 			if err != nil {
