@@ -127,6 +127,15 @@
 // mode, give Options.ListenPool a small pool that connects to PostgreSQL
 // directly, or set Options.DisableNotify.
 //
+// # Checking the setup
+//
+// Call Store.Check at start-up, after Migrate: it reports a missing or
+// outdated table, missing privileges, a standby or read-only session, and
+// a pooler in transaction mode while release notifications have no session
+// of their own. Store.Diagnose returns the same problems and, apart from
+// them, advice (idle_in_transaction_session_timeout, lock_timeout, prepared
+// statements behind a pooler). The leasectl command's check runs it.
+//
 // # Guards
 //
 // Store.Guard returns the coordinates of an acquisition in this Store's
