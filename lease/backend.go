@@ -12,7 +12,8 @@ import (
 //
 // A Backend must be safe for concurrent use. leasetest.RunBackendSuite
 // checks every rule below; passing it is the definition of a correct
-// backend.
+// backend. Optional capabilities (ReleaseWatcher, Lister, ForceReleaser)
+// are further interfaces, found by type assertion.
 //
 // # Errors
 //

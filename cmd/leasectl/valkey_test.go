@@ -145,6 +145,21 @@ func TestValkeyCluster(t *testing.T) {
 		w.interrupt(t)
 	})
 
+	t.Run("watch sees an expiry", func(t *testing.T) {
+		tok, err := store.Acquire(ctx, lease.AcquireRequest{Key: "short", Owner: "brief", Nonce: unique("n"), TTL: 1500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := startWatch(t, nil, append(slices.Clone(conn), "watch", "--interval", "50ms", "short")...)
+		if l := w.next(t); !strings.Contains(l, "held") || !strings.Contains(l, tok.String()) {
+			t.Fatalf("watch's first line %q, want the holder", l)
+		}
+		if l := w.next(t); !strings.Contains(l, "expired") || !strings.Contains(l, "brief") {
+			t.Fatalf("watch after the TTL: %q, want expired", l)
+		}
+		w.interrupt(t)
+	})
+
 	t.Run("fence show", func(t *testing.T) {
 		fp := unique("fence") + ":"
 		fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: fp})
