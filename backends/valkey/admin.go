@@ -29,25 +29,50 @@ var forceReleaseScript = valkey.NewLuaScript(forceReleaseLua, valkey.WithLoadSHA
 // outcomeSuperseded.
 const outcomeNotHeld = 0
 
+// recordLayout returns what recordKey puts before and after the escaped
+// key in the record names under prefix. It asks recordKey itself (the
+// names of keys "a" and "b" differ only where the key goes), so that List
+// follows the encoding wherever it is defined.
+func recordLayout(prefix string) (head, tail string) {
+	a, b := recordKey(prefix, "a"), recordKey(prefix, "b")
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return a[:i], a[min(i+1, len(a)):]
+}
+
+// escapedKey returns key as it appears in its record's name.
+func escapedKey(prefix, key string) string {
+	if key == "" {
+		return ""
+	}
+	head, tail := recordLayout(prefix)
+	name := recordKey(prefix, key)
+	return name[len(head) : len(name)-len(tail)]
+}
+
 // recordPrefix returns what the names of the records of every key that
-// starts with keyPrefix start with, and nothing else does: the record
-// encoding escapes each byte on its own, so the record name of keyPrefix
-// without its closing brace.
+// starts with keyPrefix start with: the encoding escapes each byte on its
+// own, so the escaped keyPrefix starts every such escaped key.
 func recordPrefix(prefix, keyPrefix string) string {
-	return strings.TrimSuffix(recordKey(prefix, keyPrefix), "}")
+	head, _ := recordLayout(prefix)
+	return head + escapedKey(prefix, keyPrefix)
 }
 
 var recordUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 
 // parseRecordKey returns the lease key whose record is named name, or false
 // if name is not the record of any key under prefix (another program's
-// key, a fence, a cache entry in the same hash slot).
+// key, a fence, a cache entry in the same hash slot). It accepts a name
+// only if recordKey gives it back exactly.
 func parseRecordKey(prefix, name string) (string, bool) {
-	inner, ok := strings.CutPrefix(name, prefix+"{")
+	head, tail := recordLayout(prefix)
+	inner, ok := strings.CutPrefix(name, head)
 	if !ok {
 		return "", false
 	}
-	inner, ok = strings.CutSuffix(inner, "}")
+	inner, ok = strings.CutSuffix(inner, tail)
 	if !ok {
 		return "", false
 	}
@@ -105,7 +130,8 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 	if node == nil {
 		return nil, "", fmt.Errorf("leasevalkey: %s: the client no longer knows node %s; start the listing again", op, addr)
 	}
-	pattern := globEscaper.Replace(recordPrefix(s.prefix, prefix)) + "*}"
+	_, tail := recordLayout(s.prefix)
+	pattern := globEscaper.Replace(recordPrefix(s.prefix, prefix)) + "*" + globEscaper.Replace(tail)
 	entry, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(pattern).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
 	if err != nil {
 		return nil, "", classify(op+" (SCAN on "+addr+")", err)
