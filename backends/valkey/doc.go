@@ -106,6 +106,9 @@
 // checks that those are refused. Such a user can still forge lease
 // records under the prefix: keep it to the services that take leases.
 //
+// Store.List (which the leasectl command's list uses) also needs +role,
+// to tell primaries from replicas; SCAN is in @read.
+//
 // ACL credentials and TLS are options of the valkey-go client
 // (ClientOption.Username, Password and TLSConfig); see
 // docs/valkey-quickstart.md.

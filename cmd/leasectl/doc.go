@@ -73,7 +73,7 @@
 // # Why the standard flag package
 //
 // leasectl parses its arguments with the standard library's flag package,
-// not cobra or kong: it has six commands and a dozen flags, which flag
+// not cobra or kong: it has six commands and about twenty flags, which flag
 // handles with a FlagSet per command, and the lease module's dependency
 // set stays as it is (cobra and kong would enter every user's go.sum).
 // The price is small: leasectl lets flags follow arguments itself, and
