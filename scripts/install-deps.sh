@@ -2,7 +2,8 @@
 # install-deps.sh installs what the tests and the linters need, and nothing that
 # is already there, so it is safe to run before every `make test`.
 #
-#   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+) and the PostgreSQL server
+#   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+), the PostgreSQL server, and
+#                                      pgbouncer (for the pooler checks of backends/postgres)
 #   scripts/install-deps.sh lint       staticcheck, into GOBIN (or GOPATH/bin)
 #   scripts/install-deps.sh all        both
 #
@@ -38,6 +39,8 @@ codename() {
 }
 
 have_valkey() { command -v valkey-server >/dev/null 2>&1; }
+
+have_pgbouncer() { command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]]; }
 
 have_postgres() {
 	if [[ -n ${LEASE_PG_BIN:-} && -x ${LEASE_PG_BIN}/initdb ]]; then
@@ -136,9 +139,10 @@ apt_install() {
 }
 
 install_servers() {
-	if have_valkey && have_postgres; then
+	if have_valkey && have_postgres && have_pgbouncer; then
 		log "valkey-server: $(valkey-server --version | head -n1)"
 		log "postgresql: found"
+		log "pgbouncer: found"
 		return 0
 	fi
 	command -v apt-get >/dev/null 2>&1 || manual_instructions
@@ -164,6 +168,13 @@ install_servers() {
 		stop_service postgresql
 	fi
 	log "postgresql: $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+
+	if ! have_pgbouncer; then
+		apt_update
+		log "installing pgbouncer"
+		apt_install pgbouncer
+		stop_service pgbouncer
+	fi
 }
 
 install_lint() {
