@@ -11,6 +11,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -60,8 +61,6 @@ func recordPrefix(prefix, keyPrefix string) string {
 	return head + escapedKey(prefix, keyPrefix)
 }
 
-var recordUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
-
 // parseRecordKey returns the lease key whose record is named name, or false
 // if name is not the record of any key under prefix (another program's
 // key, a fence, a cache entry in the same hash slot). It accepts a name
@@ -76,8 +75,8 @@ func parseRecordKey(prefix, name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	key := recordUnescaper.Replace(inner)
-	if recordKey(prefix, key) != name || lease.ValidateKey(key) != nil {
+	key, ok := keyspace.Unescape(inner)
+	if !ok || recordKey(prefix, key) != name || lease.ValidateKey(key) != nil {
 		return "", false
 	}
 	return key, true

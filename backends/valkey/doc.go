@@ -106,8 +106,10 @@
 // checks that those are refused. Such a user can still forge lease
 // records under the prefix: keep it to the services that take leases.
 //
-// Store.List (which the leasectl command's list uses) also needs +role,
-// to tell primaries from replicas; SCAN is in @read.
+// Store.List, which the leasectl command's list uses, also needs +scan
+// and +role (to tell primaries from replicas): give those to an
+// operator's user, not to the services'. Store.ForceRelease needs nothing
+// beyond the rule above.
 //
 // ACL credentials and TLS are options of the valkey-go client
 // (ClientOption.Username, Password and TLSConfig); see
