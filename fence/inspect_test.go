@@ -3,10 +3,12 @@ package fence_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
 )
 
 func TestTableMark(t *testing.T) {
@@ -50,10 +52,11 @@ func TestValkeyMark(t *testing.T) {
 		if m, err := v.Mark(ctx, "jobs/9"); err != nil || !m.IsZero() {
 			t.Fatalf("Mark of an unfenced resource = %+v, %v; want the zero Mark", m, err)
 		}
-		if err := v.Claim(ctx, snap("jobs", 1<<60+3), "jobs/9"); err != nil {
+		tok := lease.Token(time.Now().UnixMicro()) // a plausible token: about the store's clock
+		if err := v.Claim(ctx, snap("jobs", tok), "jobs/9"); err != nil {
 			t.Fatal(err)
 		}
-		want := fence.Mark{Key: "jobs", Token: 1<<60 + 3}
+		want := fence.Mark{Key: "jobs", Token: tok}
 		if m, err := v.Mark(ctx, "jobs/9"); err != nil || m != want {
 			t.Fatalf("Mark after Claim = %+v, %v; want %+v", m, err, want)
 		}
