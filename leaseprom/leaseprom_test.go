@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/promtest"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseprom"
 	"github.com/golib/lease/leasequeue"
@@ -37,45 +37,10 @@ func gather(t *testing.T, m *leaseprom.Metrics) map[string]*dto.MetricFamily {
 	return out
 }
 
-// value returns the value of the series of name whose labels include
-// labels ("k=v" pairs): a counter's or gauge's value, a histogram's count.
+// value returns the sum of the series of name whose labels include labels.
 func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
 	t.Helper()
-	f, ok := fams[name]
-	if !ok {
-		return 0
-	}
-	var sum float64
-	for _, m := range f.GetMetric() {
-		if !hasLabels(m, labels) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
-func hasLabels(m *dto.Metric, labels []string) bool {
-	for _, l := range labels {
-		k, v, _ := strings.Cut(l, "=")
-		found := false
-		for _, p := range m.GetLabel() {
-			if p.GetName() == k && p.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return promtest.Sum(fams, name, labels...)
 }
 
 func info(key string, token lease.Token, err error) lease.EventInfo {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	valkey "github.com/valkey-io/valkey-go"
@@ -27,6 +26,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
+	"github.com/golib/lease/internal/promtest"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseotel"
@@ -70,6 +70,23 @@ func (r *rig) leaseObserver() lease.Observer {
 	return lease.MultiObserver(r.metrics.Lease(), r.tel.Lease())
 }
 
+// sharedClient returns a client of the shared Valkey server and a lease
+// client on it that reports to r, under a prefix of the test's own.
+func (r *rig) sharedClient(t *testing.T) (valkey.Client, *lease.Client, string) {
+	t.Helper()
+	vk := dial(t, testserver.Valkey(t).Addr())
+	prefix := fmt.Sprintf("obs%d:", time.Now().UnixNano())
+	store, err := leasevalkey.New(vk, leasevalkey.Options{Prefix: prefix + "lease:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "obs", Observer: r.leaseObserver()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vk, client, prefix
+}
+
 // prom scrapes the rig's endpoint over HTTP and returns the value of the
 // series of name whose labels include labels ("k=v"), summed: a counter's
 // or gauge's value, a histogram's sample count.
@@ -88,35 +105,7 @@ func (r *rig) prom(t *testing.T, name string, labels ...string) float64 {
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
-	var sum float64
-	for _, m := range fams[name].GetMetric() {
-		if !matches(m, labels) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
-func matches(m *dto.Metric, labels []string) bool {
-	for _, l := range labels {
-		k, v, _ := strings.Cut(l, "=")
-		ok := false
-		for _, p := range m.GetLabel() {
-			ok = ok || (p.GetName() == k && p.GetValue() == v)
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return promtest.Sum(fams, name, labels...)
 }
 
 // otel collects the rig's OpenTelemetry metrics and returns the sum of the
@@ -259,16 +248,7 @@ func TestLeaseHeldAndLostOnPausedServer(t *testing.T) {
 // slow load: one load, its publication, and 19 Gets served its result.
 func TestCacheStampede(t *testing.T) {
 	r := newRig(t)
-	vk := dial(t, testserver.Valkey(t).Addr())
-	prefix := fmt.Sprintf("obs%d:", time.Now().UnixNano())
-	store, err := leasevalkey.New(vk, leasevalkey.Options{Prefix: prefix + "lease:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "obs", Observer: r.leaseObserver()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vk, client, prefix := r.sharedClient(t)
 	c, err := cache.New(vk, client, cache.Options{TTL: time.Minute, Prefix: prefix + "cache:", Observer: cache.ObserverFunc(func(e cache.Event) { r.metrics.Cache().Observe(e); r.tel.Cache().Observe(e) })})
 	if err != nil {
 		t.Fatal(err)
@@ -309,16 +289,7 @@ func TestCacheStampede(t *testing.T) {
 // which fails once, and checks claims, completions and the retry.
 func TestQueueWork(t *testing.T) {
 	r := newRig(t)
-	vk := dial(t, testserver.Valkey(t).Addr())
-	prefix := fmt.Sprintf("obsq%d:", time.Now().UnixNano())
-	store, err := leasevalkey.New(vk, leasevalkey.Options{Prefix: prefix + "lease:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "obs", Observer: r.leaseObserver()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vk, client, prefix := r.sharedClient(t)
 	src, err := leasequeue.NewValkeySource(vk, "jobs", leasequeue.ValkeyOptions{Prefix: prefix + "q:"})
 	if err != nil {
 		t.Fatal(err)
