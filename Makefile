@@ -10,6 +10,11 @@
 #               to internal/chaos/testdata/out/chaos.log, and a history that
 #               fails its check leaves its visualisation beside it
 #   make lint   gofmt, go vet and staticcheck with every check (staticcheck.conf)
+#
+# internal/chaos, internal/obscheck, bench and examples/migrate are modules of
+# their own (with a replace of this module), so that what only they need
+# (toxiproxy, porcupine, peer libraries, goose, golang-migrate) never enters
+# the product's go.mod; test and lint run them separately.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -41,6 +46,9 @@ test: deps
 	@echo "==> internal/chaos (own module): go vet, go test -race (the short rows)"; \
 		cd internal/chaos && $(GO) vet ./... && \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
+	@echo "==> examples/migrate (own module): go vet, go test -race (goose and golang-migrate)"; \
+		cd examples/migrate && $(GO) vet ./... && \
+		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
 
 bench: deps
 	@echo "==> go test -bench"; time $(GO) test -run '^$$' -bench . -benchmem ./...
@@ -60,5 +68,5 @@ lint:
 		if [[ -n $$unformatted ]]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> staticcheck ./..."; time $(STATICCHECK) ./...
-	@echo "==> internal/chaos, internal/obscheck, bench (own modules): go vet, staticcheck"; \
-		for m in internal/chaos internal/obscheck bench; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
+	@echo "==> internal/chaos, internal/obscheck, bench, examples/migrate (own modules): go vet, staticcheck"; \
+		for m in internal/chaos internal/obscheck bench examples/migrate; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/golib/lease/internal/pgmigrate"
 	"github.com/golib/lease/lease"
 )
 
@@ -34,10 +35,12 @@ var (
 	advanceSQL string
 )
 
-// Migrations returns the embedded migrations of the fences table, for
-// migration tools (goose, golang-migrate): NNN_name.up.sql and
-// NNN_name.down.sql, naming the table public.lease_fences. Migrate applies
-// them itself, under any schema and table name.
+// Migrations returns the embedded migrations of the fences table in the
+// file layout of golang-migrate (NNN_name.up.sql and NNN_name.down.sql),
+// for its iofs source; GooseMigrations has the same SQL in goose's layout.
+// They name the table public.lease_fences: keep TableOptions' names empty
+// with them. Migrate applies the same files itself, under any schema and
+// table name.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
@@ -45,6 +48,21 @@ func Migrations() fs.FS {
 	}
 	return sub
 }
+
+// GooseMigrations returns the migrations of Migrations in the layout of
+// goose (github.com/pressly/goose/v3), for goose.NewProvider: one file per
+// version (NNN_name.sql) holding the up file under "-- +goose Up" and the
+// down file under "-- +goose Down". The files are built from those of
+// Migrations, so the two never differ.
+func GooseMigrations() fs.FS { return gooseMigrations }
+
+var gooseMigrations = func() fs.FS {
+	g, err := pgmigrate.Goose(Migrations())
+	if err != nil {
+		panic(err) // the embedded files are paired; the tests load them
+	}
+	return g
+}()
 
 // Beginner begins a transaction: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
 // (which begins a savepoint). See WithTxOptions for an isolation level.

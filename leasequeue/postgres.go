@@ -17,6 +17,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/keyspace"
+	"github.com/golib/lease/internal/pgmigrate"
 	"github.com/golib/lease/lease"
 )
 
@@ -34,10 +35,12 @@ var (
 )
 
 // PostgresMigrations returns the embedded migrations of the leasequeue
-// tables, for migration tools (goose, golang-migrate): NNN_name.up.sql and
-// NNN_name.down.sql, naming the default tables public.leasequeue_jobs and
-// public.leasequeue_jobs_members. MigratePostgres applies them itself,
-// under any names.
+// tables in the file layout of golang-migrate (NNN_name.up.sql and
+// NNN_name.down.sql), for its iofs source; PostgresGooseMigrations has
+// the same SQL in goose's layout. They name the default tables
+// public.leasequeue_jobs and public.leasequeue_jobs_members: keep
+// PostgresOptions' names empty with them. MigratePostgres applies the
+// same files itself, under any names.
 func PostgresMigrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
@@ -45,6 +48,22 @@ func PostgresMigrations() fs.FS {
 	}
 	return sub
 }
+
+// PostgresGooseMigrations returns the migrations of PostgresMigrations in
+// the layout of goose (github.com/pressly/goose/v3), for
+// goose.NewProvider: one file per version (NNN_name.sql) holding the up
+// file under "-- +goose Up" and the down file under "-- +goose Down". The
+// files are built from those of PostgresMigrations, so the two never
+// differ.
+func PostgresGooseMigrations() fs.FS { return postgresGooseMigrations }
+
+var postgresGooseMigrations = func() fs.FS {
+	g, err := pgmigrate.Goose(PostgresMigrations())
+	if err != nil {
+		panic(err) // the embedded files are paired; the tests load them
+	}
+	return g
+}()
 
 // PostgresOptions name the leasequeue tables. The zero value names
 // public.leasequeue_jobs (items) and public.leasequeue_jobs_members

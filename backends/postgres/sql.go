@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/golib/lease/internal/pgmigrate"
 )
 
 // Default names of the lease table. The embedded migrations and queries are
@@ -31,14 +33,12 @@ var queryFiles embed.FS
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-//go:embed goose/*.sql
-var gooseFiles embed.FS
-
 // Migrations returns the versioned migrations in the file layout of
-// golang-migrate (001_lease.up.sql, 001_lease.down.sql, ...), written for
-// the default table public.leases. Migrate applies the same files with any
-// schema and table name; use Migrations only with a migration tool of your
-// own, and then keep the default names in Options.
+// golang-migrate (001_lease.up.sql, 001_lease.down.sql, ...), for its iofs
+// source; GooseMigrations has the same SQL in goose's layout. They are
+// written for the default table public.leases. Migrate applies the same
+// files with any schema and table name; use Migrations only with a
+// migration tool of your own, and then keep the default names in Options.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
@@ -47,16 +47,21 @@ func Migrations() fs.FS {
 	return sub
 }
 
-// GooseMigrations returns the same migrations as Migrations in the layout
-// of goose: one file per version, with "-- +goose Up" and "-- +goose Down"
-// sections, written for the default table public.leases.
-func GooseMigrations() fs.FS {
-	sub, err := fs.Sub(gooseFiles, "goose")
+// GooseMigrations returns the migrations of Migrations in the layout of
+// goose (github.com/pressly/goose/v3), for goose.NewProvider: one file per
+// version (001_lease.sql, ...) holding the up file under "-- +goose Up"
+// and the down file under "-- +goose Down". Like Migrations it names the
+// default table public.leases. The files are built from those of
+// Migrations, so the two never differ.
+func GooseMigrations() fs.FS { return gooseMigrations }
+
+var gooseMigrations = func() fs.FS {
+	g, err := pgmigrate.Goose(Migrations())
 	if err != nil {
-		panic(err) // the directory is embedded
+		panic(err) // the embedded files are paired; the tests load them
 	}
-	return sub
-}
+	return g
+}()
 
 // defaultTable is how the embedded SQL names the lease table. Every
 // mention of the table in the embedded files has exactly this form, and

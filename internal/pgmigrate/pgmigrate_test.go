@@ -1,6 +1,7 @@
 package pgmigrate_test
 
 import (
+	"io/fs"
 	"reflect"
 	"testing"
 	"testing/fstest"
@@ -41,5 +42,44 @@ func TestLoadRejectsUnnumbered(t *testing.T) {
 func TestLoadEmpty(t *testing.T) {
 	if ms, err := pgmigrate.Load(fstest.MapFS{}); err != nil || len(ms) != 0 {
 		t.Fatalf("Load(empty) = %v, %v; want nothing", ms, err)
+	}
+}
+
+func TestGoose(t *testing.T) {
+	fsys := fstest.MapFS{
+		"001_one.up.sql":   {Data: []byte("CREATE TABLE one ();\n")},
+		"001_one.down.sql": {Data: []byte("DROP TABLE one;\n")},
+		"002_two.up.sql":   {Data: []byte("CREATE TABLE two ();\n")},
+		"002_two.down.sql": {Data: []byte("DROP TABLE two;\n")},
+		"README.md":        {Data: []byte("not a migration")},
+	}
+	g, err := pgmigrate.Goose(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fstest.TestFS(g, "001_one.sql", "002_two.sql"); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := fs.ReadDir(g, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("Goose has %d files, want 2 (one per version): %v", len(entries), entries)
+	}
+	b, err := fs.ReadFile(g, "002_two.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "-- +goose Up\nCREATE TABLE two ();\n\n-- +goose Down\nDROP TABLE two;\n"; string(b) != want {
+		t.Fatalf("002_two.sql = %q, want %q", b, want)
+	}
+}
+
+func TestGooseRejectsUnpaired(t *testing.T) {
+	for _, name := range []string{"001_one.up.sql", "001_one.down.sql"} {
+		if _, err := pgmigrate.Goose(fstest.MapFS{name: {Data: []byte("SELECT 1;")}}); err == nil {
+			t.Errorf("Goose with only %s succeeded; want an error", name)
+		}
 	}
 }
