@@ -1,18 +1,17 @@
 // Command postgres is the PostgreSQL quickstart (docs/postgres-quickstart.md)
-// as a program: it connects to a database, creates the lease table, acquires
-// a lease, makes a fenced write and a guarded write with it, and shuts down
-// cleanly.
+// as a program: it connects to a database, creates the lease, fences and
+// reports tables, acquires a lease, writes a report under the lease's fence,
+// publishes it with a guarded write, and shuts down cleanly.
 //
-//	go run ./examples/postgres -url postgres://user@localhost:5432/app
+//	DATABASE_URL=postgres://user@localhost:5432/app go run .
 //
-// The URL can also come from DATABASE_URL. With -pgbouncer it uses the pgx
-// settings that a connection pooler in transaction mode needs.
+// With PGBOUNCER=transaction it uses the settings that a connection pooler
+// in transaction mode needs.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,39 +22,34 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.url, "url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; default $DATABASE_URL")
-	flag.BoolVar(&cfg.pgbouncer, "pgbouncer", false, "connect through PgBouncer in transaction mode")
-	flag.Parse()
-	if cfg.url == "" {
-		fmt.Fprintln(os.Stderr, "postgres example: pass -url or set DATABASE_URL")
+	url := os.Getenv("DATABASE_URL") // postgres://user@localhost:5432/app
+	if url == "" {
+		fmt.Fprintln(os.Stderr, "quickstart: set DATABASE_URL")
 		os.Exit(2)
 	}
+	pgbouncer := os.Getenv("PGBOUNCER") == "transaction"
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "postgres example:", err)
+	if err := run(ctx, url, pgbouncer, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-type config struct {
-	url       string
-	pgbouncer bool
-}
-
-func run(ctx context.Context, cfg config, out io.Writer) error {
-	// docs:begin connect
-	poolConfig, err := pgxpool.ParseConfig(cfg.url)
+// run connects to the database url, creates the tables, and writes the
+// daily report under a lease.
+func run(ctx context.Context, url string, pgbouncer bool, out io.Writer) error {
+	poolConfig, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return err
+		return errors.New("DATABASE_URL is not a PostgreSQL URL") // the error would show the password
 	}
-	if cfg.pgbouncer {
+	if pgbouncer {
 		// PgBouncer in transaction mode: no named prepared statements.
 		poolConfig.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
@@ -65,26 +59,42 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer pool.Close() // last: the lease store never closes the pool
 
-	// Create or upgrade the lease table; safe when replicas start together.
+	// Create or upgrade the lease table and the fences table; safe when
+	// replicas start together.
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		return err
 	}
+	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+		return err
+	}
+	// The application's own table.
+	if _, err := pool.Exec(ctx, reportsTable); err != nil {
+		return err
+	}
+
 	store, err := leasepostgres.New(pool, leasepostgres.Options{
 		// Behind PgBouncer, LISTEN needs a direct pool (Options.ListenPool);
 		// without one, waiters poll.
-		DisableNotify: cfg.pgbouncer,
+		DisableNotify: pgbouncer,
 	})
 	if err != nil {
 		return err
 	}
 	defer store.Close() // stops the release listener, if one started
-	// docs:end connect
+	return dailyReport(ctx, pool, store, out)
+}
 
-	if err := createReports(ctx, pool); err != nil {
-		return err
-	}
+// reportsTable is the application's table: it has nothing to do with
+// leases, and needs no column for them.
+const reportsTable = `CREATE TABLE IF NOT EXISTS reports (
+    name      text    PRIMARY KEY,
+    body      text    NOT NULL,
+    published boolean NOT NULL DEFAULT false
+)`
 
-	// docs:begin acquire
+// dailyReport writes and publishes the daily report under the lease
+// "reports/daily", so that one replica at a time does it.
+func dailyReport(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.Store, out io.Writer) error {
 	hostname, _ := os.Hostname()
 	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "report-writer/" + hostname})
 	if err != nil {
@@ -92,7 +102,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:  10 * time.Second,
-		Wait: 30 * time.Second, // keep trying while another replica holds it
+		Wait: 30 * time.Second, // wait at most this long while another replica holds it
 	})
 	if err != nil {
 		return err
@@ -104,49 +114,63 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	} else if err != nil {
 		return err
 	}
-	m, err := h.StartManaged(ctx) // renew every TTL/3 in the background
+	defer h.Release(context.WithoutCancel(ctx)) // runs last: free the key at once
+	m, err := h.StartManaged(ctx)               // renew every TTL/3 in the background
 	if err != nil {
-		return err
+		return err // the lease was already lost, or ctx ended
 	}
-	defer m.Stop(context.WithoutCancel(ctx))    // runs second: stop renewing
-	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
+	defer m.Stop(context.WithoutCancel(ctx)) // runs first: stop renewing
 	fmt.Fprintf(out, "acquired %q with token %d\n", h.Key(), h.Token())
-	// docs:end acquire
 
-	// docs:begin write
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
-	ok, err := fencedWrite(m.Context(), pool, "daily", h.Token(), "report body")
-	if err != nil {
+	if err := writeReport(m.Context(), pool, h.Snapshot(), "report body"); err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("a newer holder already wrote the report; token %d is stale", h.Token())
 	}
 	fmt.Fprintln(out, "wrote the report under token", h.Token())
-	// docs:end write
-
-	// docs:begin guard
-	// A guarded write: only while this acquisition still holds the lease.
-	g, err := store.Guard(h.Snapshot())
-	if err != nil {
-		return err
-	}
-	err = pgx.BeginFunc(m.Context(), pool, func(tx pgx.Tx) error {
-		// Locks the lease row FOR SHARE: nobody can take the lease over
-		// until this transaction ends.
-		if err := leasepostgres.CheckGuard(m.Context(), tx, g); err != nil {
-			return err // a *guard.NotCurrentError if the lease moved on
-		}
-		_, err := tx.Exec(m.Context(), `UPDATE reports SET published = true WHERE name = $1`, "daily")
-		return err
-	})
-	if err != nil {
+	if err := publishReport(m.Context(), pool, store, h.Snapshot()); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "published the report under the lease")
-	// docs:end guard
+	return shutdown(ctx, h, m, out)
+}
 
-	// docs:begin shutdown
+// writeReport writes the report in a transaction fenced by snap: it
+// commits only if no holder with a newer token of "reports/daily" has
+// written the resource "reports/daily" before, for example after this
+// process was paused past its lease.
+func writeReport(ctx context.Context, pool *pgxpool.Pool, snap lease.Snapshot, body string) error {
+	err := fence.Tx(ctx, pool, snap, []string{"reports/daily"}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO reports (name, body) VALUES ('daily', $1)
+			ON CONFLICT (name) DO UPDATE SET body = excluded.body`, body)
+		return err
+	})
+	if errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("a newer holder already wrote the report: %w", err)
+	}
+	return err
+}
+
+// publishReport marks the report published, only while this acquisition
+// still holds the lease.
+func publishReport(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.Store, snap lease.Snapshot) error {
+	g, err := store.Guard(snap)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Locks the lease row FOR SHARE: nobody can take the lease over
+		// until this transaction ends.
+		if err := leasepostgres.CheckGuard(ctx, tx, g); err != nil {
+			return err // a *guard.NotCurrentError if the lease moved on
+		}
+		_, err := tx.Exec(ctx, `UPDATE reports SET published = true WHERE name = 'daily'`)
+		return err
+	})
+}
+
+// shutdown releases the lease, so that the next replica can start at
+// once, and stops renewing it.
+func shutdown(ctx context.Context, h *lease.Handle, m *lease.Managed, out io.Writer) error {
 	// Release now rather than in the deferred call, to see the outcome.
 	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("release: %w", err) // the lease ends by itself when its TTL passes
@@ -156,39 +180,4 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "released; shutting down")
 	return nil
-	// docs:end shutdown
 }
-
-// docs:begin table
-// reportsTable holds what the example writes. fence is the highest lease
-// token that wrote a row.
-const reportsTable = `CREATE TABLE IF NOT EXISTS reports (
-    name      text    PRIMARY KEY,
-    body      text    NOT NULL,
-    published boolean NOT NULL DEFAULT false,
-    fence     bigint  NOT NULL
-)`
-
-// docs:end table
-
-// createReports creates the table the example writes to.
-func createReports(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, reportsTable)
-	return err
-}
-
-// docs:begin fence
-// fencedWrite writes the report under the lease token tok, and reports
-// whether the write was accepted: it is refused if a holder with a higher
-// token wrote the row before, for example after this process was paused
-// past its lease. The comparison and the write are one statement, so they
-// cannot be separated by another writer.
-func fencedWrite(ctx context.Context, db *pgxpool.Pool, name string, tok lease.Token, body string) (bool, error) {
-	tag, err := db.Exec(ctx, `
-INSERT INTO reports AS r (name, body, fence) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET body = excluded.body, fence = excluded.fence
-WHERE r.fence <= excluded.fence`, name, body, int64(tok))
-	return tag.RowsAffected() == 1, err
-}
-
-// docs:end fence

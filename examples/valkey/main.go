@@ -3,17 +3,14 @@
 // lease, makes a fenced write with the lease's token, and shuts down
 // cleanly.
 //
-//	go run ./examples/valkey -addr 127.0.0.1:6379
+//	VALKEY_ADDR=127.0.0.1:6379 go run .
 //
-// The address can also come from VALKEY_ADDR. With -user and -password it
-// logs in as an ACL user; with -tls it connects over TLS (-ca names the
-// server's CA certificate).
+// With VALKEY_USER and VALKEY_PASSWORD set it logs in as that ACL user.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,41 +25,29 @@ import (
 )
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.addr, "addr", envOr("VALKEY_ADDR", "127.0.0.1:6379"), "Valkey address (host:port); default $VALKEY_ADDR")
-	flag.StringVar(&cfg.user, "user", "", "ACL user name")
-	flag.StringVar(&cfg.password, "password", os.Getenv("VALKEY_PASSWORD"), "ACL password; default $VALKEY_PASSWORD")
-	flag.BoolVar(&cfg.tls, "tls", false, "connect over TLS")
-	flag.StringVar(&cfg.caFile, "ca", "", "PEM file of the CA that signed the server's certificate (with -tls)")
-	flag.Parse()
+	addr := os.Getenv("VALKEY_ADDR") // host:port, such as 127.0.0.1:6379
+	if addr == "" {
+		fmt.Fprintln(os.Stderr, "quickstart: set VALKEY_ADDR")
+		os.Exit(2)
+	}
+	opt := valkey.ClientOption{
+		InitAddress: []string{addr},
+		// An ACL user, if set (see "ACL users").
+		Username: os.Getenv("VALKEY_USER"),
+		Password: os.Getenv("VALKEY_PASSWORD"),
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "valkey example:", err)
+	if err := run(ctx, opt, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-type config struct {
-	addr, user, password string
-	tls                  bool
-	caFile               string
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func run(ctx context.Context, cfg config, out io.Writer) error {
-	opt, err := clientOption(cfg)
-	if err != nil {
-		return err
-	}
-	// docs:begin connect
+// run connects to Valkey with opt, checks the server, and writes the
+// daily report under a lease.
+func run(ctx context.Context, opt valkey.ClientOption, out io.Writer) error {
 	client, err := valkey.NewClient(opt)
 	if err != nil {
 		return err
@@ -77,9 +62,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
-	// docs:end connect
+	return dailyReport(ctx, client, store, out)
+}
 
-	// docs:begin acquire
+// dailyReport writes the daily report under the lease "reports/daily", so
+// that one replica at a time does it.
+func dailyReport(ctx context.Context, client valkey.Client, store *leasevalkey.Store, out io.Writer) error {
 	hostname, _ := os.Hostname()
 	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "report-writer/" + hostname})
 	if err != nil {
@@ -87,7 +75,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:  10 * time.Second,
-		Wait: 30 * time.Second, // keep trying while another replica holds it
+		Wait: 30 * time.Second, // wait at most this long while another replica holds it
 	})
 	if err != nil {
 		return err
@@ -99,35 +87,42 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	} else if err != nil {
 		return err
 	}
-	m, err := h.StartManaged(ctx) // renew every TTL/3 in the background
+	defer h.Release(context.WithoutCancel(ctx)) // runs last: free the key at once
+	m, err := h.StartManaged(ctx)               // renew every TTL/3 in the background
 	if err != nil {
+		return err // the lease was already lost, or ctx ended
+	}
+	defer m.Stop(context.WithoutCancel(ctx)) // runs first: stop renewing
+	fmt.Fprintf(out, "acquired %q with token %d\n", h.Key(), h.Token())
+
+	// Work under m.Context(): it is cancelled the moment the lease is lost.
+	if err := writeReport(m.Context(), client, h.Snapshot(), "report body"); err != nil {
 		return err
 	}
-	defer m.Stop(context.WithoutCancel(ctx))    // runs second: stop renewing
-	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
-	fmt.Fprintf(out, "acquired %q with token %d\n", h.Key(), h.Token())
-	// docs:end acquire
+	fmt.Fprintln(out, "wrote the report under token", h.Token())
+	return shutdown(ctx, h, m, out)
+}
 
-	// docs:begin write
-	// Work under m.Context(): it is cancelled the moment the lease is lost.
-	// The fence of the resource "reports/daily" refuses a token below the
-	// highest one that wrote it, in the same script as the write; every key
-	// the write touches carries the resource's hash tag.
+// writeReport sets the report's key under the fence of the resource
+// "reports/daily": one script refuses a token below the highest one that
+// wrote the resource and otherwise applies the write. Every key the write
+// touches carries the resource's hash tag.
+func writeReport(ctx context.Context, client valkey.Client, snap lease.Snapshot, body string) error {
 	fences, err := fence.NewValkey(client, fence.ValkeyOptions{})
 	if err != nil {
 		return err
 	}
-	_, err = fences.Do(m.Context(), h.Snapshot(), "reports/daily",
-		fence.Set("report:{reports/daily}", "report body", fence.SetOptions{}))
+	_, err = fences.Do(ctx, snap, "reports/daily",
+		fence.Set("report:{reports/daily}", body, fence.SetOptions{}))
 	if errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("a newer holder already wrote the report: %w", err)
-	} else if err != nil {
-		return err
 	}
-	fmt.Fprintln(out, "wrote the report under token", h.Token())
-	// docs:end write
+	return err
+}
 
-	// docs:begin shutdown
+// shutdown releases the lease, so that the next replica can start at
+// once, and stops renewing it.
+func shutdown(ctx context.Context, h *lease.Handle, m *lease.Managed, out io.Writer) error {
 	// Release now rather than in the deferred call, to see the outcome.
 	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("release: %w", err) // the lease ends by itself when its TTL passes
@@ -137,5 +132,4 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "released; shutting down")
 	return nil
-	// docs:end shutdown
 }

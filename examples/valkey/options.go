@@ -9,20 +9,9 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 )
 
-// clientOption builds the valkey-go options from the flags.
-func clientOption(cfg config) (valkey.ClientOption, error) {
-	opt := valkey.ClientOption{InitAddress: []string{cfg.addr}}
-	if cfg.user != "" || cfg.password != "" {
-		opt = withACL(opt, cfg.user, cfg.password)
-	}
-	if cfg.tls {
-		var err error
-		if opt, err = withTLS(opt, cfg.caFile); err != nil {
-			return opt, err
-		}
-	}
-	return opt, nil
-}
+// This file holds the client options of the quickstart's sections on ACL
+// users and TLS: pass withACL(opt, user, password) or withTLS(opt, caFile)
+// to run instead of the plain options main builds.
 
 // docs:begin acl
 // withACL logs in as an ACL user, created on the server with, for this

@@ -1,30 +1,28 @@
 package docstest
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 )
 
-var marker = regexp.MustCompile(`^<!-- code: ([^#\s]+)#(\S+) -->$`)
-
+// TestDocsShowCompiledCode checks every block marked with the region of a
+// file against that region.
 func TestDocsShowCompiledCode(t *testing.T) {
-	root := filepath.Join("..", "..")
-	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	docs = append(docs, filepath.Join(root, "README.md"))
 	checked := 0
-	for _, doc := range docs {
-		blocks, err := markedBlocks(doc)
+	for _, doc := range docs(t) {
+		blocks, err := goBlocks(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, b := range blocks {
+			if b.kind != code {
+				continue
+			}
 			want, err := region(filepath.Join(root, b.file), b.region)
 			if err != nil {
-				t.Errorf("%s:%d: %v", doc, b.line, err)
+				t.Errorf("%s:%d: %s#%s: %v", doc, b.line, b.file, b.region, err)
 				continue
 			}
 			if trimBlank(b.code) != trimBlank(want) {
@@ -40,46 +38,93 @@ func TestDocsShowCompiledCode(t *testing.T) {
 	t.Logf("%d code blocks match their compiled sources", checked)
 }
 
-type block struct {
-	file, region, code string
-	line               int
-}
-
-func markedBlocks(path string) ([]block, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var (
-		out  []block
-		cur  *block
-		in   bool
-		body []string
-		n    int
-	)
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		n++
-		line := s.Text()
-		switch {
-		case in && strings.HasPrefix(line, "```"):
-			cur.code = strings.Join(body, "\n")
-			out = append(out, *cur)
-			cur, in, body = nil, false, nil
-		case in:
-			body = append(body, line)
-		case cur != nil && strings.HasPrefix(line, "```go"):
-			in = true
-		case cur != nil:
-			cur = nil // a marker not followed by a Go block
-		default:
-			if m := marker.FindStringSubmatch(line); m != nil {
-				cur = &block{file: m[1], region: m[2], line: n}
+// TestFragmentsAppearInTheirFiles checks that the lines of every block
+// marked as a fragment of a file appear in it, in order and one after
+// another (indentation aside).
+func TestFragmentsAppearInTheirFiles(t *testing.T) {
+	for _, doc := range docs(t) {
+		blocks, err := goBlocks(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range blocks {
+			if b.kind != fragment {
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(root, b.file))
+			if err != nil {
+				t.Errorf("%s:%d: %v", doc, b.line, err)
+				continue
+			}
+			if !containsLines(string(data), b.code) {
+				t.Errorf("%s:%d: the fragment is not in %s:\n%s", doc, b.line, b.file, b.code)
 			}
 		}
 	}
-	return out, s.Err()
+}
+
+// TestEveryGoBlockIsChecked: every ```go block of README.md and docs/ is a
+// complete file that compiles, or names the complete file it is part of,
+// and then the page links that file (or its directory) for the reader.
+func TestEveryGoBlockIsChecked(t *testing.T) {
+	var wholes []string
+	for _, doc := range docs(t) {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := goBlocks(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range blocks {
+			if b.kind == whole {
+				if !strings.HasPrefix(strings.TrimSpace(b.code), "package ") && !strings.Contains(b.code, "\npackage ") {
+					t.Errorf("%s:%d: a Go block that is neither a complete file nor marked as part of one "+
+						"(<!-- code: FILE#REGION -->, <!-- fragment: FILE --> or <!-- program: FILE --> on the line before):\n%s",
+						doc, b.line, b.code)
+					continue
+				}
+				wholes = append(wholes, b.code)
+				continue
+			}
+			if !links(doc, string(text), b.file) {
+				t.Errorf("%s:%d: the block is part of %s, which the page does not link", doc, b.line, b.file)
+			}
+		}
+	}
+	// Each complete file is built as the main package of a module of its
+	// own, as a reader would.
+	for i, src := range wholes {
+		buildModule(t, map[string]string{"main.go": src})
+		t.Logf("complete block %d builds", i+1)
+	}
+}
+
+// containsLines reports whether the lines of frag, with their leading
+// white space removed, appear one after another in text.
+func containsLines(text, frag string) bool {
+	trim := func(s string) []string {
+		lines := strings.Split(strings.TrimSpace(s), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimSpace(l)
+		}
+		return lines
+	}
+	t, f := trim(text), trim(frag)
+	for i := 0; i+len(f) <= len(t); i++ {
+		match := true
+		for j := range f {
+			if t[i+j] != f[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 func region(path, name string) (string, error) {
