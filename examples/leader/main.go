@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/golib/lease/fence"
-	"github.com/golib/lease/internal/exampleenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseservice"
 )
@@ -65,15 +64,15 @@ func main() {
 // run runs cfg.replicas replicas until ctx ends.
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	// Each replica gets a lease backend on a connection of its own and a
-	// fenced counter to write to (package exampleenv).
-	backend := exampleenv.Options{ValkeyAddr: cfg.valkeyAddr, PostgresURL: cfg.postgresURL, Prefix: "example:"}
-	open, err := exampleenv.Dial(ctx, backend)
+	// fenced counter to write to (backend.go).
+	backend := backendOptions{ValkeyAddr: cfg.valkeyAddr, PostgresURL: cfg.postgresURL, Prefix: "example:"}
+	open, err := dial(ctx, backend)
 	if err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
 	p := printer{w: out, start: time.Now()}
-	p.say("%d replica(s) on %s", cfg.replicas, backend.Describe())
+	p.say("%d replica(s) on %s", cfg.replicas, backend.describe())
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.replicas)
 	for i := range cfg.replicas {
@@ -81,7 +80,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer env.Close()
+		defer env.close()
 		owner := fmt.Sprintf("leader-example/%s/%d", host, i+1)
 		wg.Go(func() { errs[i] = replica(ctx, cfg, env, owner, &p) })
 	}
@@ -90,8 +89,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // replica campaigns, works while it leads, and campaigns again.
-func replica(ctx context.Context, cfg config, env *exampleenv.Replica, owner string, p *printer) error {
-	client, err := lease.NewClient(env.Backend, lease.ClientOptions{Owner: owner})
+func replica(ctx context.Context, cfg config, env *replicaEnv, owner string, p *printer) error {
+	client, err := lease.NewClient(env.backend, lease.ClientOptions{Owner: owner})
 	if err != nil {
 		return err
 	}
@@ -122,7 +121,7 @@ func replica(ctx context.Context, cfg config, env *exampleenv.Replica, owner str
 
 // work increments the fenced counter every 100ms until ctx ends or term
 // has passed.
-func work(ctx context.Context, term time.Duration, env *exampleenv.Replica, snap lease.Snapshot, owner string, p *printer) error {
+func work(ctx context.Context, term time.Duration, env *replicaEnv, snap lease.Snapshot, owner string, p *printer) error {
 	var until <-chan time.Time
 	if term > 0 {
 		until = time.After(term)
@@ -141,7 +140,7 @@ func work(ctx context.Context, term time.Duration, env *exampleenv.Replica, snap
 		case <-tick.C:
 		}
 		// docs:begin write
-		err := env.Add(ctx, snap)
+		err := env.add(ctx, snap)
 		if errors.Is(err, fence.ErrStale) {
 			// A newer holder has written: this one must stop at once.
 			return err
