@@ -47,7 +47,7 @@ func main() {
 func run(ctx context.Context, url string, pgbouncer bool, out io.Writer) error {
 	poolConfig, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return errors.New("DATABASE_URL is not a PostgreSQL URL") // the error would show the password
+		return errors.New("DATABASE_URL is not a valid PostgreSQL URL") // pgx's error would repeat the URL
 	}
 	if pgbouncer {
 		// PgBouncer in transaction mode: no named prepared statements.
