@@ -31,7 +31,8 @@
 // [Tx] runs a function in a transaction whose first statement checks and
 // advances the fences of the named resources, in a table of their own
 // (public.lease_fences by default; [NewTable] names another, [Migrate]
-// creates it). The fence rows stay locked until the transaction ends, and they are
+// creates it, and [Migrations] and [GooseMigrations] hand its migrations to
+// golang-migrate or goose). The fence rows stay locked until the transaction ends, and they are
 // locked in sorted order, so transactions never deadlock on them. A stale
 // fence rolls back everything. The cost is one round trip.
 //

@@ -135,3 +135,18 @@ func TestGoBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeBlockBuilds builds the complete file of testdata/blocks.md the
+// way TestEveryGoBlockIsChecked builds the docs' complete files.
+func TestWholeBlockBuilds(t *testing.T) {
+	b, err := goBlocks("testdata/blocks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0].kind != whole {
+		t.Fatalf("the first block of testdata/blocks.md is not a complete file: %+v", b[0])
+	}
+	if bin := buildModule(t, map[string]string{"main.go": b[0].code}); bin == "" {
+		t.Fatal("no program built")
+	}
+}
