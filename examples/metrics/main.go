@@ -54,12 +54,14 @@ func main() {
 
 // run serves /metrics on ln and runs the fleet until ctx ends.
 func run(ctx context.Context, ln net.Listener, items int) error {
+	// docs:begin wiring
 	metrics := leaseprom.New(leaseprom.Options{
 		// One label value per job: the part of the key before the first '/'.
 		KeyLabel: func(key string) string { job, _, _ := strings.Cut(key, "/"); return job },
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
+	// docs:end wiring
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
