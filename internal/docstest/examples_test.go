@@ -3,17 +3,9 @@ package docstest
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// pendingInternal lists the examples still allowed to import internal/
-// packages, each with the reason. The test fails once one no longer does,
-// so that its entry is removed.
-var pendingInternal = map[string]string{
-	"github.com/golib/lease/examples/scheduler": "issue 14: its gocron wiring is being rewritten",
-}
 
 // TestExamplesAreCopyable: no example program imports a package of
 // internal/ (its tests may, for the test servers), and no page of docs/
@@ -36,12 +28,8 @@ func TestExamplesAreCopyable(t *testing.T) {
 				internal = append(internal, imp)
 			}
 		}
-		_, pending := pendingInternal[pkg]
-		switch {
-		case len(internal) > 0 && !pending:
+		if len(internal) > 0 {
 			t.Errorf("%s imports %s; an example must not need internal packages", pkg, strings.Join(internal, ", "))
-		case len(internal) == 0 && pending:
-			t.Errorf("%s imports no internal package any more: remove it from pendingInternal", pkg)
 		}
 	}
 	if n < 5 {
@@ -51,9 +39,6 @@ func TestExamplesAreCopyable(t *testing.T) {
 		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if filepath.Base(doc) == "scheduling.md" && pendingInternal["github.com/golib/lease/examples/scheduler"] != "" {
-			continue
 		}
 		if strings.Contains(string(text), "exampleenv") {
 			t.Errorf("%s mentions internal/exampleenv, which readers cannot import", doc)
