@@ -48,6 +48,9 @@ type Result struct {
 	// Deadlines is the number of writes whose local deadline was checked
 	// against the backend's expiry.
 	Deadlines int
+	// Clients is the number of Client.Acquire calls whose reported
+	// outcome was checked (see checkClientOutcomes).
+	Clients int
 	// Verdict is porcupine's: Ok, Illegal, or Unknown when the search ran
 	// out of time.
 	Verdict porcupine.CheckResult
@@ -64,7 +67,8 @@ type Result struct {
 func (r Result) OK() bool { return len(r.Problems) == 0 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("%d operations recorded, %d checked by the model (%s), %d local deadlines checked", r.Recorded, r.Checked, r.Verdict, r.Deadlines)
+	s := fmt.Sprintf("%d operations recorded, %d checked by the model (%s), %d local deadlines checked, %d client outcomes checked",
+		r.Recorded, r.Checked, r.Verdict, r.Deadlines, r.Clients)
 	for _, p := range r.Problems {
 		s += "\n\t" + p
 	}
@@ -94,6 +98,9 @@ func Check(history []Op, o CheckOptions) Result {
 	deadlines, checked := checkDeadlines(history)
 	res.Deadlines = checked
 	res.Problems = append(res.Problems, deadlines...)
+	outcomes, clients := checkClientOutcomes(history)
+	res.Clients = clients
+	res.Problems = append(res.Problems, outcomes...)
 	if !res.OK() && !o.NoFiles {
 		info.AddAnnotations(notes)
 		res.Files = writeFailure(o.Name, model, info, history, &res)
@@ -262,6 +269,53 @@ func checkDeadlines(history []Op) ([]string, int) {
 		}
 	}
 	return problems, checked
+}
+
+// checkClientOutcomes checks what Client.Acquire reported (KindClient
+// operations), not only what the backend answered: an error that does not
+// match lease.ErrIndeterminate (Failed) promises that no grant exists or
+// can still appear for the call. Every call has an owner string of its
+// own, so a holder named by a later answer can only have been granted by
+// one of that call's attempts. A violation is an answer called after a
+// Failed call returned that names the call's owner as the holder: an
+// acquisition the caller was told does not exist. A fault that lost data
+// after the call began excuses it (the store may have gone back to a state
+// before the call's clean-up release). It returns the violations and the
+// number of calls checked.
+func checkClientOutcomes(history []Op) ([]string, int) {
+	calls := map[string]Op{} // owner → its Client.Acquire call
+	var lossy []int64        // call times of faults that lost data
+	for _, op := range history {
+		switch {
+		case op.Kind == KindClient:
+			calls[op.Owner] = op
+		case op.Kind == KindFault && op.LostData:
+			lossy = append(lossy, op.Call)
+		}
+	}
+	n := 0
+	for _, c := range calls {
+		if c.Outcome != OK {
+			n++
+		}
+	}
+	var problems []string
+	for _, op := range history {
+		if op.Kind != KindAcquire || op.Outcome != NotAcquired || op.Holder == "" {
+			continue
+		}
+		c, ok := calls[op.Holder]
+		if !ok || c.Outcome != Failed || op.Call <= c.Return {
+			continue
+		}
+		if slices.ContainsFunc(lossy, func(t int64) bool { return t >= c.Call }) {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("lease %s: Client.Acquire of %s returned at %s with an error that does not match lease.ErrIndeterminate (%s), but at %s lane %s found the key held by %s with token %d",
+			c.Key, c.Owner, fmtMicros(c.Return), c.Err, fmtMicros(op.Call), op.Lane, op.Holder, op.Out))
+		calls[op.Holder] = Op{} // one report per call
+	}
+	return problems, n
 }
 
 func fmtMicros(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05.000000") }

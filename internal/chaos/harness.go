@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,13 +175,14 @@ type workerOptions struct {
 
 // worker is one client: its lanes, backend, store and random choices.
 type worker struct {
-	o      workerOptions
-	main   *Lane // acquire, release, writes and reads
-	renew  *Lane // managed renewals
-	client *lease.Client
-	store  *RecordingStore
-	rng    *rand.Rand
-	seq    int
+	o     workerOptions
+	main  *Lane // acquire, release, writes and reads
+	renew *Lane // managed renewals
+	rb    *RecordingBackend
+	store *RecordingStore
+	rng   *rand.Rand
+	seq   int
+	calls int // Client.Acquire calls made
 }
 
 // openTimeout bounds how long a client keeps trying to connect: a child
@@ -198,12 +200,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker, func(), error) {
 		return nil, nil, fmt.Errorf("open client %s: %w", o.Name, err)
 	}
 	w := &worker{o: o, main: o.Lanes.New(), renew: o.Lanes.New(), rng: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
-	rb := NewRecordingBackend(b, o.Rec, w.main)
-	w.client, err = lease.NewClient(rb, lease.ClientOptions{Owner: o.Name, Clock: o.Clock})
-	if err != nil {
-		closeFn()
-		return nil, nil, err
-	}
+	w.rb = NewRecordingBackend(b, o.Rec, w.main)
 	w.store = NewRecordingStore(s, o.Rec)
 	return w, closeFn, nil
 }
@@ -241,7 +238,7 @@ func (w *worker) randDur(d time.Duration) time.Duration {
 func (w *worker) once(ctx context.Context) error {
 	p := w.o.Policy.Options()
 	key := w.o.Keys[w.rng.IntN(len(w.o.Keys))]
-	h, err := w.client.Acquire(WithLane(ctx, w.main), key, w.o.Policy)
+	h, err := w.acquire(ctx, key, w.o.Policy)
 	if err != nil {
 		sleep(ctx, w.randDur(p.Retry))
 		return nil
@@ -307,6 +304,42 @@ func (w *worker) once(ctx context.Context) error {
 	return nil
 }
 
+// acquire calls Client.Acquire on a client with an owner of its own,
+// "<name>.r<n>", and records what the call returned as a KindClient
+// operation, so that checkClientOutcomes can hold the error to its
+// promise: a later answer naming that owner as the holder can only come
+// from one of this call's attempts.
+func (w *worker) acquire(ctx context.Context, key string, p lease.Policy) (*lease.Handle, error) {
+	w.calls++
+	owner := fmt.Sprintf("%s.r%d", w.o.Name, w.calls)
+	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock})
+	if err != nil {
+		return nil, err
+	}
+	op := Op{Lane: w.main.ID(), Kind: KindClient, Key: key, Owner: owner, Call: w.o.Rec.Now()}
+	h, err := c.Acquire(WithLane(ctx, w.main), key, p)
+	op.Return = w.o.Rec.Now()
+	op.Err = errText(err)
+	switch {
+	case err == nil:
+		op.Outcome, op.Token = OK, uint64(h.Token())
+	case errors.Is(err, lease.ErrIndeterminate):
+		op.Outcome = Unknown
+	default:
+		op.Outcome = Failed
+	}
+	w.o.Rec.Add(op)
+	return h, err
+}
+
+// OwnerName returns the client name in an owner string of the harness
+// ("chaos-p0" of "chaos-p0.r12"): the application_name of its
+// PostgreSQL sessions.
+func OwnerName(owner string) string {
+	name, _, _ := strings.Cut(owner, ".r")
+	return name
+}
+
 // event records something the client observed.
 func (w *worker) event(h *lease.Handle, what string, err error) {
 	w.o.Rec.Add(Op{Lane: w.main.ID(), Kind: KindEvent, Key: h.Key(), Token: uint64(h.Token()), Fault: what,
@@ -321,7 +354,7 @@ func (w *worker) value() string {
 
 // converge acquires key, claims and reads its resource, and releases it.
 func (w *worker) converge(ctx context.Context, key string) error {
-	h, err := w.client.Acquire(WithLane(ctx, w.main), key, w.o.Policy)
+	h, err := w.acquire(ctx, key, w.o.Policy)
 	if err != nil {
 		return err
 	}

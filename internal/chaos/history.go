@@ -30,6 +30,13 @@ const (
 	// KindClock is a step of the backend's fake clock; it is drawn in the
 	// visualisation only.
 	KindClock Kind = "clock"
+	// KindClient is one Client.Acquire call as its caller saw it: Owner
+	// names the call (every call has an owner of its own), Outcome is OK,
+	// Unknown (the error matches lease.ErrIndeterminate) or Failed (any
+	// other error, which promises that no grant exists or can still
+	// appear for the call). checkClientOutcomes holds it to that promise;
+	// the model ignores it.
+	KindClient Kind = "client-acquire"
 	// KindEvent is something a client observed, such as a loss reported
 	// by Managed (Err holds it); it is drawn in the visualisation only.
 	KindEvent Kind = "event"
@@ -72,6 +79,10 @@ type Op struct {
 	// Acq identifies the acquisition: a digest of its secret, never the
 	// secret itself.
 	Acq string `json:"acq,omitempty"`
+	// Owner is the owner string of an acquire (and of a KindClient call).
+	Owner string `json:"owner,omitempty"`
+	// Holder is the owner string of the holder a NotAcquired answer named.
+	Holder string `json:"holder,omitempty"`
 	// Token is the token presented (renew, release, write) or granted
 	// (acquire, when OK).
 	Token uint64 `json:"token,omitempty"`

@@ -243,3 +243,49 @@ func TestDeadlineCheck(t *testing.T) {
 		t.Errorf("a belief past the TTL was accepted: %v", res)
 	}
 }
+
+// TestClientOutcomeCheck runs the check of what Client.Acquire reported
+// on small histories: a call that failed with an error not matching
+// lease.ErrIndeterminate must leave no grant behind. The illegal history
+// is break 2 of issue 13 as the recorder sees it: an attempt goes
+// unanswered, the clean-up release answers "lost", the call reports the
+// attempt undone, and the attempt is applied afterwards.
+func TestClientOutcomeCheck(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	call := func(owner string, outcome chaos.Outcome, call, ret int64) chaos.Op {
+		return chaos.Op{Lane: "a/0", Kind: chaos.KindClient, Key: "k", Owner: owner, Outcome: outcome,
+			Err: "lease: acquire \"k\": context deadline exceeded", Call: t0 + call*ms, Return: t0 + ret*ms}
+	}
+	attempt := leaseOp(chaos.KindAcquire, "a/0", "A", 0, chaos.Unknown, 0, 150, 1000*ms)
+	attempt.Owner = "a.r1"
+	undo := leaseOp(chaos.KindRelease, "a/1", "A", 0, chaos.Lost, 150, 160, 0)
+	seen := func(holder string, call int64) chaos.Op {
+		op := refused("b/0", "B", uint64(t0+100*ms), call, call+5)
+		op.Holder = holder
+		return op
+	}
+	cases := []struct {
+		name  string
+		ops   []chaos.Op
+		legal bool
+	}{
+		{"reported undone, and it was", []chaos.Op{attempt, undo, call("a.r1", chaos.Failed, 0, 160), seen("c.r1", 400)}, true},
+		{"reported unknown, granted later", []chaos.Op{attempt, undo, call("a.r1", chaos.Unknown, 0, 160), seen("a.r1", 400)}, true},
+		{"granted while the call still ran", []chaos.Op{attempt, seen("a.r1", 155), undo, call("a.r1", chaos.Failed, 0, 160)}, true},
+		{"reported undone, granted later", []chaos.Op{attempt, undo, call("a.r1", chaos.Failed, 0, 160), seen("a.r1", 400)}, false},
+		{"reported undone, granted later, but data was lost since", []chaos.Op{attempt, undo, call("a.r1", chaos.Failed, 0, 160),
+			{Kind: chaos.KindFault, Fault: "restart empty", LostData: true, Outcome: chaos.OK, Call: t0 + 200*ms, Return: t0 + 210*ms},
+			seen("a.r1", 400)}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := chaos.Check(c.ops, chaos.CheckOptions{Name: t.Name(), NoFiles: true})
+			if res.OK() != c.legal {
+				t.Fatalf("legal = %v, want %v: %v", res.OK(), c.legal, res)
+			}
+			if !c.legal && !strings.Contains(res.Problems[0], "does not match lease.ErrIndeterminate") {
+				t.Errorf("the problem does not name the broken promise: %v", res)
+			}
+		})
+	}
+}

@@ -172,8 +172,8 @@ func TestPostgresBackendStalled(t *testing.T) {
 		name, who := names[r.rng.IntN(len(names))], "a client"
 		var holder string
 		err := admin.QueryRow(ctxT(t), `SELECT owner FROM public.leases WHERE expires_at > statement_timestamp() ORDER BY random() LIMIT 1`).Scan(&holder)
-		if err == nil && slices.Contains(names, holder) {
-			name, who = holder, "the holder"
+		if err == nil && slices.Contains(names, chaos.OwnerName(holder)) {
+			name, who = chaos.OwnerName(holder), "the holder"
 		}
 		rows, err := admin.Query(ctxT(t), `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, name)
 		if err != nil {
