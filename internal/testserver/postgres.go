@@ -72,7 +72,7 @@ func startSharedPostgres() (*SharedPostgres, error) {
 		}
 		return &SharedPostgres{url: raw}, nil
 	}
-	pp, err := startPostgresProc(false)
+	pp, err := startPostgresProc(false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,22 @@ type PostgresServer struct {
 // if LEASE_REQUIRE_SERVERS=1.
 func StartPostgres(t testing.TB) *PostgresServer {
 	t.Helper()
-	pp, err := startPostgresProc(true)
+	return StartPostgresWith(t, PostgresOptions{})
+}
+
+// PostgresOptions configures a dedicated server from [StartPostgresWith].
+type PostgresOptions struct {
+	// Env is added to the environment of the server's processes,
+	// "NAME=value" each: a preloaded library that fakes the server's
+	// clock, for instance. Files it names must be readable by the
+	// postgres user when the tests run as root.
+	Env []string
+}
+
+// StartPostgresWith is [StartPostgres] with options.
+func StartPostgresWith(t testing.TB, opts PostgresOptions) *PostgresServer {
+	t.Helper()
+	pp, err := startPostgresProc(true, slices.Clone(opts.Env))
 	if err != nil {
 		unavailable(t, "can't start a dedicated PostgreSQL server", dedicatedErr(err, envPostgresURL))
 	}
@@ -270,7 +285,7 @@ type pgProc struct {
 // startPostgresProc creates a cluster with initdb in a new directory, starts
 // a server on it and waits until it accepts connections. Without syncCommit,
 // a commit returns before its WAL is written, so a crash can lose it.
-func startPostgresProc(syncCommit bool) (*pgProc, error) {
+func startPostgresProc(syncCommit bool, env []string) (*pgProc, error) {
 	bin, err := pgBin.get(findPostgres)
 	if err != nil {
 		return nil, err
@@ -283,7 +298,7 @@ func startPostgresProc(syncCommit bool) (*pgProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	pp, err := initPostgres(bin, cred, dir, syncCommit)
+	pp, err := initPostgres(bin, cred, dir, syncCommit, env)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -291,7 +306,7 @@ func startPostgresProc(syncCommit bool) (*pgProc, error) {
 	return pp, nil
 }
 
-func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncCommit bool) (*pgProc, error) {
+func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncCommit bool, env []string) (*pgProc, error) {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
@@ -328,6 +343,7 @@ func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncComm
 			dir:     dir,
 			logPath: logPath,
 			cred:    cred,
+			env:     env,
 		}
 		if err = pp.start(); err == nil {
 			return pp, nil

@@ -33,6 +33,7 @@ type process struct {
 	dir     string // working directory
 	logPath string
 	cred    *syscall.Credential // nil runs as the current user
+	env     []string            // added to the test binary's environment
 
 	logStart int64 // size of the log when the current run started
 
@@ -63,6 +64,9 @@ func (p *process) start() error {
 	}
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr(p.cred, true)

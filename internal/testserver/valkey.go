@@ -72,6 +72,10 @@ type ValkeyOptions struct {
 	// ExtraArgs are passed to valkey-server after the harness's own
 	// arguments, which they override: {"--maxmemory", "10mb"}.
 	ExtraArgs []string
+
+	// Env is added to the server's environment, "NAME=value" each: a
+	// preloaded library that fakes the server's clock, for instance.
+	Env []string
 }
 
 // ValkeyServer is a dedicated Valkey server for one test, which can inject
@@ -90,7 +94,7 @@ type ValkeyServer struct {
 // LEASE_REQUIRE_SERVERS=1.
 func StartValkey(t testing.TB, opts ValkeyOptions) *ValkeyServer {
 	t.Helper()
-	vp, err := startValkeyProc(valkeyConfig{appendOnly: opts.AppendOnly, extra: slices.Clone(opts.ExtraArgs)})
+	vp, err := startValkeyProc(valkeyConfig{appendOnly: opts.AppendOnly, extra: slices.Clone(opts.ExtraArgs), env: slices.Clone(opts.Env)})
 	if err != nil {
 		unavailable(t, "can't start a dedicated Valkey server", dedicatedErr(err, envValkeyAddr))
 	}
@@ -192,6 +196,7 @@ type valkeyConfig struct {
 	appendOnly bool
 	cluster    bool
 	extra      []string
+	env        []string
 }
 
 // valkeyProc is one valkey-server this package started, with its directory.
@@ -237,6 +242,7 @@ func startValkeyProc(cfg valkeyConfig) (*valkeyProc, error) {
 			args:    valkeyArgs(bin, cfg, dir, vp.port, vp.busPort),
 			dir:     dir,
 			logPath: filepath.Join(dir, "valkey.log"),
+			env:     cfg.env,
 		}
 		if err = vp.start(); err == nil {
 			return vp, nil
