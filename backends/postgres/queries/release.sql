@@ -1,6 +1,9 @@
 -- Release: end acquisition ($2, $3) of key $1 if it holds the key and has
--- not expired, by setting its expiry to now. The row stays, so the key's
--- token is never reset. Token 0 identifies the acquisition by nonce alone.
+-- not expired, by setting its expiry to the Unix epoch: long past, so that
+-- a backward step of the server's clock can't bring the released lease
+-- back (an expiry of "now" would be in the future again after the step).
+-- The row stays, so the key's token is never reset. Token 0 identifies the
+-- acquisition by nonce alone.
 --
 -- If $4 is not empty and a waiter marked the row (watch.sql), the release
 -- also calls pg_notify($4, key), so that waiters learn when it commits
@@ -17,11 +20,11 @@
 -- row version, not from the statement's snapshot.
 WITH released AS (
     UPDATE public.leases AS l
-    SET expires_at = statement_timestamp()
+    SET expires_at = to_timestamp(0)
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
       AND l.expires_at > statement_timestamp()
-    RETURNING l.watched_until > l.expires_at AS watched
+    RETURNING l.watched_until > statement_timestamp() AS watched
 )
 SELECT coalesce(
     (SELECT CASE WHEN r.watched AND $4::text <> ''
