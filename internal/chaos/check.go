@@ -98,6 +98,7 @@ func Check(history []Op, o CheckOptions) Result {
 	deadlines, checked := checkDeadlines(history)
 	res.Deadlines = checked
 	res.Problems = append(res.Problems, deadlines...)
+	res.Problems = append(res.Problems, checkTokens(history)...)
 	outcomes, clients := checkClientOutcomes(history)
 	res.Clients = clients
 	res.Problems = append(res.Problems, outcomes...)
@@ -134,6 +135,7 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 			keys[op.Key] = true
 		}
 	}
+	split := splitAcquisitions(history)
 	var (
 		ops   []porcupine.Operation
 		notes []porcupine.Annotation
@@ -149,13 +151,16 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 		case op.Kind == KindFault:
 			notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: op.Call, End: op.Return,
 				Description: op.Fault, BackgroundColor: "#f4cccc"})
-			if op.LostData {
+			if op.LostData || op.EndsLeases {
 				for _, k := range slices.Sorted(maps.Keys(keys)) {
 					op.Key = k
 					op.Lane = "nemesis"
 					add(op)
 				}
 			}
+		case split[acqRef{op.Key, op.Acq}] && isLeaseOp(op):
+			notes = append(notes, porcupine.Annotation{ClientId: lanes[op.Lane], Start: op.Call, End: op.Return,
+				Description: "split brain: " + describe(op), Details: strings.TrimSuffix(string(op.Outcome)+": "+op.Err, ": "), BackgroundColor: "#fce5cd"})
 		case op.Kind == KindClock:
 			notes = append(notes, porcupine.Annotation{Tag: "clock", Start: op.Call, End: op.Return, Description: op.Fault})
 		case relevant(op):
@@ -170,6 +175,73 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 		}
 	}
 	return ops, notes
+}
+
+// acqRef names one acquisition of one key.
+type acqRef struct{ key, acq string }
+
+func isLeaseOp(op Op) bool {
+	return op.Kind == KindAcquire || op.Kind == KindRenew || op.Kind == KindRelease
+}
+
+// splitAcquisitions returns the acquisitions with a lease operation
+// during a fault marked SplitBrain (an operation with an unknown outcome
+// counts from its call on).
+func splitAcquisitions(history []Op) map[acqRef]bool {
+	type window struct{ from, to int64 }
+	var windows []window
+	for _, op := range history {
+		if op.Kind == KindFault && op.SplitBrain {
+			windows = append(windows, window{op.Call, op.Return})
+		}
+	}
+	out := map[acqRef]bool{}
+	if len(windows) == 0 {
+		return out
+	}
+	for _, op := range history {
+		if !isLeaseOp(op) || op.Acq == "" {
+			continue
+		}
+		end := op.Return
+		if op.Outcome == Unknown {
+			end = math.MaxInt64
+		}
+		for _, w := range windows {
+			if op.Call <= w.to && end >= w.from {
+				out[acqRef{op.Key, op.Acq}] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// checkTokens checks that no token of a key was granted to two
+// acquisitions. The model checks that too, but not for the acquisitions it
+// leaves out (see Op.SplitBrain); this check reads every grant.
+func checkTokens(history []Op) []string {
+	type grant struct {
+		key   string
+		token uint64
+	}
+	first := map[grant]Op{}
+	var problems []string
+	for _, op := range history {
+		if op.Kind != KindAcquire || op.Outcome != OK {
+			continue
+		}
+		g := grant{op.Key, op.Token}
+		if f, ok := first[g]; ok && f.Acq != op.Acq {
+			problems = append(problems, fmt.Sprintf("lease %s: token %d granted twice: to %s (lane %s at %s) and to %s (lane %s at %s)",
+				op.Key, op.Token, f.Acq, f.Lane, fmtMicros(f.Call), op.Acq, op.Lane, fmtMicros(op.Call)))
+			continue
+		}
+		if _, ok := first[g]; !ok {
+			first[g] = op
+		}
+	}
+	return problems
 }
 
 var laneRE = regexp.MustCompile(`^(.*)/(\d+)$`)

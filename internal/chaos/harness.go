@@ -122,7 +122,13 @@ func (h *Harness) Stop() error {
 
 // Fault records a fault from its start to its end around inject.
 func (h *Harness) Fault(desc string, lostData bool, inject func()) {
-	op := Op{Kind: KindFault, Fault: desc, LostData: lostData, Call: h.rec.Now()}
+	h.FaultOp(Op{Fault: desc, LostData: lostData}, inject)
+}
+
+// FaultOp records the fault op (its Fault, LostData and EndsLeases set)
+// from its start to its end around inject.
+func (h *Harness) FaultOp(op Op, inject func()) {
+	op.Kind, op.Call = KindFault, h.rec.Now()
 	inject()
 	op.Return = h.rec.Now()
 	op.Outcome = OK

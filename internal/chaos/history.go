@@ -108,6 +108,16 @@ type Op struct {
 	// failover to a replica that missed writes).
 	Fault    string `json:"fault,omitempty"`
 	LostData bool   `json:"lost_data,omitempty"`
+	// EndsLeases says the fault may have ended every lease early on the
+	// backend's clock without losing data: the server's clock stepped
+	// forward by more than the TTL.
+	EndsLeases bool `json:"ends_leases,omitempty"`
+	// SplitBrain says the lease store had two primaries during the fault,
+	// each answering some clients (it also loses data: set LostData). No
+	// single sequence of states explains both, so Check leaves out of the
+	// model every acquisition with a lease operation during the fault,
+	// and checks their tokens only for uniqueness (see checkTokens).
+	SplitBrain bool `json:"split_brain,omitempty"`
 
 	// Outcome is what the operation returned.
 	Outcome Outcome `json:"outcome"`

@@ -17,7 +17,7 @@ func partition(op Op) string {
 	case KindWrite, KindRead:
 		return "resource " + op.Resource
 	case KindFault:
-		if op.LostData && op.Key != "" {
+		if (op.LostData || op.EndsLeases) && op.Key != "" {
 			return "lease " + op.Key // a copy per key; see Check
 		}
 	}
@@ -98,8 +98,10 @@ type ModelOptions struct {
 //     renewed); ExpLo becomes c + d.
 //   - release OK by acquisition A: as for renew; A is released and ExpLo
 //     falls to c.
-//   - release Unknown by the latest acquisition, and a fault that lost the
-//     lease store's data: ExpLo falls to c (the lease may have ended then).
+//   - release Unknown by the latest acquisition, a fault that lost the
+//     lease store's data, and a fault that ended leases early (the
+//     server's clock stepped forward): ExpLo falls to c (the lease may
+//     have ended then).
 //     After such a fault, until the next grant, a NotAcquired answer may
 //     name any earlier holder: the store may have gone back to a state
 //     before a release or a grant (a promoted replica that missed them).
@@ -212,9 +214,12 @@ func step(o ModelOptions, s state, op Op) []any {
 			}
 		}
 	case KindFault:
-		if op.LostData {
+		switch {
+		case op.LostData:
 			s.ExpLo = min(s.ExpLo, op.Call)
 			s.Lossy = true
+		case op.EndsLeases:
+			s.ExpLo = min(s.ExpLo, op.Call)
 		}
 	case KindWrite:
 		applied := s
@@ -277,7 +282,7 @@ func relevant(op Op) bool {
 	case KindRead:
 		return op.Outcome == OK
 	case KindFault:
-		return op.LostData
+		return op.LostData || op.EndsLeases
 	}
 	return false
 }

@@ -2,7 +2,9 @@ package chaos_test
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -242,5 +244,39 @@ func TestSlowWire(t *testing.T) {
 		if granted == 0 || written == 0 {
 			t.Errorf("over the slow wire, %d grants and %d writes went through: %v", granted, written, res)
 		}
+	})
+}
+
+// TestRepliesLost delivers requests and drops their replies (toxiproxy's
+// timeout toxic with timeout 0 on the downstream stream only) for two to
+// three TTLs: every grant, renewal, release and fenced write goes through
+// on the server, and its client never hears of it. Their outcomes must be
+// recorded as unknown, never as failed; the model then allows either; and
+// there must never be two valid holders: a grant nobody heard of holds the
+// key, by nobody, until its TTL passes.
+func TestRepliesLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, r *run, p *chaos.Proxy, _ string) {
+		for r.running() {
+			r.pause(300*time.Millisecond, ttl)
+			d := 2*ttl + time.Duration(r.rng.Int64N(int64(ttl)))
+			r.h.Fault(fmt.Sprintf("replies dropped (downstream blackhole) for %v", d), false, func() {
+				toxic(t, p, chaos.Toxic{Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}})
+				defer heal(t, p)
+				time.Sleep(d)
+			})
+		}
+		res := r.finish(rowOptions{unknowns: true, deadlines: true})
+		ops := r.rec.Ops()
+		failed := count(ops, func(op chaos.Op) bool {
+			return op.Outcome == chaos.Failed && (op.Kind == chaos.KindAcquire || op.Kind == chaos.KindRenew || op.Kind == chaos.KindRelease)
+		})
+		why := map[string]bool{}
+		for _, op := range ops {
+			if op.Outcome == chaos.Failed && op.Kind == chaos.KindAcquire && len(why) < 3 {
+				why[op.Err] = true
+			}
+		}
+		t.Logf("%d lease calls reported as failed (nothing applied) while replies were lost, such as %q; %d operations checked",
+			failed, slices.Sorted(maps.Keys(why)), res.Checked)
 	})
 }

@@ -25,7 +25,7 @@ const EnvDuration = "LEASE_CHAOS_DURATION"
 // rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
 // tests that call rowDuration, counting the parallel subtests of one test
 // once.
-const rows = 12
+const rows = 16
 
 const shortRow = 3 * time.Second
 
@@ -132,6 +132,12 @@ type rowOptions struct {
 	unknowns bool
 	// deadlines: the checker must have checked local deadlines.
 	deadlines bool
+	// steppedClock: the server's clock is stepped, so tokens no longer
+	// bound the wall-clock time of their grant (ClockTokens is off).
+	steppedClock bool
+	// childTarget, if set, is where the child process's clients go
+	// instead of the target of the run.
+	childTarget *chaos.Target
 }
 
 // startRun starts the clients of a row on target.
@@ -145,7 +151,11 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.h.Stop() })
-	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: target, Keys: keys,
+	childTarget := target
+	if o.childTarget != nil {
+		childTarget = *o.childTarget
+	}
+	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: childTarget, Keys: keys,
 		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1})
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +197,7 @@ func (r *run) finish(o rowOptions) chaos.Result {
 	if err := r.h.Converge(ctxT(t), o.converge); err != nil {
 		t.Errorf("after the faults healed, not every key could be had again: %v", err)
 	}
-	o.model.ClockTokens = r.target.Kind != ""
+	o.model.ClockTokens = r.target.Kind != "" && !o.steppedClock
 	res := chaos.Check(r.rec.Ops(), chaos.CheckOptions{Name: t.Name(), ModelOptions: o.model})
 	t.Logf("chaos-summary %s: %v (ran %v)", t.Name(), res, rowDuration(t))
 	if !res.OK() {

@@ -1,0 +1,277 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/chaos"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+)
+
+// libfaketime is Debian's libfaketime (package libfaketime), the variant
+// for programs with threads.
+const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+// serverClock steps the wall clock of one server process, and of nothing
+// else: the server runs with libfaketime preloaded, which reads the
+// clock's offset from a file on every call (FAKETIME_NO_CACHE), so a step
+// takes effect the moment the file is replaced. The monotonic clock is
+// left alone, as an NTP step leaves it.
+type serverClock struct {
+	file   string
+	offset time.Duration
+}
+
+// newServerClock returns a clock with offset 0. It skips the test without
+// libfaketime, or fails it under LEASE_REQUIRE_SERVERS=1.
+func newServerClock(t *testing.T) *serverClock {
+	t.Helper()
+	if _, err := os.Stat(libfaketime); err != nil {
+		msg := fmt.Sprintf("libfaketime is not installed (%v): run scripts/install-deps.sh servers", err)
+		if os.Getenv("LEASE_REQUIRE_SERVERS") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	// The postgres user must read the file when the tests run as root.
+	dir, err := os.MkdirTemp("", "chaos-faketime-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &serverClock{file: filepath.Join(dir, "offset")}
+	c.write(t, 0)
+	return c
+}
+
+// env is the server's environment that fakes its clock.
+func (c *serverClock) env() []string {
+	return []string{"LD_PRELOAD=" + libfaketime, "FAKETIME_TIMESTAMP_FILE=" + c.file,
+		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+}
+
+// write makes the server's clock run offset ahead of the real one (behind
+// if negative), in whole seconds.
+func (c *serverClock) write(t *testing.T, offset time.Duration) {
+	t.Helper()
+	tmp := c.file + ".new"
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%+d\n", int64(offset/time.Second)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.file); err != nil {
+		t.Fatal(err)
+	}
+	c.offset = offset
+}
+
+// step moves the server's clock to offset, recording the step as a fault
+// of r's history: a forward step by more than the TTL ends every lease on
+// the backend's clock at once.
+func (c *serverClock) step(t *testing.T, r *run, offset time.Duration) {
+	t.Helper()
+	d := offset - c.offset
+	op := chaos.Op{Fault: fmt.Sprintf("server clock stepped %+v (now %+v)", d, offset), EndsLeases: d > 0}
+	r.h.FaultOp(op, func() { c.write(t, offset) })
+}
+
+// TestServerClockSteps steps the PostgreSQL server's clock (only the
+// server processes') forward and back by two to four TTLs, again and
+// again: from the true time to a step away and back. A forward step ends
+// every lease on the backend at once while its holder's local deadline is
+// still ahead (the step is marked as ending leases, which the model then
+// allows); a backward step lengthens them. What must hold: no token is
+// issued twice and tokens keep rising (the data survives the steps), and
+// the fence refuses every stale write, also while two clients believe
+// they hold one lease. Tokens are not held to the wall clock here
+// (ClockTokens off): they follow the server's.
+//
+// Valkey is not in this row: Debian's libfaketime 0.9.10 can't be
+// preloaded into Debian's valkey-server, which is linked with jemalloc
+// (it aborts at start with "Unexpected recursive calls to
+// clock_gettime()"). Valkey's tokens and expiry follow its TIME exactly as
+// PostgreSQL's follow clock_timestamp(), so the row's findings carry over;
+// docs/reliability.md says so.
+func TestServerClockSteps(t *testing.T) {
+	clk := newServerClock(t)
+	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
+	serverClockSteps(t, clk, chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))})
+}
+
+func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
+	o := rowOptions{steppedClock: true}
+	r := startRun(t, target, o)
+	steps := 0
+	for r.running() {
+		r.pause(300*time.Millisecond, ttl)
+		next := time.Duration(0)
+		if clk.offset == 0 {
+			next = time.Duration(2+r.rng.IntN(3)) * ttl
+			if r.rng.IntN(2) == 0 {
+				next = -next
+			}
+		}
+		clk.step(t, r, next)
+		steps++
+	}
+	if clk.offset != 0 {
+		clk.step(t, r, 0)
+	}
+	res := r.finish(o)
+	ops := r.rec.Ops()
+	stale := count(ops, func(op chaos.Op) bool { return op.Kind == chaos.KindWrite && op.Outcome == chaos.Stale })
+	t.Logf("%d clock steps; %d stale writes refused; %d operations checked", steps, stale, res.Checked)
+}
+
+// TestServerClockForwardOverlap measures what a forward step of the
+// server's clock does to a holder: with a TTL of 10 s, a step of 10 s
+// ends the lease on the backend at once, and another client acquires it
+// while the first one's local deadline is still ahead. The fence then
+// refuses the first holder's writes once the second has claimed the
+// resource. docs/semantics.md quotes the figure this test logs.
+func TestServerClockForwardOverlap(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T, clk *serverClock) chaos.Target
+	}{
+		{"postgres", func(t *testing.T, clk *serverClock) chaos.Target {
+			srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
+			return chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			clk := newServerClock(t)
+			target := c.start(t, clk)
+			p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients := make([]*lease.Client, 2)
+			stores := make([]chaos.Store, 2)
+			for i := range clients {
+				b, s, closeFn, err := target.Open(ctx, fmt.Sprintf("chaos-overlap-%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(closeFn)
+				if clients[i], err = lease.NewClient(b, lease.ClientOptions{Owner: fmt.Sprintf("holder-%d", i)}); err != nil {
+					t.Fatal(err)
+				}
+				stores[i] = s
+			}
+			first, err := clients[0].Acquire(ctx, "k1", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stores[0].Write(ctx, first.Snapshot(), chaos.Resource("k1"), "first"); err != nil {
+				t.Fatal(err)
+			}
+			clk.write(t, 10*time.Second)
+			second, err := clients[1].TryAcquire(ctx, "k1", p)
+			if err != nil {
+				t.Fatalf("after a 10 s forward step of the server's clock, the lease of TTL 10 s was not free: %v", err)
+			}
+			overlap := time.Until(first.Deadline())
+			t.Logf("%s: a 10 s forward step of the server's clock ended a 10 s lease (safety margin %v) at once: token %d was granted while the previous holder's local deadline was %v ahead",
+				c.name, p.Options().SafetyMargin, second.Token(), overlap.Round(time.Millisecond))
+			if overlap <= 0 {
+				t.Errorf("the first holder's local deadline had passed (%v): no overlap to measure", overlap)
+			}
+			if err := stores[1].Write(ctx, second.Snapshot(), chaos.Resource("k1"), ""); err != nil {
+				t.Fatal(err)
+			}
+			err = stores[0].Write(ctx, first.Snapshot(), chaos.Resource("k1"), "first again")
+			if !errors.Is(err, fence.ErrStale) {
+				t.Fatalf("the first holder's write after the second claimed the resource: %v, want fence.ErrStale", err)
+			}
+		})
+	}
+}
+
+// TestServerClockBackAndDataLoss shows what is not guaranteed and that it
+// is reported: the database server's clock steps back by 10 TTLs, then
+// the lease table loses its data (emptied, as a restore of an old backup
+// would leave it). The next token for a key, max(last+1, the server's
+// clock in µs) with "last" forgotten, is below the tokens issued before.
+// The model reports it, and the fence, whose table kept its data, refuses
+// the new holder's writes as stale until the server's clock passes the
+// old tokens: safety holds, the key is unusable meanwhile.
+func TestServerClockBackAndDataLoss(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	ctx := context.Background()
+	clk := newServerClock(t)
+	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
+	url := migrate(t, srv.NewDatabase(t))
+	target := chaos.Target{Kind: "postgres", URL: url}
+	admin, err := chaos.Pool(ctx, url, "chaos-admin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	rec := chaos.NewRecorder(nil)
+	lanes := chaos.NewLanes("p")
+	p := rowPolicy(t)
+	hold := func(name string) (*lease.Handle, *chaos.Lane, *chaos.RecordingStore) {
+		lane := lanes.New()
+		b, s, closeFn, err := target.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeFn)
+		c, err := lease.NewClient(chaos.NewRecordingBackend(b, rec, lane), lease.ClientOptions{Owner: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.Acquire(chaos.WithLane(ctx, lane), "k1", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, lane, chaos.NewRecordingStore(s, rec)
+	}
+	before, lane, store := hold("before")
+	if out, err := store.Write(ctx, lane, chaos.Write{Snap: before.Snapshot(), Acq: lane.Granted(), Resource: chaos.Resource("k1"), Value: "v1"}); out != chaos.OK {
+		t.Fatal(out, err)
+	}
+	fault := func(op chaos.Op, inject func()) {
+		op.Kind, op.Outcome, op.Call = chaos.KindFault, chaos.OK, rec.Now()
+		inject()
+		op.Return = rec.Now()
+		rec.Add(op)
+	}
+	fault(chaos.Op{Fault: "server clock stepped back 10 TTLs"}, func() { clk.write(t, -10*ttl) })
+	fault(chaos.Op{Fault: "the lease table emptied, as by a restore of an old backup", LostData: true}, func() {
+		if _, err := admin.Exec(ctx, `TRUNCATE public.leases`); err != nil {
+			t.Fatal(err)
+		}
+	})
+	after, lane, store := hold("after")
+	t.Logf("token before the step and the loss: %d; after: %d (%v lower)", before.Token(), after.Token(),
+		time.Duration(int64(before.Token())-int64(after.Token()))*time.Microsecond)
+	if after.Token() >= before.Token() {
+		t.Fatalf("token %d after a backward step of %v and data loss is not below %d: the step did not take", after.Token(), 10*ttl, before.Token())
+	}
+	out, err := store.Write(ctx, lane, chaos.Write{Snap: after.Snapshot(), Acq: lane.Granted(), Resource: chaos.Resource("k1"), Value: "v2"})
+	if out != chaos.Stale {
+		t.Errorf("the new holder's write with the lower token: %s (%v), want it refused as stale", out, err)
+	}
+	res := chaos.Check(rec.Ops(), chaos.CheckOptions{Name: t.Name(), ModelOptions: chaos.ModelOptions{ClockTokens: false}})
+	t.Log(res)
+	if res.OK() || !strings.HasPrefix(res.Problems[0], "lease k1") {
+		t.Fatal("the checker did not report the lower token")
+	}
+}
