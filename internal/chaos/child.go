@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,7 +34,16 @@ type ChildConfig struct {
 	// Clients is the number of clients in the child. Default 1.
 	Clients int    `json:"clients,omitempty"`
 	Seed    uint64 `json:"seed,omitempty"`
+	// StopInTxEvery makes the child stop itself with SIGSTOP inside every
+	// n-th fenced PostgreSQL transaction that writes a value, after the
+	// write, with its row locks held, once it has recorded a KindEvent
+	// "stopped inside a transaction". The parent continues it. 0: never.
+	StopInTxEvery int `json:"stop_in_tx_every,omitempty"`
 }
+
+// EventStoppedInTx is the KindEvent a child records just before it stops
+// itself inside a transaction (see ChildConfig.StopInTxEvery).
+const EventStoppedInTx = "stopped inside a transaction"
 
 // IsChild reports whether this process was started as a child client.
 func IsChild() bool { return os.Getenv(EnvChild) != "" }
@@ -77,9 +87,30 @@ func runChild(cfg ChildConfig) error {
 		mu   sync.Mutex
 		errs []error
 	)
+	var writes atomic.Int64
+	open := func(ctx context.Context, name string) (lease.Backend, Store, func(), error) {
+		b, s, closeFn, err := cfg.Target.Open(ctx, name)
+		if err != nil || cfg.StopInTxEvery <= 0 {
+			return b, s, closeFn, err
+		}
+		stop := func() {
+			if writes.Add(1)%int64(cfg.StopInTxEvery) != 0 {
+				return
+			}
+			rec.Add(Op{Lane: cfg.Name + "/stop", Kind: KindEvent, Fault: EventStoppedInTx, Outcome: OK, Call: rec.Now(), Return: rec.Now()})
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+		switch s := s.(type) {
+		case *PostgresStore:
+			s.InTx = stop
+		case *GuardedPostgresStore:
+			s.InTx = stop
+		}
+		return b, s, closeFn, nil
+	}
 	for i := range max(cfg.Clients, 1) {
 		w, closeFn, err := newWorker(ctx, workerOptions{
-			Options: Options{Keys: cfg.Keys, Policy: p, Open: cfg.Target.Open, Clock: lease.SystemClock(), Hold: 2 * p.TTL()},
+			Options: Options{Keys: cfg.Keys, Policy: p, Open: open, Clock: lease.SystemClock(), Hold: 2 * p.TTL()},
 			Name:    fmt.Sprintf("chaos-%s-%d", cfg.Name, i), Lanes: lanes, Rec: rec, Seed: cfg.Seed*1000 + uint64(i), LateWrites: true,
 		})
 		if err != nil {

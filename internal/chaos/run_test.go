@@ -138,6 +138,8 @@ type rowOptions struct {
 	// childTarget, if set, is where the child process's clients go
 	// instead of the target of the run.
 	childTarget *chaos.Target
+	// stopInTxEvery: see chaos.ChildConfig.StopInTxEvery.
+	stopInTxEvery int
 }
 
 // startRun starts the clients of a row on target.
@@ -156,7 +158,7 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 		childTarget = *o.childTarget
 	}
 	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: childTarget, Keys: keys,
-		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1})
+		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1, StopInTxEvery: o.stopInTxEvery})
 	if err != nil {
 		t.Fatal(err)
 	}

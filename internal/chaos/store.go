@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
 
+	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
@@ -183,6 +185,10 @@ func (s *ValkeyStore) Read(ctx context.Context, resource string) (lease.Token, s
 // package fence and a table of values, chaos_values.
 type PostgresStore struct {
 	db *pgxpool.Pool
+
+	// InTx, if not nil, is called inside the fenced transaction of a
+	// write of a value, after the write, with the fence's row lock held.
+	InTx func()
 }
 
 // MigratePostgres creates the fences table and the table of values.
@@ -199,15 +205,24 @@ func NewPostgresStore(db *pgxpool.Pool) *PostgresStore { return &PostgresStore{d
 
 // Write implements Store.
 func (s *PostgresStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
+	return s.write(ctx, s.db, snap, resource, value)
+}
+
+// write makes the fenced write in a transaction on db, which may be a
+// transaction itself (fence.Tx then uses a savepoint).
+func (s *PostgresStore) write(ctx context.Context, db fence.Beginner, snap lease.Snapshot, resource, value string) error {
 	var fn func(pgx.Tx) error
 	if value != "" {
 		fn = func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO chaos_values (resource, value) VALUES ($1, $2)
 				ON CONFLICT (resource) DO UPDATE SET value = excluded.value`, resource, value)
+			if err == nil && s.InTx != nil {
+				s.InTx()
+			}
 			return err
 		}
 	}
-	return fence.Tx(ctx, s.db, snap, []string{resource}, fn)
+	return fence.Tx(ctx, db, snap, []string{resource}, fn)
 }
 
 // Read implements Store.
@@ -222,4 +237,55 @@ func (s *PostgresStore) Read(ctx context.Context, resource string) (lease.Token,
 		return 0, "", err
 	}
 	return lease.Token(mark), value, nil
+}
+
+// GuardedPostgresStore is a PostgresStore whose writes run in a guard
+// transaction: the transaction checks with leasepostgres.CheckGuard that
+// the lease record still shows the writer's acquisition (and locks it FOR
+// SHARE), then makes the fenced write with fence.Tx inside it (a
+// savepoint), then commits.
+//
+// Its InTx hook (of PostgresStore) runs with the guard's and the fence's
+// row locks held.
+type GuardedPostgresStore struct {
+	PostgresStore
+	leases *leasepostgres.Store
+}
+
+// NewGuardedPostgresStore returns a store on db whose guards are checked
+// against the lease table of leases.
+func NewGuardedPostgresStore(db *pgxpool.Pool, leases *leasepostgres.Store) *GuardedPostgresStore {
+	return &GuardedPostgresStore{PostgresStore: PostgresStore{db: db}, leases: leases}
+}
+
+// Write implements Store. A guard that no longer holds comes back as a
+// *guard.NotCurrentError, recorded as Failed: nothing was written.
+func (s *GuardedPostgresStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
+	g, err := s.leases.Guard(snap)
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("chaos: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := leasepostgres.CheckGuard(ctx, tx, g); err != nil {
+		return err
+	}
+	if err := s.PostgresStore.write(ctx, tx, snap, resource, value); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// The outcome of a COMMIT that got no answer is unknown.
+		if pgconn.SafeToRetry(err) {
+			return fmt.Errorf("chaos: commit not sent: %w", err)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.SeverityUnlocalized != "FATAL" && pgErr.SeverityUnlocalized != "PANIC" {
+			return fmt.Errorf("chaos: commit refused: %w", err)
+		}
+		return lease.Indeterminate(fmt.Errorf("chaos: commit: %w", err))
+	}
+	return nil
 }

@@ -38,6 +38,9 @@ type Target struct {
 	// maybe through a proxy. Run leasepostgres.Migrate and MigratePostgres
 	// on it first.
 	URL string `json:"url,omitempty"`
+	// Guarded makes PostgreSQL writes guard transactions (see
+	// GuardedPostgresStore).
+	Guarded bool `json:"guarded,omitempty"`
 }
 
 // Open implements Open for the target.
@@ -110,6 +113,9 @@ func (tg Target) openPostgres(ctx context.Context, name string) (lease.Backend, 
 	closeFn := func() {
 		_ = b.Close()
 		pool.Close()
+	}
+	if tg.Guarded {
+		return b, NewGuardedPostgresStore(pool, b), closeFn, nil
 	}
 	return b, NewPostgresStore(pool), closeFn, nil
 }
