@@ -5,6 +5,7 @@ go 1.26.6
 replace github.com/golib/lease => ../..
 
 require (
+	github.com/Masterminds/squirrel v1.5.4
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/golib/lease v0.0.0
@@ -16,7 +17,6 @@ require (
 )
 
 require (
-	github.com/Masterminds/squirrel v1.5.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect

@@ -320,3 +320,52 @@ func (f *forgetfulFence) Read(ctx context.Context, resource string) (lease.Token
 	defer f.mu.Unlock()
 	return f.s.Read(ctx, resource)
 }
+
+// TestColumnStoreStory plays the paused-holder story of
+// TestCheckerCatchesBrokenFences on PostgreSQL, with the resource fenced
+// by columns of its row, once for each shape of WHERE clause that
+// chaos.ColumnStore writes with fence.Update, and once with fence.Upsert:
+// A writes with token 1, B claims with token 2, A's late write must be
+// refused and leave the row alone. Break 1 of issue 13 (a fence predicate
+// joined to the caller's WHERE clause with a bare AND) fails the shapes
+// with a top-level OR.
+func TestColumnStoreStory(t *testing.T) {
+	t.Setenv(chaos.EnvOut, t.TempDir())
+	ctx := context.Background()
+	url := postgresDB(t)
+	pool, err := chaos.Pool(ctx, url, "chaos-story", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for shape := range chaos.WhereShapes + 1 {
+		name := fmt.Sprintf("update, where shape %d", shape)
+		if shape == chaos.WhereShapes {
+			name = "upsert"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := chaos.NewColumnStore(pool, 1)
+			s.FixShape(shape)
+			rec := chaos.NewRecorder(nil)
+			lanes := chaos.NewLanes("s")
+			a, b, r := lanes.New(), lanes.New(), lanes.New()
+			store := chaos.NewRecordingStore(s, rec)
+			resource := chaos.Resource(keys[0])
+			base := uint64(time.Now().UnixMicro()) // above every token of earlier subtests
+			snapA := lease.Snapshot{Key: keys[0], Owner: "a", Token: lease.Token(base)}
+			snapB := lease.Snapshot{Key: keys[0], Owner: "b", Token: lease.Token(base + 1)}
+			if out, err := store.Write(ctx, a, chaos.Write{Snap: snapA, Resource: resource, Value: "a1"}); out != chaos.OK {
+				t.Fatal(out, err)
+			}
+			if out, err := store.Write(ctx, b, chaos.Write{Snap: snapB, Resource: resource}); out != chaos.OK {
+				t.Fatal(out, err)
+			}
+			_, _ = store.Write(ctx, a, chaos.Write{Snap: snapA, Resource: resource, Value: "a2", Late: true})
+			_, _, _ = store.Read(ctx, r, resource)
+			res := chaos.Check(rec.Ops(), chaos.CheckOptions{Name: t.Name()})
+			if !res.OK() {
+				t.Fatalf("a stale write through fence columns got in: %v", res)
+			}
+		})
+	}
+}

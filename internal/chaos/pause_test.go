@@ -67,7 +67,10 @@ func (h *holdings) claimedAbove(g chaos.Op) bool {
 // lease, keeps it stopped until another client has taken the lease over
 // and claimed its resource, then continues it. The child then makes the
 // write it was about to make with its old token: the fence must reject it,
-// and its Managed must report the loss.
+// and its Managed must report the loss. On PostgreSQL the row runs twice:
+// with the fences table (fence.Tx), and with fence columns on the rows,
+// written by fence.Update with WHERE clauses of many shapes and by
+// fence.Upsert (see chaos.ColumnStore).
 func TestHolderPaused(t *testing.T) {
 	t.Run("valkey", func(t *testing.T) {
 		t.Parallel()
@@ -76,6 +79,10 @@ func TestHolderPaused(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		holderPaused(t, chaos.Target{Kind: "postgres", URL: postgresDB(t)})
+	})
+	t.Run("postgres-columns", func(t *testing.T) {
+		t.Parallel()
+		holderPaused(t, chaos.Target{Kind: "postgres", URL: postgresDB(t), Columns: true})
 	})
 }
 

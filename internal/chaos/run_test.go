@@ -94,6 +94,13 @@ func migrate(t *testing.T, url string) string {
 	if err := chaos.MigratePostgres(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
+	var resources []string
+	for _, k := range keys {
+		resources = append(resources, chaos.Resource(k))
+	}
+	if err := chaos.MigrateColumns(ctx, pool, resources); err != nil {
+		t.Fatal(err)
+	}
 	return url
 }
 

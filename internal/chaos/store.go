@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -288,4 +290,120 @@ func (s *GuardedPostgresStore) Write(ctx context.Context, snap lease.Snapshot, r
 		return lease.Indeterminate(fmt.Errorf("chaos: commit: %w", err))
 	}
 	return nil
+}
+
+// ColumnStore keeps resources as rows of a table of its own,
+// chaos_rows, fenced by fence columns on the row itself: fence.Update and
+// fence.Upsert write them. Every write picks one of many shapes of WHERE
+// clause (OR, NOT, nested parentheses, raw strings, sq.Or, sq.Expr), each
+// matching exactly the resource's row, so that a fence predicate that is
+// not one unit with the caller's WHERE clause lets a refused token through.
+type ColumnStore struct {
+	db    *pgxpool.Pool
+	rng   *rand.Rand
+	mu    sync.Mutex
+	shape int // -1: a random one for each write
+}
+
+// WhereShapes is the number of shapes of WHERE clause ColumnStore uses.
+const WhereShapes = 8
+
+// FixShape makes every write use fence.Update with WHERE shape i
+// (0 ≤ i < WhereShapes), or with i = WhereShapes fence.Upsert for every
+// write of a value; -1 goes back to random choices.
+func (s *ColumnStore) FixShape(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shape = i
+}
+
+// columns are the fence columns of chaos_rows.
+var columns = fence.Column{Token: "fence_token", Key: "fence_key"}
+
+// MigrateColumns creates chaos_rows with a row, not fenced yet, for each
+// resource: fence.Update writes only rows that exist.
+func MigrateColumns(ctx context.Context, db *pgxpool.Pool, resources []string) error {
+	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS chaos_rows (resource text PRIMARY KEY,
+		value text NOT NULL DEFAULT '', fence_key text, fence_token bigint)`)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO chaos_rows (resource) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, resources)
+	return err
+}
+
+// NewColumnStore returns a store on db; run MigrateColumns first.
+func NewColumnStore(db *pgxpool.Pool, seed uint64) *ColumnStore {
+	return &ColumnStore{db: db, rng: rand.New(rand.NewPCG(seed, 0xc01)), shape: -1}
+}
+
+// where returns a WHERE clause that matches exactly the row of resource.
+func (s *ColumnStore) where(resource string) sq.Sqlizer {
+	s.mu.Lock()
+	n := s.shape
+	if n < 0 {
+		n = s.rng.IntN(WhereShapes)
+	}
+	s.mu.Unlock()
+	none := "none:" + resource
+	switch n {
+	case 0:
+		return sq.Eq{"resource": resource}
+	case 1:
+		return sq.Expr("resource = ? OR resource = ?", resource, none)
+	case 2:
+		return sq.Or{sq.Eq{"resource": resource}, sq.Eq{"resource": none}}
+	case 3:
+		return sq.Expr("NOT (resource <> ?)", resource)
+	case 4:
+		return sq.Expr("((resource = ?)) OR (resource = ? AND value = '')", resource, none)
+	case 5:
+		return sq.And{sq.Expr("true"), sq.Or{sq.Expr("resource = ?", resource), sq.Expr("false")}}
+	case 6:
+		return sq.Expr("resource IN (?, ?) OR NOT true", resource, none)
+	}
+	return sq.Expr("resource = ? OR resource IS NULL", resource)
+}
+
+// Write implements Store: a claim with fence.Update changing nothing but
+// the fence columns, a value with fence.Update or fence.Upsert.
+func (s *ColumnStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
+	s.mu.Lock()
+	upsert := value != "" && (s.shape == WhereShapes || s.shape < 0 && s.rng.IntN(3) == 0)
+	s.mu.Unlock()
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if upsert {
+		row := fence.UpsertRow{Table: "chaos_rows", Values: map[string]any{"resource": resource, "value": value}, Conflict: []string{"resource"}}
+		tag, err = fence.Upsert(ctx, s.db, snap, row, columns)
+	} else {
+		// A claim sets the value to itself: only the fence columns change.
+		rows := fence.UpdateRows{Table: "chaos_rows", Set: map[string]any{"value": sq.Expr("value")}, Where: s.where(resource)}
+		if value != "" {
+			rows.Set = map[string]any{"value": value}
+		}
+		tag, err = fence.Update(ctx, s.db, snap, rows, columns)
+	}
+	if err == nil && tag.RowsAffected() != 1 {
+		return fmt.Errorf("chaos: %d rows written for %q, want 1", tag.RowsAffected(), resource)
+	}
+	return err
+}
+
+// Read implements Store.
+func (s *ColumnStore) Read(ctx context.Context, resource string) (lease.Token, string, error) {
+	var (
+		mark  int64
+		value string
+	)
+	err := s.db.QueryRow(ctx, `SELECT coalesce(fence_token, 0), value FROM chaos_rows WHERE resource = $1`, resource).Scan(&mark, &value)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	return lease.Token(mark), value, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"time"
@@ -41,6 +42,10 @@ type Target struct {
 	// Guarded makes PostgreSQL writes guard transactions (see
 	// GuardedPostgresStore).
 	Guarded bool `json:"guarded,omitempty"`
+	// Columns keeps the resources in rows fenced by columns of their own,
+	// written with fence.Update and fence.Upsert (see ColumnStore). Run
+	// MigrateColumns first.
+	Columns bool `json:"columns,omitempty"`
 }
 
 // Open implements Open for the target.
@@ -114,8 +119,13 @@ func (tg Target) openPostgres(ctx context.Context, name string) (lease.Backend, 
 		_ = b.Close()
 		pool.Close()
 	}
-	if tg.Guarded {
+	switch {
+	case tg.Guarded:
 		return b, NewGuardedPostgresStore(pool, b), closeFn, nil
+	case tg.Columns:
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(name))
+		return b, NewColumnStore(pool, h.Sum64()), closeFn, nil
 	}
 	return b, NewPostgresStore(pool), closeFn, nil
 }
