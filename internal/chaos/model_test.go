@@ -289,3 +289,34 @@ func TestClientOutcomeCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueCheck runs the queue checker on the outcomes a correct queue
+// leaves and on those of broken ones: an item completed twice (a source
+// that does not fence its completion), completed by a superseded claim,
+// stuck, and done without its completion write (the result of two items
+// sharing one state: break 3 of issue 13).
+func TestQueueCheck(t *testing.T) {
+	item := func(state string, claims, completions []uint64) chaos.QueueItem {
+		return chaos.QueueItem{Queue: "q", ID: "1", State: state, Claims: claims, Completions: completions}
+	}
+	cases := []struct {
+		name  string
+		item  chaos.QueueItem
+		legal bool
+	}{
+		{"completed once by the last claim", item("done", []uint64{5, 9}, []uint64{9}), true},
+		{"completed twice", item("done", []uint64{5, 9}, []uint64{5, 9}), false},
+		{"completed by a superseded claim", item("done", []uint64{5, 9}, []uint64{5}), false},
+		{"stuck", item("running", []uint64{5}, nil), false},
+		{"done without its completion", item("done", nil, nil), false},
+		{"completed, not done", item("pending", []uint64{5}, []uint64{5}), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			problems := chaos.CheckQueue([]chaos.QueueItem{c.item})
+			if (len(problems) == 0) != c.legal {
+				t.Fatalf("legal = %v, want %v: %v", len(problems) == 0, c.legal, problems)
+			}
+		})
+	}
+}

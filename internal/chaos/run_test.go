@@ -51,11 +51,14 @@ func long() bool { return os.Getenv(EnvDuration) != "" }
 // leases expire and move.
 const ttl = time.Second
 
+// rowPolicyOptions are the options of the fault rows' policy.
+var rowPolicyOptions = lease.PolicyOptions{TTL: ttl, OperationTimeout: 150 * time.Millisecond,
+	Retry: 50 * time.Millisecond, Wait: ttl / 3}
+
 // rowPolicy is the policy of the fault rows.
 func rowPolicy(t testing.TB) lease.Policy {
 	t.Helper()
-	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: ttl, OperationTimeout: 150 * time.Millisecond,
-		Retry: 50 * time.Millisecond, Wait: ttl / 3})
+	p, err := lease.NewPolicy(rowPolicyOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
