@@ -26,9 +26,9 @@ const waitSlack = time.Second
 // paused holder. The model checks the rest; and in the guard form nobody
 // may acquire the key until the paused transaction ends.
 //
-// Each form has a server of its own: the attempts that gave up leave
-// their server processes waiting for the lock (the row logs how many),
-// and on the shared server they could use up its connections.
+// Each form has a server of its own, so that the paused sessions hold no
+// lock another row needs. The row logs how many server processes wait
+// for a lock at the end of each pause.
 func TestHolderPausedInTx(t *testing.T) {
 	for _, guarded := range []bool{false, true} {
 		name := "fence.Tx"
