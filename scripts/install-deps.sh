@@ -2,8 +2,9 @@
 # install-deps.sh installs what the tests and the linters need, and nothing that
 # is already there, so it is safe to run before every `make test`.
 #
-#   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+), the PostgreSQL server, and
-#                                      pgbouncer (for the pooler checks of backends/postgres)
+#   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+), the PostgreSQL server,
+#                                      pgbouncer (for the pooler checks of backends/postgres) and
+#                                      libfaketime (the fault matrix's server clock steps)
 #   scripts/install-deps.sh lint       staticcheck, into GOBIN (or GOPATH/bin)
 #   scripts/install-deps.sh all        both
 #
@@ -138,11 +139,19 @@ apt_install() {
 	unblock_service_start
 }
 
+# have_faketime reports whether Debian's libfaketime is installed: the
+# fault matrix preloads it into a PostgreSQL server to step that server's
+# clock alone.
+have_faketime() {
+	[[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 || -e /usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1 ]]
+}
+
 install_servers() {
-	if have_valkey && have_postgres && have_pgbouncer; then
+	if have_valkey && have_postgres && have_pgbouncer && have_faketime; then
 		log "valkey-server: $(valkey-server --version | head -n1)"
 		log "postgresql: found"
 		log "pgbouncer: found"
+		log "libfaketime: found"
 		return 0
 	fi
 	command -v apt-get >/dev/null 2>&1 || manual_instructions
@@ -175,6 +184,13 @@ install_servers() {
 		apt_install pgbouncer
 		stop_service pgbouncer
 	fi
+
+	if ! have_faketime; then
+		apt_update
+		log "installing faketime and libfaketime"
+		apt_install faketime libfaketime
+	fi
+	log "libfaketime: found"
 }
 
 install_lint() {

@@ -16,9 +16,12 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-// libfaketime is Debian's libfaketime (package libfaketime), the variant
-// for programs with threads.
-const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+// libfaketimes are where Debian's libfaketime (package libfaketime) puts
+// its variant for programs with threads.
+var libfaketimes = []string{
+	"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+	"/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+}
 
 // serverClock steps the wall clock of one server process, and of nothing
 // else: the server runs with libfaketime preloaded, which reads the
@@ -26,6 +29,7 @@ const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 // takes effect the moment the file is replaced. The monotonic clock is
 // left alone, as an NTP step leaves it.
 type serverClock struct {
+	lib    string
 	file   string
 	offset time.Duration
 }
@@ -34,8 +38,15 @@ type serverClock struct {
 // libfaketime, or fails it under LEASE_REQUIRE_SERVERS=1.
 func newServerClock(t *testing.T) *serverClock {
 	t.Helper()
-	if _, err := os.Stat(libfaketime); err != nil {
-		msg := fmt.Sprintf("libfaketime is not installed (%v): run scripts/install-deps.sh servers", err)
+	lib := ""
+	for _, l := range libfaketimes {
+		if _, err := os.Stat(l); err == nil {
+			lib = l
+			break
+		}
+	}
+	if lib == "" {
+		msg := "libfaketime is not installed: run scripts/install-deps.sh servers"
 		if os.Getenv("LEASE_REQUIRE_SERVERS") == "1" {
 			t.Fatal(msg)
 		}
@@ -50,14 +61,14 @@ func newServerClock(t *testing.T) *serverClock {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &serverClock{file: filepath.Join(dir, "offset")}
+	c := &serverClock{lib: lib, file: filepath.Join(dir, "offset")}
 	c.write(t, 0)
 	return c
 }
 
 // env is the server's environment that fakes its clock.
 func (c *serverClock) env() []string {
-	return []string{"LD_PRELOAD=" + libfaketime, "FAKETIME_TIMESTAMP_FILE=" + c.file,
+	return []string{"LD_PRELOAD=" + c.lib, "FAKETIME_TIMESTAMP_FILE=" + c.file,
 		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
 }
 
