@@ -98,6 +98,7 @@ func checkCache(events []cacheEvent) []string {
 // TestCheckCache shows that the cache checker refuses a publication by a
 // superseded holder and a stale read after an invalidation.
 func TestCheckCache(t *testing.T) {
+	t.Parallel()
 	at := func(ms int) time.Time { return time.Unix(1_800_000_000, 0).Add(time.Duration(ms) * time.Millisecond) }
 	good := []cacheEvent{
 		{kind: "grant", key: "k", token: 1, call: at(0), ret: at(1)},

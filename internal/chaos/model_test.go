@@ -296,6 +296,7 @@ func TestClientOutcomeCheck(t *testing.T) {
 // stuck, and done without its completion write (the result of two items
 // sharing one state: break 3 of issue 13).
 func TestQueueCheck(t *testing.T) {
+	t.Parallel()
 	item := func(state string, claims, completions []uint64) chaos.QueueItem {
 		return chaos.QueueItem{Queue: "q", ID: "1", State: state, Claims: claims, Completions: completions}
 	}

@@ -54,6 +54,7 @@ func pgSession(t *testing.T, dbURL, owner string, settings map[string]string) (*
 // after the timeout, and the next client acquires the lease at once
 // (the lease has expired by then). docs/fencing.md quotes the figures.
 func TestIdleInTransactionTimeout(t *testing.T) {
+	t.Parallel()
 	for _, timeout := range []string{"", "2s"} {
 		name := "unset"
 		if timeout != "" {
@@ -90,7 +91,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			stopped := time.Now() // the holder sends nothing from here on
-			limit := 8 * ttl
+			limit := 5 * ttl
 			var got *lease.Handle
 			for time.Since(stopped) < limit {
 				if got, err = b.TryAcquire(ctx, "k1", p); err == nil {
