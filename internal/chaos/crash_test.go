@@ -266,5 +266,14 @@ func TestValkeySplitBrain(t *testing.T) {
 	res := r.finish(rowOptions{})
 	ops := r.rec.Ops()
 	late := count(ops, func(op chaos.Op) bool { return op.Kind == chaos.KindWrite && op.Outcome == chaos.Stale })
-	t.Logf("%d splits; %d writes refused as stale; %d operations checked by the model", splits, late, res.Checked)
+	during := func(side string) int {
+		return count(ops, func(op chaos.Op) bool {
+			if op.Kind != chaos.KindAcquire || op.Outcome != chaos.OK || !lanePrefix(op, side) {
+				return false
+			}
+			return count(ops, func(f chaos.Op) bool { return f.SplitBrain && f.Call <= op.Call && op.Return <= f.Return }) > 0
+		})
+	}
+	t.Logf("%d splits; grants during them: %d to the goroutine clients (the old primary's side), %d to the child (the promoted replica's); %d writes refused as stale; %d operations checked by the model",
+		splits, during("p"), during("c1"), late, res.Checked)
 }
