@@ -266,10 +266,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 }
 
 func queueExactlyOnce(t *testing.T, st queueStore) {
-	n := 6
-	if long() {
-		n = 60
-	}
+	n := max(6, 3*int(rowDuration(t)/time.Second)) // enough work for the whole row
 	items := queueItems(n)
 	for queue, ids := range items {
 		st.enqueue(t, queue, ids)
