@@ -117,6 +117,7 @@ func (c *serverClock) step(t *testing.T, r *run, offset time.Duration) {
 // PostgreSQL's follow clock_timestamp(), so the row's findings carry over;
 // docs/reliability.md says so.
 func TestServerClockSteps(t *testing.T) {
+	t.Parallel() // its server is its own, and nothing in it is timed
 	clk := newServerClock(t)
 	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
 	serverClockSteps(t, clk, chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))})
