@@ -1,6 +1,7 @@
 -- Force release: end whichever acquisition holds key $1 (only the one
--- holding token $2, unless $2 is 0) by setting its expiry to now, for an
--- operator. The row stays, so the key's token is never reset. Like
+-- holding token $2, unless $2 is 0) by setting its expiry to the Unix
+-- epoch (long past, as release.sql does, so that a backward step of the
+-- server's clock can't bring it back), for an operator. The row stays, so the key's token is never reset. Like
 -- release.sql, it notifies waiters on channel $3 (unless '') if a waiter
 -- marked the row.
 --
@@ -18,7 +19,7 @@ WITH before AS (
     SELECT b.expires_at FROM public.leases AS b WHERE b.key = $1::text
 ), released AS (
     UPDATE public.leases AS l
-    SET expires_at = statement_timestamp()
+    SET expires_at = to_timestamp(0)
     FROM before AS b
     WHERE l.key = $1::text AND l.expires_at > statement_timestamp()
       AND ($2::bigint = 0 OR l.token = $2::bigint)
