@@ -3,11 +3,8 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strings"
 
-	valkey "github.com/valkey-io/valkey-go"
-
+	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
 
@@ -97,39 +94,27 @@ func wrapOp(op, key string, err error) error {
 }
 
 // classify turns an error of a mutating command from valkey-go into an
-// error saying whether the command may have been applied:
-//
-//   - a reply error means the server refused the script before its first
-//     write (the scripts check everything that can fail first, and a
-//     script the server refuses for lack of memory does not start), so
-//     nothing changed;
-//   - a connection that could not be opened means nothing was sent;
-//   - anything else (a timeout, a connection lost after writing, a context
-//     that ended while waiting for the reply) may have been applied and
-//     matches lease.ErrIndeterminate.
+// error saying whether the command may have been applied, by
+// valkeystore.Classify: a reply error means the server refused the script
+// before its first write (the scripts check everything that can fail
+// first, and a script the server refuses for lack of memory does not
+// start), so nothing changed; so does a connection that could not be
+// opened; anything else may have been applied and matches
+// lease.ErrIndeterminate.
 func classify(err error) error {
-	if err == nil {
+	switch valkeystore.Classify(err) {
+	case valkeystore.Applied:
 		return nil
+	case valkeystore.Unknown:
+		return lease.Indeterminate(err)
 	}
-	if verr, ok := valkey.IsValkeyErr(err); ok {
-		if strings.HasPrefix(verr.Error(), "NOPERM") {
-			return fmt.Errorf("the Valkey user lacks a permission the cache scripts need (see the package documentation): %w", err)
-		}
+	switch {
+	case valkeystore.NoPermission(err):
+		return fmt.Errorf("the Valkey user lacks a permission the cache scripts need (see the package documentation): %w", err)
+	case valkeystore.WrongType(err):
+		return fmt.Errorf("an entry's key holds another type of value; another program writes under this Prefix: %w", err)
+	case valkeystore.Refused(err):
 		return fmt.Errorf("refused by the server, not applied: %w", err)
 	}
-	if notSent(err) {
-		return fmt.Errorf("could not connect, not sent: %w", err)
-	}
-	return lease.Indeterminate(err)
-}
-
-// notSent reports whether err proves that the request never left this
-// process: the connection could not be dialled.
-func notSent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	return errors.As(err, &dns)
+	return fmt.Errorf("could not connect, not sent: %w", err)
 }

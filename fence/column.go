@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
 
@@ -525,10 +526,14 @@ func refusal(ctx context.Context, db Querier, table, resource string, snap lease
 	return &ConflictError{Resources: []string{resource}, Err: errors.New("the row changed while the write ran; nothing written")}
 }
 
-// columnError explains an error of a column write.
+// columnError explains an error of a column write; pgstore.Classify says
+// whether the statement may have been applied.
 func columnError(resource string, err error) error {
-	if isConflict(err) {
+	switch {
+	case isConflict(err):
 		return &ConflictError{Resources: []string{resource}, Err: err}
+	case pgstore.Classify(err) == pgstore.Unknown:
+		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
 	}
 	return fmt.Errorf("fence: resource %q: %w", resource, err)
 }

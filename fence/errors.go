@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
 
@@ -127,10 +126,7 @@ func IsRetryable(err error) bool {
 }
 
 // isConflict reports whether err carries SQLSTATE 40001 or 40P01.
-func isConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
+func isConflict(err error) bool { return pgstore.IsConflict(err) }
 
 // invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {

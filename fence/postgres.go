@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"math"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/golib/lease/internal/pgmigrate"
+	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
 
@@ -113,9 +113,6 @@ type Table struct {
 	advance       string
 }
 
-// maxIdentLen is PostgreSQL's limit on identifiers, in bytes.
-const maxIdentLen = 63
-
 // NewTable returns the fences table o names. It fails, wrapping ErrInvalid,
 // if a name is too long or not valid UTF-8; names are quoted, so any other
 // characters are allowed. It does not talk to the database: run Migrate
@@ -127,19 +124,17 @@ func NewTable(o TableOptions) (*Table, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
-	for _, f := range []struct{ field, name string }{
-		{"Schema", o.Schema},
-		{"Table + \"_migrations\"", o.Table + "_migrations"},
-	} {
-		if len(f.name) > maxIdentLen || !utf8.ValidString(f.name) || strings.ContainsRune(f.name, 0) {
-			return nil, invalid("TableOptions.%s %q must be valid UTF-8 without NUL, at most %d bytes", f.field, f.name, maxIdentLen)
-		}
+	if err := pgstore.CheckIdent(o.Schema); err != nil {
+		return nil, invalid("TableOptions.Schema %w", err)
+	}
+	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
+		return nil, invalid("TableOptions.Table + \"_migrations\" %w", err)
 	}
 	t := &Table{
 		schema:    o.Schema,
 		table:     o.Table,
-		qualified: pgx.Identifier{o.Schema, o.Table}.Sanitize(),
-		versions:  pgx.Identifier{o.Schema, o.Table + "_migrations"}.Sanitize(),
+		qualified: pgstore.Quote(o.Schema, o.Table),
+		versions:  pgstore.Quote(o.Schema, o.Table+"_migrations"),
 	}
 	t.advance = t.render(advanceSQL)
 	return t, nil
@@ -305,42 +300,29 @@ func (t *Table) statementError(rs []string, err error) error {
 	if isConflict(err) {
 		return &ConflictError{Resources: rs, Err: err}
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "42P01" || pgErr.Code == "3F000":
-			return fmt.Errorf("fence: resources %q: fences table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, err)
-		case pgErr.Code == "42501":
-			return fmt.Errorf("fence: resources %q: permission denied on fences table %s (grant SELECT, INSERT, UPDATE on it): %w", rs, t.qualified, err)
-		}
+	switch {
+	case pgstore.IsMissingTable(err):
+		return fmt.Errorf("fence: resources %q: fences table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, err)
+	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
+		return fmt.Errorf("fence: resources %q: permission denied on fences table %s (grant SELECT, INSERT, UPDATE on it): %w", rs, t.qualified, err)
 	}
+	// Whatever the outcome of the statement, the transaction it ran in is
+	// never committed: Tx returns before the COMMIT.
 	return fmt.Errorf("fence: resources %q: fence statement failed, nothing written: %w", rs, err)
 }
 
-// sessionEnded reports whether pgErr is FATAL or PANIC: the server ended
-// the session, possibly around the commit. Severity is translated by the
-// server's lc_messages, so SeverityUnlocalized decides when the server sent
-// it (PostgreSQL 9.6 and later).
-func sessionEnded(pgErr *pgconn.PgError) bool {
-	sev := pgErr.SeverityUnlocalized
-	if sev == "" {
-		sev = pgErr.Severity
-	}
-	return sev == "FATAL" || sev == "PANIC"
-}
-
-// commitError explains a failed COMMIT.
+// commitError explains a failed COMMIT; pgstore.Classify says whether it
+// may have committed.
 func commitError(rs []string, err error) error {
-	var pgErr *pgconn.PgError
 	switch {
 	case isConflict(err):
 		return &ConflictError{Resources: rs, Err: err}
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return fmt.Errorf("fence: resources %q: the transaction had failed (a statement in fn failed and fn went on), rolled back, nothing written: %w", rs, err)
-	case errors.As(err, &pgErr) && !sessionEnded(pgErr):
-		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
-	case pgconn.SafeToRetry(err):
+	case pgstore.Classify(err) == pgstore.NotApplied && pgconn.SafeToRetry(err):
 		return fmt.Errorf("fence: resources %q: commit not sent, nothing written: %w", rs, err)
+	case pgstore.Classify(err) == pgstore.NotApplied:
+		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
 	}
 	return lease.Indeterminate(fmt.Errorf("fence: resources %q: commit: %w", rs, err))
 }

@@ -3,9 +3,7 @@ package fence
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/keyspace"
+	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
 
@@ -238,18 +237,19 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 	return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
 }
 
-// classify explains an error from valkey-go. A reply error from the server
-// means the script refused the write (or never ran) and wrote nothing; a
-// connection that could not be opened means nothing was sent; anything else
-// may have been applied.
+// classify explains an error from valkey-go, by valkeystore.Classify: a
+// reply error from the server means the script refused the write (or never
+// ran) and wrote nothing; a connection that could not be opened means
+// nothing was sent; anything else may have been applied.
 func classify(resource string, err error) error {
-	if _, ok := valkey.IsValkeyErr(err); ok {
-		return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
-	}
-	var op *net.OpError
-	var dns *net.DNSError
-	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) {
+	switch valkeystore.Classify(err) {
+	case valkeystore.Unknown:
+		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
+	case valkeystore.NotApplied:
+		if valkeystore.Refused(err) {
+			return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
+		}
 		return fmt.Errorf("fence: resource %q: could not connect, not sent: %w", resource, err)
 	}
-	return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
+	return nil
 }

@@ -31,3 +31,10 @@ func (s *ValkeySource) FenceKey(id string) string {
 
 // Key returns the name of group's member set.
 func (r *ValkeyRoster) Key(group string) string { return r.key(group) }
+
+// Error explainers of the sources, for the classification tests.
+var (
+	PgError     = pgError
+	CommitError = commitError
+	ValkeyError = valkeyError
+)

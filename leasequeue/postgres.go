@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,6 +17,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/pgmigrate"
+	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
 
@@ -97,8 +97,6 @@ type pgNames struct {
 	due           string // "table_due"
 }
 
-const maxIdentLen = 63 // PostgreSQL's limit on identifiers, in bytes
-
 func newPgNames(o PostgresOptions) (pgNames, error) {
 	if o.Schema == "" {
 		o.Schema = DefaultPostgresSchema
@@ -106,21 +104,19 @@ func newPgNames(o PostgresOptions) (pgNames, error) {
 	if o.Table == "" {
 		o.Table = DefaultPostgresTable
 	}
-	for _, f := range []struct{ field, name string }{
-		{"Schema", o.Schema},
-		{"Table + \"_migrations\"", o.Table + "_migrations"},
-	} {
-		if len(f.name) > maxIdentLen || !utf8.ValidString(f.name) || strings.ContainsRune(f.name, 0) {
-			return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.%s %q must be valid UTF-8 without NUL, at most %d bytes", f.field, f.name, maxIdentLen)
-		}
+	if err := pgstore.CheckIdent(o.Schema); err != nil {
+		return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.Schema %w", err)
+	}
+	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
+		return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.Table + \"_migrations\" %w", err)
 	}
 	return pgNames{
 		schema:   o.Schema,
 		table:    o.Table,
-		jobs:     pgx.Identifier{o.Schema, o.Table}.Sanitize(),
-		members:  pgx.Identifier{o.Schema, o.Table + "_members"}.Sanitize(),
-		versions: pgx.Identifier{o.Schema, o.Table + "_migrations"}.Sanitize(),
-		due:      pgx.Identifier{o.Table + "_due"}.Sanitize(),
+		jobs:     pgstore.Quote(o.Schema, o.Table),
+		members:  pgstore.Quote(o.Schema, o.Table+"_members"),
+		versions: pgstore.Quote(o.Schema, o.Table+"_migrations"),
+		due:      pgstore.Quote(o.Table + "_due"),
 	}, nil
 }
 
@@ -388,27 +384,26 @@ func checkToken(snap lease.Snapshot) error {
 	return nil
 }
 
-// pgError explains an error of a statement. One that reached the
-// database and was refused, or was never sent, wrote nothing; any other
-// may have been applied.
+// pgError explains an error of a statement: pgstore.Classify says whether
+// it may have been applied (a FATAL error, whatever its translated
+// severity, ended the session and may have).
 func pgError(op, name string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-		return fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err)
+	err = fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err)
+	if pgstore.Classify(err) == pgstore.Unknown {
+		return lease.Indeterminate(err)
 	}
-	return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
+	return err
 }
 
 // commitError explains a failed COMMIT.
 func commitError(id string, err error) error {
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC":
-		return fmt.Errorf("leasequeue: postgres: complete %q: commit refused, nothing written: %w", id, err)
+	case pgstore.Classify(err) == pgstore.Unknown:
+		return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: complete %q: commit: %w", id, err))
 	case pgconn.SafeToRetry(err):
 		return fmt.Errorf("leasequeue: postgres: complete %q: commit not sent, nothing written: %w", id, err)
 	}
-	return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: complete %q: commit: %w", id, err))
+	return fmt.Errorf("leasequeue: postgres: complete %q: commit refused, nothing written: %w", id, err)
 }
 
 // PostgresRoster is a Roster in the roster table of the leasequeue tables

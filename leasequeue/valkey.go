@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/keyspace"
+	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
 
@@ -358,19 +358,14 @@ func (s *ValkeySource) Defer(ctx context.Context, id string, d time.Duration) er
 	return nil
 }
 
-// valkeyError explains an error from valkey-go. A reply error from the
-// server means nothing was applied; so does a connection that could not be
-// opened; anything else may have been applied.
+// valkeyError explains an error from valkey-go: valkeystore.Classify says
+// whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
 	err = fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err)
-	if _, ok := valkey.IsValkeyErr(errors.Unwrap(err)); ok {
-		return err
+	if valkeystore.Classify(err) == valkeystore.Unknown {
+		return lease.Indeterminate(err)
 	}
-	var dial *net.OpError
-	if errors.As(err, &dial) && dial.Op == "dial" {
-		return err
-	}
-	return lease.Indeterminate(err)
+	return err
 }
 
 // ValkeyRoster is a Roster in Valkey: the workers of group g are the set

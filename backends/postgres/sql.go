@@ -7,9 +7,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/golib/lease/internal/pgmigrate"
+	"github.com/golib/lease/internal/pgstore"
 )
 
 // Default names of the lease table. The embedded migrations and queries are
@@ -19,13 +18,9 @@ const (
 	DefaultTable  = "leases"
 )
 
-// Identifier limits: PostgreSQL truncates longer names (NAMEDATALEN − 1),
-// and the versions table of Migrate is named after the lease table with
-// the suffix versionsSuffix.
-const (
-	maxIdentLen    = 63
-	versionsSuffix = "_migrations"
-)
+// versionsSuffix names the versions table of Migrate after the lease
+// table, so the table's name is at most pgstore.MaxIdentLen minus its length.
+const versionsSuffix = "_migrations"
 
 //go:embed queries/*.sql
 var queryFiles embed.FS
@@ -88,25 +83,17 @@ func newNames(schema, table string) (names, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	for _, f := range []struct {
-		field, v string
-		max      int
-	}{
-		{"Schema", schema, maxIdentLen},
-		{"Table", table, maxIdentLen - len(versionsSuffix)},
-	} {
-		if len(f.v) > f.max {
-			return names{}, fmt.Errorf("leasepostgres: %s %.20q… is %d bytes, longer than the limit of %d", f.field, f.v, len(f.v), f.max)
-		}
-		if strings.ContainsRune(f.v, 0) {
-			return names{}, fmt.Errorf("leasepostgres: %s %q contains a NUL byte", f.field, f.v)
-		}
+	if err := pgstore.CheckIdent(schema); err != nil {
+		return names{}, fmt.Errorf("leasepostgres: Schema %w", err)
+	}
+	if err := pgstore.CheckIdent(table + versionsSuffix); err != nil {
+		return names{}, fmt.Errorf("leasepostgres: Table + %q %w", versionsSuffix, err)
 	}
 	return names{
 		schema:    schema,
 		table:     table,
-		qualified: pgx.Identifier{schema, table}.Sanitize(),
-		versions:  pgx.Identifier{schema, table + versionsSuffix}.Sanitize(),
+		qualified: pgstore.Quote(schema, table),
+		versions:  pgstore.Quote(schema, table+versionsSuffix),
 	}, nil
 }
 

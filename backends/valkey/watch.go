@@ -2,12 +2,10 @@ package valkey
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	valkey "github.com/valkey-io/valkey-go"
+	"github.com/golib/lease/internal/valkeystore"
 )
 
 // A watch is one SSUBSCRIBE to a key's release channel, shared by every
@@ -15,15 +13,9 @@ import (
 type watch struct {
 	ch      string
 	subs    map[chan struct{}]struct{} // guarded by Store.mu
-	ready   chan struct{}              // closed once subscribed, or on failure
-	err     error                      // why the subscription failed; set before ready closes
-	cancel  context.CancelFunc         // ends the subscription
-	done    chan struct{}              // closed when the receiving goroutine has exited
-	closing bool                       // no subscriber is left; guarded by Store.mu
+	sub     *valkeystore.Subscription
+	closing bool // no subscriber is left; guarded by Store.mu
 }
-
-// unsubscribeTimeout bounds the SUNSUBSCRIBE sent when a watch ends.
-const unsubscribeTimeout = time.Second
 
 // subscribeWait is how long WatchReleases waits for the server to confirm
 // the subscription before it returns the channel anyway, so that a slow
@@ -51,7 +43,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 			// before subscribing again on what may be the same connection.
 			s.mu.Unlock()
 			select {
-			case <-w.done:
+			case <-w.sub.Done():
 				continue
 			case <-ctx.Done():
 				return nil, nil, beforeSend(ctx, op)
@@ -68,10 +60,10 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		t := time.NewTimer(subscribeWait)
 		defer t.Stop()
 		select {
-		case <-w.ready:
-			if w.err != nil {
+		case <-w.sub.Ready():
+			if err := w.sub.Err(); err != nil {
 				stop()
-				return nil, nil, fmt.Errorf("leasevalkey: %s: %w", op, w.err)
+				return nil, nil, fmt.Errorf("leasevalkey: %s: %w", op, err)
 			}
 		case <-t.C:
 			// Not confirmed yet (a slow or paused server): watch anyway.
@@ -86,51 +78,29 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 
 // startWatch subscribes to ch in a new goroutine. s.mu is held.
 func (s *Store) startWatch(ch string) *watch {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &watch{ch: ch, subs: make(map[chan struct{}]struct{}), ready: make(chan struct{}),
-		cancel: cancel, done: make(chan struct{})}
+	w := &watch{ch: ch, subs: make(map[chan struct{}]struct{})}
 	if s.watches == nil {
 		s.watches = make(map[string]*watch)
 	}
 	s.watches[ch] = w
-	var once sync.Once
-	settle := func(err error) { once.Do(func() { w.err = err; close(w.ready) }) }
-	ctx = valkey.WithOnSubscriptionHook(ctx, func(sub valkey.PubSubSubscription) {
-		if sub.Kind == "ssubscribe" {
-			settle(nil)
-		}
-	})
-	ctx = valkey.WithOnReceiveReturnHook(ctx, func(err error, c valkey.CommandClient) error {
-		// Cancelling Receive only stops listening; tell the server too, on
-		// the connection that subscribed.
-		uctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
-		defer cancel()
-		_ = c.Do(uctx, c.B().Sunsubscribe().Channel(ch).Build()).Error()
-		return err
-	})
-	go func() {
-		defer close(w.done)
-		err := s.client.Receive(ctx, s.client.B().Ssubscribe().Channel(ch).Build(), func(valkey.PubSubMessage) {
-			s.mu.Lock()
-			for c := range w.subs {
-				select {
-				case c <- struct{}{}:
-				default: // a value is already waiting
-				}
+	wake := func() {
+		s.mu.Lock()
+		for c := range w.subs {
+			select {
+			case c <- struct{}{}:
+			default: // a value is already waiting
 			}
-			s.mu.Unlock()
-		})
+		}
+		s.mu.Unlock()
+	}
+	ended := func() {
 		s.mu.Lock()
 		if s.watches[ch] == w {
 			delete(s.watches, ch)
 		}
 		s.mu.Unlock()
-		if err == nil || errors.Is(err, context.Canceled) {
-			err = errors.New("subscription ended before it was confirmed")
-		}
-		settle(err) // no-op if the subscription was confirmed
-
-	}()
+	}
+	w.sub = valkeystore.Subscribe(s.client, ch, wake, ended)
 	return w
 }
 
@@ -146,7 +116,6 @@ func (s *Store) unwatch(w *watch, c chan struct{}) {
 	}
 	s.mu.Unlock()
 	if last {
-		w.cancel()
-		<-w.done
+		w.sub.Stop()
 	}
 }

@@ -1,0 +1,106 @@
+package valkeystore
+
+import (
+	"errors"
+	"net"
+	"strings"
+
+	valkey "github.com/valkey-io/valkey-go"
+)
+
+// Outcome says what became of a request.
+type Outcome int
+
+const (
+	// Applied: the server ran the request and answered; err was nil.
+	Applied Outcome = iota
+	// NotApplied: the request provably changed nothing. The server refused
+	// it with an error reply, or no connection could be opened to send it.
+	NotApplied
+	// Unknown: the request may or may not have been applied. It may have
+	// been written before the connection broke, timed out or the context
+	// ended.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case NotApplied:
+		return "not applied"
+	case Unknown:
+		return "unknown"
+	}
+	return "Outcome(?)"
+}
+
+// Classify says whether the request that returned err was applied. It is
+// the one answer to that question for every package of this module that
+// talks to Valkey:
+//
+//   - nil: Applied;
+//   - an error reply from the server (a *valkey.ValkeyError: WRONGTYPE,
+//     NOPERM, OOM, READONLY, an error raised by a script before its first
+//     write, ...): NotApplied. Valkey does not roll back a script that
+//     fails after a write, so this holds for a script only if it checks
+//     everything that can fail before it writes, as the scripts of this
+//     module do;
+//   - a dial or DNS error (no connection could be opened): NotApplied;
+//   - anything else (a timeout, a reset after the request was written, a
+//     context that ended while waiting for the reply, a closing client):
+//     Unknown. So is valkey.Nil, which a caller expecting a value gets
+//     from a reply it cannot read.
+//
+// valkey-go returns the bare context error both when the context had ended
+// before the request was queued and when it ended while waiting for the
+// reply, so a context error is Unknown. A caller that checks its context
+// before the call knows more, and says so itself.
+func Classify(err error) Outcome {
+	if err == nil {
+		return Applied
+	}
+	if _, ok := replyError(err); ok {
+		return NotApplied
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) {
+		return NotApplied
+	}
+	return Unknown
+}
+
+// replyError returns the server's error reply in err's chain.
+func replyError(err error) (*valkey.ValkeyError, bool) {
+	var verr *valkey.ValkeyError
+	if errors.As(err, &verr) && !valkey.IsValkeyNil(verr) {
+		return verr, true
+	}
+	return nil, false
+}
+
+// Refused reports whether err is an error reply from the server: it refused
+// the command, which was not applied.
+func Refused(err error) bool {
+	_, ok := replyError(err)
+	return ok
+}
+
+// NoPermission reports whether err is the server refusing a command, or a
+// command called from a script, that the user's ACL does not allow.
+func NoPermission(err error) bool {
+	verr, ok := replyError(err)
+	if !ok {
+		return false
+	}
+	msg := verr.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "ACL failure in script")
+}
+
+// WrongType reports whether err is the server refusing a command on a key
+// that holds another type of value: another program writes under the key.
+func WrongType(err error) bool {
+	verr, ok := replyError(err)
+	return ok && strings.Contains(verr.Error(), "WRONGTYPE")
+}
