@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
@@ -103,9 +104,9 @@ func wrapOp(op, key string, err error) error {
 // lease.ErrIndeterminate.
 func classify(err error) error {
 	switch valkeystore.Classify(err) {
-	case valkeystore.Applied:
+	case applied.Yes:
 		return nil
-	case valkeystore.Unknown:
+	case applied.Unknown:
 		return lease.Indeterminate(err)
 	}
 	switch {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/observe"
 	"github.com/golib/lease/lease"
 )
 
@@ -27,11 +28,13 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // NopObserver is the Observer that ignores every event; a nil
 // Options.Observer means NopObserver. A Cache with NopObserver builds no
 // events at all.
-var NopObserver Observer = nopObserver{}
+var NopObserver Observer = observe.Nop[Event]{}
 
-type nopObserver struct{}
-
-func (nopObserver) Observe(Event) {}
+// MultiObserver returns an Observer that passes each event to every
+// non-nil observer in order.
+func MultiObserver(observers ...Observer) Observer {
+	return observe.NewMulti[Event](observers...)
+}
 
 // Event is one of *Served, *GetFailed, *Refreshed, *RefreshFailed, *Published,
 // *PublishRefused and *Invalidated. The set is closed to other packages so
@@ -104,18 +107,15 @@ func (*Invalidated) event()    {}
 // Info,
 // refused publications, failed loads and failed Gets at Warn (at Info when
 // the cause is a refusal the protocol expects: an invalidated entry, a
-// superseded lease, the caller's cancelled context). A nil logger means
-// slog.Default().
+// superseded lease, the caller's cancelled context). A nil logger discards
+// everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &slogObserver{logger}
+	return slogObserver{observe.NewSlog(logger)}
 }
 
-type slogObserver struct{ l *slog.Logger }
+type slogObserver struct{ l observe.Slog }
 
-func (o *slogObserver) Observe(e Event) {
+func (o slogObserver) Observe(e Event) {
 	level, msg := slog.LevelInfo, "cache event"
 	var attrs []slog.Attr
 	switch e := e.(type) {
@@ -139,19 +139,13 @@ func (o *slogObserver) Observe(e Event) {
 			level = slog.LevelWarn
 		}
 	}
-	ctx := context.Background()
-	if !o.l.Enabled(ctx, level) {
-		return
-	}
 	i := e.Info()
-	attrs = append(attrs,
-		slog.String("key", i.Key),
-		slog.Uint64("token", uint64(i.Token)),
-		slog.Duration("latency", i.Latency))
-	if i.Err != nil {
-		attrs = append(attrs, slog.Any("error", i.Err))
-	}
-	o.l.LogAttrs(ctx, level, msg, attrs...)
+	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+		return append(attrs,
+			slog.String("key", i.Key),
+			slog.Uint64("token", uint64(i.Token)),
+			slog.Duration("latency", i.Latency))
+	})
 }
 
 // warnUnlessExpected returns Info for the refusals the protocol expects

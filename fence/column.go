@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
@@ -532,7 +533,7 @@ func columnError(resource string, err error) error {
 	switch {
 	case isConflict(err):
 		return &ConflictError{Resources: []string{resource}, Err: err}
-	case pgstore.Classify(err) == pgstore.Unknown:
+	case pgstore.Classify(err) == applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
 	}
 	return fmt.Errorf("fence: resource %q: %w", resource, err)

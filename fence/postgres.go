@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/pgmigrate"
 	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
@@ -319,9 +320,9 @@ func commitError(rs []string, err error) error {
 		return &ConflictError{Resources: rs, Err: err}
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return fmt.Errorf("fence: resources %q: the transaction had failed (a statement in fn failed and fn went on), rolled back, nothing written: %w", rs, err)
-	case pgstore.Classify(err) == pgstore.NotApplied && pgconn.SafeToRetry(err):
+	case pgstore.Classify(err) == applied.No && pgconn.SafeToRetry(err):
 		return fmt.Errorf("fence: resources %q: commit not sent, nothing written: %w", rs, err)
-	case pgstore.Classify(err) == pgstore.NotApplied:
+	case pgstore.Classify(err) == applied.No:
 		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
 	}
 	return lease.Indeterminate(fmt.Errorf("fence: resources %q: commit: %w", rs, err))

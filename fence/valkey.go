@@ -10,6 +10,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
@@ -243,9 +244,9 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 // nothing was sent; anything else may have been applied.
 func classify(resource string, err error) error {
 	switch valkeystore.Classify(err) {
-	case valkeystore.Unknown:
+	case applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
-	case valkeystore.NotApplied:
+	case applied.No:
 		if valkeystore.Refused(err) {
 			return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/golib/lease/internal/observe"
 )
 
 // An Observer receives an Event for every state change of every lease of a
@@ -24,30 +26,12 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // NopObserver is the Observer that ignores every event; a nil
 // ClientOptions.Observer means NopObserver. A client with NopObserver does
 // not build events at all.
-var NopObserver Observer = nopObserver{}
-
-type nopObserver struct{}
-
-func (nopObserver) Observe(Event) {}
+var NopObserver Observer = observe.Nop[Event]{}
 
 // MultiObserver returns an Observer that passes each event to every
 // non-nil observer in order.
 func MultiObserver(observers ...Observer) Observer {
-	var list []Observer
-	for _, o := range observers {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
-	return multiObserver(list)
-}
-
-type multiObserver []Observer
-
-func (m multiObserver) Observe(e Event) {
-	for _, o := range m {
-		o.Observe(e)
-	}
+	return observe.NewMulti[Event](observers...)
 }
 
 // Event is one of *Acquired, *AcquireFailed, *Renewed, *RenewFailed, *Lost,
@@ -133,15 +117,12 @@ func (*ReleaseFailed) event() {}
 // passes), at Error. A nil logger discards everything. The levels are those
 // of the zap observer in package fxmodule.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &slogObserver{logger}
+	return slogObserver{observe.NewSlog(logger)}
 }
 
-type slogObserver struct{ l *slog.Logger }
+type slogObserver struct{ l observe.Slog }
 
-func (o *slogObserver) Observe(e Event) {
+func (o slogObserver) Observe(e Event) {
 	level, msg := slog.LevelInfo, "lease event"
 	var attrs []slog.Attr
 	switch e := e.(type) {
@@ -170,18 +151,12 @@ func (o *slogObserver) Observe(e Event) {
 			level = slog.LevelWarn
 		}
 	}
-	ctx := context.Background()
-	if !o.l.Enabled(ctx, level) {
-		return
-	}
 	i := e.Info()
-	attrs = append(attrs,
-		slog.String("key", i.Key),
-		slog.String("owner", i.Owner),
-		slog.Uint64("token", uint64(i.Token)),
-		slog.Duration("latency", i.Latency))
-	if i.Err != nil {
-		attrs = append(attrs, slog.Any("error", i.Err))
-	}
-	o.l.LogAttrs(ctx, level, msg, attrs...)
+	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+		return append(attrs,
+			slog.String("key", i.Key),
+			slog.String("owner", i.Owner),
+			slog.Uint64("token", uint64(i.Token)),
+			slog.Duration("latency", i.Latency))
+	})
 }

@@ -1,11 +1,11 @@
 package leasequeue
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
 
+	"github.com/golib/lease/internal/observe"
 	"github.com/golib/lease/lease"
 )
 
@@ -28,26 +28,12 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // NopObserver is the Observer that ignores every event; a nil Observer in
 // Options or GroupOptions means NopObserver.
-var NopObserver Observer = ObserverFunc(func(Event) {})
+var NopObserver Observer = observe.Nop[Event]{}
 
 // MultiObserver returns an Observer that passes each event to every
 // non-nil observer in order.
 func MultiObserver(observers ...Observer) Observer {
-	var list []Observer
-	for _, o := range observers {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
-	return multiObserver(list)
-}
-
-type multiObserver []Observer
-
-func (m multiObserver) Observe(e Event) {
-	for _, o := range m {
-		o.Observe(e)
-	}
+	return observe.NewMulti[Event](observers...)
 }
 
 // Event is one of *Claimed, *Heartbeat, *Completed, *Failed, *Lost (items
@@ -173,17 +159,14 @@ func (*Rebalanced) event() {}
 // NewSlogObserver returns an Observer that writes each event to logger:
 // heartbeats at Debug, claims, completions and partition changes at Info,
 // failures at Warn and losses and refused completions at Error. A nil
-// logger means slog.Default().
+// logger discards everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &slogObserver{logger}
+	return slogObserver{observe.NewSlog(logger)}
 }
 
-type slogObserver struct{ l *slog.Logger }
+type slogObserver struct{ l observe.Slog }
 
-func (o *slogObserver) Observe(e Event) {
+func (o slogObserver) Observe(e Event) {
 	level, msg := slog.LevelInfo, "leasequeue event"
 	var attrs []slog.Attr
 	i := e.Info()
@@ -224,19 +207,13 @@ func (o *slogObserver) Observe(e Event) {
 			level = slog.LevelError
 		}
 	}
-	ctx := context.Background()
-	if !o.l.Enabled(ctx, level) {
-		return
-	}
-	attrs = append(attrs,
-		slog.String("name", i.Name),
-		slog.String("worker", i.Worker),
-		slog.String("id", i.ID),
-		slog.String("key", i.Key),
-		slog.Uint64("token", uint64(i.Token)),
-		slog.Duration("latency", i.Latency))
-	if i.Err != nil {
-		attrs = append(attrs, slog.Any("error", i.Err))
-	}
-	o.l.LogAttrs(ctx, level, msg, attrs...)
+	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+		return append(attrs,
+			slog.String("name", i.Name),
+			slog.String("worker", i.Worker),
+			slog.String("id", i.ID),
+			slog.String("key", i.Key),
+			slog.Uint64("token", uint64(i.Token)),
+			slog.Duration("latency", i.Latency))
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/pgmigrate"
 	"github.com/golib/lease/internal/pgstore"
@@ -388,17 +389,13 @@ func checkToken(snap lease.Snapshot) error {
 // it may have been applied (a FATAL error, whatever its translated
 // severity, ended the session and may have).
 func pgError(op, name string, err error) error {
-	err = fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err)
-	if pgstore.Classify(err) == pgstore.Unknown {
-		return lease.Indeterminate(err)
-	}
-	return err
+	return pgstore.Classify(err).Mark(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
 }
 
 // commitError explains a failed COMMIT.
 func commitError(id string, err error) error {
 	switch {
-	case pgstore.Classify(err) == pgstore.Unknown:
+	case pgstore.Classify(err) == applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: complete %q: commit: %w", id, err))
 	case pgconn.SafeToRetry(err):
 		return fmt.Errorf("leasequeue: postgres: complete %q: commit not sent, nothing written: %w", id, err)

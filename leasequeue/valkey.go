@@ -361,11 +361,7 @@ func (s *ValkeySource) Defer(ctx context.Context, id string, d time.Duration) er
 // valkeyError explains an error from valkey-go: valkeystore.Classify says
 // whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
-	err = fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err)
-	if valkeystore.Classify(err) == valkeystore.Unknown {
-		return lease.Indeterminate(err)
-	}
-	return err
+	return valkeystore.Classify(err).Mark(fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err))
 }
 
 // ValkeyRoster is a Roster in Valkey: the workers of group g are the set

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/lease"
 )
@@ -26,11 +27,11 @@ func classify(err error, table string) error {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
 	switch out := pgstore.Classify(err); {
-	case out == pgstore.Applied:
+	case out == applied.Yes:
 		return nil
-	case out == pgstore.Unknown && errors.As(err, &pgErr):
+	case out == applied.Unknown && errors.As(err, &pgErr):
 		return lease.Indeterminate(fmt.Errorf("leasepostgres: session ended: %w", err))
-	case out == pgstore.Unknown:
+	case out == applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("leasepostgres: no reply: %w", err))
 	case errors.As(err, &connErr):
 		return fmt.Errorf("leasepostgres: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
@@ -20,9 +21,9 @@ import (
 // arguments, and transport errors name addresses.
 func classify(op string, err error) error {
 	switch valkeystore.Classify(err) {
-	case valkeystore.Applied:
+	case applied.Yes:
 		return nil
-	case valkeystore.Unknown:
+	case applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("leasevalkey: %s: %w", op, err))
 	}
 	switch {

@@ -5,50 +5,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/golib/lease/internal/applied"
 )
-
-// Outcome says what became of a request.
-type Outcome int
-
-const (
-	// Applied: the server ran the request and answered; err was nil.
-	Applied Outcome = iota
-	// NotApplied: the request provably changed nothing. It was never
-	// written to the connection, or the server answered it with an error
-	// that rolled the statement (or, for COMMIT, the transaction) back.
-	NotApplied
-	// Unknown: the request may or may not have been applied. The
-	// connection broke or timed out after the request was written, or the
-	// server ended the session (FATAL, PANIC), possibly around a commit.
-	Unknown
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case NotApplied:
-		return "not applied"
-	case Unknown:
-		return "unknown"
-	}
-	return "Outcome(?)"
-}
 
 // Classify says whether the request that returned err was applied. It is the
 // one answer to that question for every package of this module that talks
 // to PostgreSQL:
 //
-//   - nil: Applied;
+//   - nil: [applied.Yes];
 //   - an error pgconn marks safe to retry (nothing was sent: a context that
 //     had ended before the write, a write that failed before its first
 //     byte), an error marked by [NotSent], a *pgconn.ConnectError (no
 //     session existed), pgx.ErrTxClosed and pgx.ErrTxCommitRollback (the
-//     server rolled the failed transaction back): NotApplied;
+//     server rolled the failed transaction back): [applied.No];
 //   - a *pgconn.PgError whose untranslated severity is FATAL or PANIC: the
 //     server ended the session, possibly after the commit, so Unknown;
 //   - any other *pgconn.PgError (ERROR: constraint, serialization failure,
-//     deadlock, statement_timeout, a cancelled query, ...): NotApplied;
+//     deadlock, statement_timeout, a cancelled query, ...): [applied.No];
 //   - anything else (a timeout or a reset after the request was written, a
 //     context that ended while waiting for the reply): Unknown.
 //
@@ -56,23 +30,23 @@ func (o Outcome) String() string {
 // in time, is Unknown: pgconn reports a context that ends after the write
 // the same way. Callers that know the request was not sent mark the error
 // with [NotSent].
-func Classify(err error) Outcome {
+func Classify(err error) applied.Outcome {
 	if err == nil {
-		return Applied
+		return applied.Yes
 	}
 	var connErr *pgconn.ConnectError
 	var pgErr *pgconn.PgError
 	switch {
 	case pgconn.SafeToRetry(err), errors.As(err, &connErr),
 		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback):
-		return NotApplied
+		return applied.No
 	case errors.As(err, &pgErr):
 		if SessionEnded(pgErr) {
-			return Unknown
+			return applied.Unknown
 		}
-		return NotApplied
+		return applied.No
 	}
-	return Unknown
+	return applied.Unknown
 }
 
 // SessionEnded reports whether pgErr is FATAL or PANIC: the server ended

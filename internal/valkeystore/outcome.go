@@ -6,47 +6,22 @@ import (
 	"strings"
 
 	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/internal/applied"
 )
-
-// Outcome says what became of a request.
-type Outcome int
-
-const (
-	// Applied: the server ran the request and answered; err was nil.
-	Applied Outcome = iota
-	// NotApplied: the request provably changed nothing. The server refused
-	// it with an error reply, or no connection could be opened to send it.
-	NotApplied
-	// Unknown: the request may or may not have been applied. It may have
-	// been written before the connection broke, timed out or the context
-	// ended.
-	Unknown
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case NotApplied:
-		return "not applied"
-	case Unknown:
-		return "unknown"
-	}
-	return "Outcome(?)"
-}
 
 // Classify says whether the request that returned err was applied. It is
 // the one answer to that question for every package of this module that
 // talks to Valkey:
 //
-//   - nil: Applied;
+//   - nil: [applied.Yes];
 //   - an error reply from the server (a *valkey.ValkeyError: WRONGTYPE,
 //     NOPERM, OOM, READONLY, an error raised by a script before its first
-//     write, ...): NotApplied. Valkey does not roll back a script that
+//     write, ...): [applied.No]. Valkey does not roll back a script that
 //     fails after a write, so this holds for a script only if it checks
 //     everything that can fail before it writes, as the scripts of this
 //     module do;
-//   - a dial or DNS error (no connection could be opened): NotApplied;
+//   - a dial or DNS error (no connection could be opened): [applied.No];
 //   - anything else (a timeout, a reset after the request was written, a
 //     context that ended while waiting for the reply, a closing client):
 //     Unknown. So is valkey.Nil, which a caller expecting a value gets
@@ -56,19 +31,19 @@ func (o Outcome) String() string {
 // before the request was queued and when it ended while waiting for the
 // reply, so a context error is Unknown. A caller that checks its context
 // before the call knows more, and says so itself.
-func Classify(err error) Outcome {
+func Classify(err error) applied.Outcome {
 	if err == nil {
-		return Applied
+		return applied.Yes
 	}
 	if _, ok := replyError(err); ok {
-		return NotApplied
+		return applied.No
 	}
 	var op *net.OpError
 	var dns *net.DNSError
 	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) {
-		return NotApplied
+		return applied.No
 	}
-	return Unknown
+	return applied.Unknown
 }
 
 // replyError returns the server's error reply in err's chain.
