@@ -1,0 +1,56 @@
+package observe_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/golib/lease/internal/observe"
+)
+
+type event string
+
+type observer interface{ Observe(event) }
+
+type recorder struct{ got *[]string }
+
+func (r recorder) Observe(e event) { *r.got = append(*r.got, string(e)) }
+
+func TestMultiSkipsNilAndKeepsOrder(t *testing.T) {
+	var got []string
+	var none observer
+	m := observe.NewMulti[event, observer](recorder{&got}, none, recorder{&got})
+	m.Observe("a")
+	if strings.Join(got, ",") != "a,a" || len(m) != 2 {
+		t.Fatalf("got %v from %d observers, want a,a from 2", got, len(m))
+	}
+	observe.NewMulti[event, observer]().Observe("nobody") // no panic
+}
+
+func TestNopValuesAreEqual(t *testing.T) {
+	var a, b observer = observe.Nop[event]{}, observe.Nop[event]{}
+	if a != b {
+		t.Fatal("two Nop observers differ; packages could not recognise theirs")
+	}
+}
+
+func TestSlog(t *testing.T) {
+	var buf bytes.Buffer
+	s := observe.NewSlog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	built := 0
+	attrs := func() []slog.Attr { built++; return []slog.Attr{slog.String("key", "k")} }
+	s.Log(slog.LevelDebug, "filtered", nil, attrs)
+	if built != 0 || buf.Len() != 0 {
+		t.Fatalf("a filtered event built %d attribute lists and wrote %q", built, buf.String())
+	}
+	s.Log(slog.LevelWarn, "written", errors.New("boom"), attrs)
+	if line := buf.String(); !strings.Contains(line, "msg=written") || !strings.Contains(line, "key=k") || !strings.Contains(line, "error=boom") {
+		t.Fatalf("line %q lacks the message, the attributes or the error", line)
+	}
+	observe.NewSlog(nil).Log(slog.LevelError, "discarded", nil, func() []slog.Attr {
+		t.Fatal("a nil logger built attributes")
+		return nil
+	})
+}

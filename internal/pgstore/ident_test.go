@@ -1,0 +1,52 @@
+package pgstore_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/golib/lease/internal/pgstore"
+)
+
+func TestCheckIdent(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"leases", true},
+		{`we"ird. name`, true},
+		{strings.Repeat("a", pgstore.MaxIdentLen), true},
+		{"", false},
+		{strings.Repeat("a", pgstore.MaxIdentLen+1), false},
+		{"bad\xff", false},
+		{"nul\x00", false},
+	} {
+		if err := pgstore.CheckIdent(c.name); (err == nil) != c.ok {
+			t.Errorf("CheckIdent(%q) = %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
+
+// FuzzCheckIdent: every name CheckIdent accepts quotes to one identifier
+// that reads back as the name, and every name it refuses breaks a rule.
+func FuzzCheckIdent(f *testing.F) {
+	for _, s := range []string{"leases", `a"b`, "a.b", "", "\x00", "\xff", strings.Repeat("é", 40)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := pgstore.CheckIdent(name)
+		valid := name != "" && len(name) <= pgstore.MaxIdentLen && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
+		if (err == nil) != valid {
+			t.Fatalf("CheckIdent(%q) = %v, want valid %v", name, err, valid)
+		}
+		if err != nil {
+			return
+		}
+		q := pgstore.Quote(name)
+		inner, ok := strings.CutPrefix(q, `"`)
+		inner, ok2 := strings.CutSuffix(inner, `"`)
+		if !ok || !ok2 || strings.ReplaceAll(inner, `""`, `"`) != name || strings.Count(strings.ReplaceAll(inner, `""`, ""), `"`) != 0 {
+			t.Fatalf("Quote(%q) = %s, not one identifier reading %q", name, q, name)
+		}
+	})
+}
