@@ -9,20 +9,18 @@ import (
 )
 
 func TestCheckIdent(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"leases", true},
-		{`we"ird. name`, true},
-		{strings.Repeat("a", pgstore.MaxIdentLen), true},
-		{"", false},
-		{strings.Repeat("a", pgstore.MaxIdentLen+1), false},
-		{"bad\xff", false},
-		{"nul\x00", false},
-	} {
-		if err := pgstore.CheckIdent(c.name); (err == nil) != c.ok {
-			t.Errorf("CheckIdent(%q) = %v, want ok %v", c.name, err, c.ok)
+	valid := map[string]bool{
+		"leases":                                 true,
+		`we"ird. name`:                           true,
+		"":                                       false,
+		"bad\xff":                                false,
+		"nul\x00":                                false,
+		strings.Repeat("a", pgstore.MaxIdentLen): true,
+		strings.Repeat("a", pgstore.MaxIdentLen+1): false,
+	}
+	for name, want := range valid {
+		if err := pgstore.CheckIdent(name); (err == nil) != want {
+			t.Errorf("CheckIdent(%q) = %v, want valid %v", name, err, want)
 		}
 	}
 }

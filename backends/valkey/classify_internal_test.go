@@ -1,0 +1,16 @@
+package valkey
+
+import (
+	"testing"
+
+	"github.com/golib/lease/internal/faults"
+)
+
+// TestClassifyRealFaults: classify reports every real fault as
+// valkeystore.Classify does: nil, a plain error, or one matching
+// lease.ErrIndeterminate.
+func TestClassifyRealFaults(t *testing.T) {
+	faults.Drive(t, faults.Valkey(t), faults.Marks(func(err error) error {
+		return classify("acquire", err)
+	}))
+}
