@@ -43,11 +43,7 @@ var (
 // with them. Migrate applies the same files itself, under any schema and
 // table name.
 func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded directory exists
-	}
-	return sub
+	return pgmigrate.Dir(migrationFiles, "migrations")
 }
 
 // GooseMigrations returns the migrations of Migrations in the layout of

@@ -43,11 +43,7 @@ var (
 // PostgresOptions' names empty with them. MigratePostgres applies the
 // same files itself, under any names.
 func PostgresMigrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded directory exists
-	}
-	return sub
+	return pgmigrate.Dir(migrationFiles, "migrations")
 }
 
 // PostgresGooseMigrations returns the migrations of PostgresMigrations in

@@ -94,13 +94,17 @@
 //
 // # Errors
 //
-// Errors follow lease.Backend: a *pgconn.PgError means the statement
-// failed and was rolled back, so the error is plain (nothing was
-// applied); a serialization failure or deadlock says it is safe to retry;
-// a missing table or privilege reads as a configuration error. A timeout,
-// a cancelled context or a connection lost after the statement was sent
-// is lease.ErrIndeterminate: the statement may have committed. Errors never
-// contain the acquisition's nonce or the connection string.
+// Errors follow lease.Backend: a *pgconn.PgError of severity ERROR means
+// the statement failed and was rolled back, so the error is plain (nothing
+// was applied); a serialization failure or deadlock says it is safe to
+// retry; a missing table or privilege reads as a configuration error. A
+// FATAL or PANIC error (the session ended, possibly around the commit), a
+// timeout, a cancelled context or a connection lost after the statement
+// was sent is lease.ErrIndeterminate: the statement may have committed.
+// The severity is read untranslated (SeverityUnlocalized), so the answers
+// are the same whatever the server's lc_messages; fence and leasequeue
+// classify their statements the same way. Errors never contain the
+// acquisition's nonce or the connection string.
 //
 // A statement that waits for a row lock (for example behind a long guarded
 // transaction) is bounded by the Client's OperationTimeout through its

@@ -35,11 +35,7 @@ var migrationFiles embed.FS
 // files with any schema and table name; use Migrations only with a
 // migration tool of your own, and then keep the default names in Options.
 func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the directory is embedded
-	}
-	return sub
+	return pgmigrate.Dir(migrationFiles, "migrations")
 }
 
 // GooseMigrations returns the migrations of Migrations in the layout of

@@ -1,8 +1,9 @@
 // Package pgmigrate applies a package's embedded up migrations to
 // PostgreSQL under the schema and table names its caller chose. It is the
 // runner behind leasepostgres.Migrate, fence.Migrate and
-// leasequeue.MigratePostgres; each of them validates and quotes its own
-// names, renders its own SQL and wraps the errors with its own prefix.
+// leasequeue.MigratePostgres; each of them checks and quotes its names
+// with package pgstore, renders its own SQL and wraps the errors with its
+// own prefix.
 //
 // The migrations are the files NNN_name.up.sql of golang-migrate's layout,
 // written for the default names, so that migration tools can apply the
@@ -22,6 +23,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
+
+// Dir returns the subdirectory dir of an embedded file system, the files
+// a package's Migrations function hands to migration tools. It panics if
+// dir is not a valid path, which for an embedded directory is a bug.
+func Dir(fsys fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}
 
 // Migration is one versioned up migration.
 type Migration struct {
