@@ -3,8 +3,9 @@
 # is already there, so it is safe to run before every `make test`.
 #
 #   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+), the PostgreSQL server,
-#                                      pgbouncer (for the pooler checks of backends/postgres) and
-#                                      libfaketime (the fault matrix's server clock steps)
+#                                      pgbouncer (for the pooler checks of backends/postgres),
+#                                      libfaketime (the fault matrix's server clock steps) and the
+#                                      ru_RU.UTF-8 locale (for the localized fault rows)
 #   scripts/install-deps.sh lint       staticcheck, into GOBIN (or GOPATH/bin)
 #   scripts/install-deps.sh all        both
 #
@@ -193,6 +194,23 @@ install_servers() {
 	log "libfaketime: found"
 }
 
+# install_locale compiles the ru_RU.UTF-8 locale when it is missing, so the
+# localized rows of the fault table (lc_messages ru: a FATAL's severity reads
+# "ВАЖНО") run against the real server instead of errors built to look like
+# them. Without localedef and the locale sources it only says so.
+install_locale() {
+	if locale -a 2>/dev/null | grep -qiE '^ru_RU\.utf-?8$'; then
+		log "locale ru_RU.UTF-8: found"
+		return 0
+	fi
+	if ! command -v localedef >/dev/null 2>&1 || [[ ! -e /usr/share/i18n/locales/ru_RU ]]; then
+		log "locale ru_RU.UTF-8: missing, and no localedef to build it; the localized fault rows use built errors"
+		return 0
+	fi
+	log "compiling the locale ru_RU.UTF-8"
+	as_root localedef -i ru_RU -f UTF-8 ru_RU.UTF-8
+}
+
 install_lint() {
 	local gobin
 	gobin=$(go env GOBIN)
@@ -207,10 +225,14 @@ install_lint() {
 }
 
 case ${1:-servers} in
-servers) install_servers ;;
+servers)
+	install_servers
+	install_locale
+	;;
 lint) install_lint ;;
 all)
 	install_servers
+	install_locale
 	install_lint
 	;;
 *) die "usage: $0 [servers|lint|all]" ;;
