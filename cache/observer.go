@@ -110,12 +110,11 @@ func (*Invalidated) event()    {}
 // superseded lease, the caller's cancelled context). A nil logger discards
 // everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	return slogObserver{observe.NewSlog(logger)}
+	return observe.NewSlogObserver(logger, slogLine)
 }
 
-type slogObserver struct{ l observe.Slog }
-
-func (o slogObserver) Observe(e Event) {
+// slogLine says how NewSlogObserver logs e.
+func slogLine(e Event) observe.Line {
 	level, msg := slog.LevelInfo, "cache event"
 	var attrs []slog.Attr
 	switch e := e.(type) {
@@ -140,12 +139,12 @@ func (o slogObserver) Observe(e Event) {
 		}
 	}
 	i := e.Info()
-	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+	return observe.Line{Level: level, Msg: msg, Err: i.Err, Attrs: func() []slog.Attr {
 		return append(attrs,
 			slog.String("key", i.Key),
 			slog.Uint64("token", uint64(i.Token)),
 			slog.Duration("latency", i.Latency))
-	})
+	}}
 }
 
 // warnUnlessExpected returns Info for the refusals the protocol expects

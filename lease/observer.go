@@ -117,12 +117,11 @@ func (*ReleaseFailed) event() {}
 // passes), at Error. A nil logger discards everything. The levels are those
 // of the zap observer in package fxmodule.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	return slogObserver{observe.NewSlog(logger)}
+	return observe.NewSlogObserver(logger, slogLine)
 }
 
-type slogObserver struct{ l observe.Slog }
-
-func (o slogObserver) Observe(e Event) {
+// slogLine says how NewSlogObserver logs e.
+func slogLine(e Event) observe.Line {
 	level, msg := slog.LevelInfo, "lease event"
 	var attrs []slog.Attr
 	switch e := e.(type) {
@@ -152,11 +151,11 @@ func (o slogObserver) Observe(e Event) {
 		}
 	}
 	i := e.Info()
-	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+	return observe.Line{Level: level, Msg: msg, Err: i.Err, Attrs: func() []slog.Attr {
 		return append(attrs,
 			slog.String("key", i.Key),
 			slog.String("owner", i.Owner),
 			slog.Uint64("token", uint64(i.Token)),
 			slog.Duration("latency", i.Latency))
-	})
+	}}
 }

@@ -161,12 +161,11 @@ func (*Rebalanced) event() {}
 // failures at Warn and losses and refused completions at Error. A nil
 // logger discards everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
-	return slogObserver{observe.NewSlog(logger)}
+	return observe.NewSlogObserver(logger, slogLine)
 }
 
-type slogObserver struct{ l observe.Slog }
-
-func (o slogObserver) Observe(e Event) {
+// slogLine says how NewSlogObserver logs e.
+func slogLine(e Event) observe.Line {
 	level, msg := slog.LevelInfo, "leasequeue event"
 	var attrs []slog.Attr
 	i := e.Info()
@@ -207,7 +206,7 @@ func (o slogObserver) Observe(e Event) {
 			level = slog.LevelError
 		}
 	}
-	o.l.Log(level, msg, i.Err, func() []slog.Attr {
+	return observe.Line{Level: level, Msg: msg, Err: i.Err, Attrs: func() []slog.Attr {
 		return append(attrs,
 			slog.String("name", i.Name),
 			slog.String("worker", i.Worker),
@@ -215,5 +214,5 @@ func (o slogObserver) Observe(e Event) {
 			slog.String("key", i.Key),
 			slog.Uint64("token", uint64(i.Token)),
 			slog.Duration("latency", i.Latency))
-	})
+	}}
 }

@@ -43,29 +43,44 @@ func (m Multi[E, O]) Observe(e E) {
 	}
 }
 
-// Slog writes events to a *slog.Logger, one line each.
-type Slog struct{ l *slog.Logger }
+// A Line is how one event is logged: at Level, with Msg, the attributes
+// Attrs returns, and Err as "error" if it is not nil.
+type Line struct {
+	Level slog.Level
+	Msg   string
+	Err   error
+	// Attrs is called only if the logger writes at Level, so a filtered
+	// event costs no attributes.
+	Attrs func() []slog.Attr
+}
 
-// NewSlog returns a Slog writing to logger; a nil logger discards
-// everything, as a nil Observer means the Nop one.
-func NewSlog(logger *slog.Logger) Slog {
+// NewSlogObserver returns an observer that writes each event to logger as
+// the one line line(e) says. A nil logger discards everything, as a nil
+// Observer means the Nop one.
+func NewSlogObserver[E any](logger *slog.Logger, line func(E) Line) Observer[E] {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return Slog{logger}
+	return slogObserver[E]{logger, line}
 }
 
-// Log writes one line at level with msg, the attributes attrs returns, and
-// err as "error" if it is not nil. attrs is called only if the logger
-// writes at level, so a filtered event costs no attributes.
-func (s Slog) Log(level slog.Level, msg string, err error, attrs func() []slog.Attr) {
+type slogObserver[E any] struct {
+	l    *slog.Logger
+	line func(E) Line
+}
+
+func (o slogObserver[E]) Observe(e E) {
+	ln := o.line(e)
 	ctx := context.Background()
-	if !s.l.Enabled(ctx, level) {
+	if !o.l.Enabled(ctx, ln.Level) {
 		return
 	}
-	as := attrs()
-	if err != nil {
-		as = append(as, slog.Any("error", err))
+	var attrs []slog.Attr
+	if ln.Attrs != nil {
+		attrs = ln.Attrs()
 	}
-	s.l.LogAttrs(ctx, level, msg, as...)
+	if ln.Err != nil {
+		attrs = append(attrs, slog.Any("error", ln.Err))
+	}
+	o.l.LogAttrs(ctx, ln.Level, ln.Msg, attrs...)
 }

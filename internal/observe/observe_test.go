@@ -36,21 +36,36 @@ func TestNopValuesAreEqual(t *testing.T) {
 	}
 }
 
-func TestSlog(t *testing.T) {
+func TestSlogObserver(t *testing.T) {
 	var buf bytes.Buffer
-	s := observe.NewSlog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	built := 0
-	attrs := func() []slog.Attr { built++; return []slog.Attr{slog.String("key", "k")} }
-	s.Log(slog.LevelDebug, "filtered", nil, attrs)
+	line := func(e event) observe.Line {
+		level := slog.LevelWarn
+		var err error
+		if e == "filtered" {
+			level = slog.LevelDebug
+		} else {
+			err = errors.New("boom")
+		}
+		return observe.Line{Level: level, Msg: string(e), Err: err, Attrs: func() []slog.Attr {
+			built++
+			return []slog.Attr{slog.String("key", "k")}
+		}}
+	}
+	o := observe.NewSlogObserver(logger, line)
+	o.Observe("filtered")
 	if built != 0 || buf.Len() != 0 {
 		t.Fatalf("a filtered event built %d attribute lists and wrote %q", built, buf.String())
 	}
-	s.Log(slog.LevelWarn, "written", errors.New("boom"), attrs)
-	if line := buf.String(); !strings.Contains(line, "msg=written") || !strings.Contains(line, "key=k") || !strings.Contains(line, "error=boom") {
-		t.Fatalf("line %q lacks the message, the attributes or the error", line)
+	o.Observe("written")
+	if out := buf.String(); !strings.Contains(out, "msg=written") || !strings.Contains(out, "key=k") || !strings.Contains(out, "error=boom") {
+		t.Fatalf("line %q lacks the message, the attributes or the error", out)
 	}
-	observe.NewSlog(nil).Log(slog.LevelError, "discarded", nil, func() []slog.Attr {
-		t.Fatal("a nil logger built attributes")
-		return nil
-	})
+	observe.NewSlogObserver(nil, func(event) observe.Line {
+		return observe.Line{Level: slog.LevelError, Attrs: func() []slog.Attr {
+			t.Fatal("a nil logger built attributes")
+			return nil
+		}}
+	}).Observe("discarded")
 }
