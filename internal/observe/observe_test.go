@@ -3,6 +3,7 @@ package observe_test
 import (
 	"bytes"
 	"errors"
+	"go/build"
 	"log/slog"
 	"strings"
 	"testing"
@@ -68,4 +69,18 @@ func TestSlogObserver(t *testing.T) {
 			return nil
 		}}
 	}).Observe("discarded")
+}
+
+// TestImportsOnlyTheStandardLibrary: package lease, which promises to
+// depend on the standard library only, imports this package.
+func TestImportsOnlyTheStandardLibrary(t *testing.T) {
+	pkg, err := build.Default.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+			t.Errorf("imports %s, which is not in the standard library", imp)
+		}
+	}
 }
