@@ -1,11 +1,11 @@
 // Package lease gives a process a fenced, time-bounded lease on a key: "only
 // one of us does X at a time, and a stale one can never corrupt data".
 //
-// It depends on the standard library only (its one import from this module,
+// It depends on the standard library only: its one import from this module,
 // the observer plumbing it shares with cache and leasequeue, imports
-// nothing else). Leases live in a Backend: the
-// Valkey and PostgreSQL backends of this module coordinate replicas, and
-// the memory backend serves tests and single-process programs.
+// nothing else. Leases live in a Backend: the Valkey and PostgreSQL
+// backends of this module coordinate replicas, and the memory backend
+// serves tests and single-process programs.
 //
 // # Model
 //
