@@ -418,7 +418,9 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-func valkeyClient(t *testing.T, addr string) valkey.Client {
+// ValkeyClient returns a valkey-go client of the server at addr, closed
+// when t ends.
+func ValkeyClient(t *testing.T, addr string) valkey.Client {
 	t.Helper()
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
@@ -466,28 +468,28 @@ func Valkey(t *testing.T) []Fault {
 	key := func(t *testing.T) string { return fmt.Sprintf("applied-test:%s", t.Name()) }
 	fs := []Fault{
 		{Name: "no fault", Want: applied.Yes, Run: func(t *testing.T) error {
-			c := valkeyClient(t, addr)
+			c := ValkeyClient(t, addr)
 			return c.Do(ctxT(t), c.B().Set().Key(key(t)).Value("v").Build()).Error()
 		}},
 		{Name: "context ended before the request was sent (valkey-go cannot tell)", Want: applied.Unknown, Run: func(t *testing.T) error {
-			c := valkeyClient(t, addr)
+			c := ValkeyClient(t, addr)
 			ctx, cancel := context.WithCancel(ctxT(t))
 			cancel()
 			return c.Do(ctx, c.B().Set().Key(key(t)).Value("v").Build()).Error()
 		}},
 		{Name: "context ended after the request was sent", Want: applied.Unknown, Run: func(t *testing.T) error {
-			c := valkeyClient(t, addr)
+			c := ValkeyClient(t, addr)
 			ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
 			defer cancel()
 			return c.Do(ctx, c.B().Blpop().Key(key(t)).Timeout(30).Build()).Error()
 		}},
 		{Name: "connection reset while the request is in flight", Want: applied.Unknown, Run: func(t *testing.T) error {
 			p := tcpproxy.Start(t, addr)
-			return blocked(t, valkeyClient(t, addr), valkeyClient(t, p.Addr()), func(int64) { p.Cut() })
+			return blocked(t, ValkeyClient(t, addr), ValkeyClient(t, p.Addr()), func(int64) { p.Cut() })
 		}},
 		{Name: "admin shutdown of the connection (CLIENT KILL) mid-request", Want: applied.Unknown, Run: func(t *testing.T) error {
-			admin := valkeyClient(t, addr)
-			return blocked(t, admin, valkeyClient(t, addr), func(id int64) {
+			admin := ValkeyClient(t, addr)
+			return blocked(t, admin, ValkeyClient(t, addr), func(id int64) {
 				if err := admin.Do(ctxT(t), admin.B().ClientKill().Id(id).Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
@@ -495,10 +497,10 @@ func Valkey(t *testing.T) []Fault {
 		}},
 		{Name: "admin shutdown of the server (SIGTERM) mid-request", Want: applied.Unknown, Run: func(t *testing.T) error {
 			s := testserver.StartValkey(t, testserver.ValkeyOptions{})
-			return blocked(t, valkeyClient(t, s.Addr()), valkeyClient(t, s.Addr()), func(int64) { s.Stop() })
+			return blocked(t, ValkeyClient(t, s.Addr()), ValkeyClient(t, s.Addr()), func(int64) { s.Stop() })
 		}},
 		{Name: "refused: WRONGTYPE", Want: applied.No, Run: func(t *testing.T) error {
-			c := valkeyClient(t, addr)
+			c := ValkeyClient(t, addr)
 			ctx := ctxT(t)
 			if err := c.Do(ctx, c.B().Set().Key(key(t)).Value("v").Build()).Error(); err != nil {
 				t.Fatal(err)
@@ -510,7 +512,7 @@ func Valkey(t *testing.T) []Fault {
 			}
 		}},
 		{Name: "refused: a script's error before its first write", Want: applied.No, Run: func(t *testing.T) error {
-			c := valkeyClient(t, addr)
+			c := ValkeyClient(t, addr)
 			return c.Do(ctxT(t), c.B().Eval().Script(`return redis.error_reply('ERR refused before writing')`).Numkeys(0).Build()).Error()
 		}},
 		{Name: "refused: NOPERM for a command", Want: applied.No, Run: func(t *testing.T) error {
@@ -544,7 +546,7 @@ func Valkey(t *testing.T) []Fault {
 // may run EVAL and GET but not SET.
 func withLimitedUser(t *testing.T, fn func(valkey.Client) error) error {
 	s := testserver.StartValkey(t, testserver.ValkeyOptions{})
-	admin := valkeyClient(t, s.Addr())
+	admin := ValkeyClient(t, s.Addr())
 	if err := admin.Do(ctxT(t), admin.B().AclSetuser().Username("limited").Rule("on", ">pw", "~*", "+@connection", "+eval", "+get").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

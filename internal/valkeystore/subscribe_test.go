@@ -4,33 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	valkey "github.com/valkey-io/valkey-go"
-
+	"github.com/golib/lease/internal/faults"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/internal/valkeystore"
 )
-
-func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
-
-func newClient(t *testing.T, addr string) valkey.Client {
-	t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
 
 // TestSubscribe: once Wait returns, a published message reaches onMessage;
 // Stop ends the subscription on the server too, and onEnd runs before Done
 // closes.
 func TestSubscribe(t *testing.T) {
-	c := newClient(t, testserver.Valkey(t).Addr())
+	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ch := fmt.Sprintf("valkeystore-test:{%d}", time.Now().UnixNano())
@@ -66,7 +52,7 @@ func TestSubscribe(t *testing.T) {
 // context does, with the context's cause, and Wait stops it.
 func TestSubscribeWaitEndsWithContext(t *testing.T) {
 	s := testserver.StartValkey(t, testserver.ValkeyOptions{})
-	c := newClient(t, s.Addr())
+	c := faults.ValkeyClient(t, s.Addr())
 	s.Stop()
 	cause := errors.New("gave up waiting")
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, cause)

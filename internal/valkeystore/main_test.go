@@ -1,0 +1,10 @@
+package valkeystore_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/golib/lease/internal/testserver"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
