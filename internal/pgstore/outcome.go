@@ -20,16 +20,16 @@ import (
 //     session existed), pgx.ErrTxClosed and pgx.ErrTxCommitRollback (the
 //     server rolled the failed transaction back): [applied.No];
 //   - a *pgconn.PgError whose untranslated severity is FATAL or PANIC: the
-//     server ended the session, possibly after the commit, so Unknown;
+//     server ended the session, possibly after the commit, so [applied.Unknown];
 //   - any other *pgconn.PgError (ERROR: constraint, serialization failure,
 //     deadlock, statement_timeout, a cancelled query, ...): [applied.No];
 //   - anything else (a timeout or a reset after the request was written, a
-//     context that ended while waiting for the reply): Unknown.
+//     context that ended while waiting for the reply): [applied.Unknown].
 //
 // A bare context error, as a pool returns when no connection could be had
-// in time, is Unknown: pgconn reports a context that ends after the write
-// the same way. Callers that know the request was not sent mark the error
-// with [NotSent].
+// in time, is [applied.Unknown]: pgconn reports a context that ends after
+// the write the same way. Callers that know the request was not sent mark
+// the error with [NotSent].
 func Classify(err error) applied.Outcome {
 	if err == nil {
 		return applied.Yes

@@ -24,13 +24,13 @@ import (
 //   - a dial or DNS error (no connection could be opened): [applied.No];
 //   - anything else (a timeout, a reset after the request was written, a
 //     context that ended while waiting for the reply, a closing client):
-//     Unknown. So is valkey.Nil, which a caller expecting a value gets
-//     from a reply it cannot read.
+//     [applied.Unknown]. So is valkey.Nil, which a caller expecting a
+//     value gets from a reply it cannot read.
 //
 // valkey-go returns the bare context error both when the context had ended
 // before the request was queued and when it ended while waiting for the
-// reply, so a context error is Unknown. A caller that checks its context
-// before the call knows more, and says so itself.
+// reply, so a context error is [applied.Unknown]. A caller that checks its
+// context before the call knows more, and says so itself.
 func Classify(err error) applied.Outcome {
 	if err == nil {
 		return applied.Yes
