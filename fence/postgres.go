@@ -53,13 +53,7 @@ func Migrations() fs.FS {
 // Migrations, so the two never differ.
 func GooseMigrations() fs.FS { return gooseMigrations }
 
-var gooseMigrations = func() fs.FS {
-	g, err := pgmigrate.Goose(Migrations())
-	if err != nil {
-		panic(err) // the embedded files are paired; the tests load them
-	}
-	return g
-}()
+var gooseMigrations = pgmigrate.MustGoose(Migrations())
 
 // Beginner begins a transaction: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
 // (which begins a savepoint). See WithTxOptions for an isolation level.

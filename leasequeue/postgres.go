@@ -54,13 +54,7 @@ func PostgresMigrations() fs.FS {
 // differ.
 func PostgresGooseMigrations() fs.FS { return postgresGooseMigrations }
 
-var postgresGooseMigrations = func() fs.FS {
-	g, err := pgmigrate.Goose(PostgresMigrations())
-	if err != nil {
-		panic(err) // the embedded files are paired; the tests load them
-	}
-	return g
-}()
+var postgresGooseMigrations = pgmigrate.MustGoose(PostgresMigrations())
 
 // PostgresOptions name the leasequeue tables. The zero value names
 // public.leasequeue_jobs (items) and public.leasequeue_jobs_members

@@ -46,13 +46,7 @@ func Migrations() fs.FS {
 // Migrations, so the two never differ.
 func GooseMigrations() fs.FS { return gooseMigrations }
 
-var gooseMigrations = func() fs.FS {
-	g, err := pgmigrate.Goose(Migrations())
-	if err != nil {
-		panic(err) // the embedded files are paired; the tests load them
-	}
-	return g
-}()
+var gooseMigrations = pgmigrate.MustGoose(Migrations())
 
 // defaultTable is how the embedded SQL names the lease table. Every
 // mention of the table in the embedded files has exactly this form, and

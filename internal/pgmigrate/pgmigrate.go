@@ -35,6 +35,16 @@ func Dir(fsys fs.FS, dir string) fs.FS {
 	return sub
 }
 
+// MustGoose is [Goose] for a package's embedded migrations, which its
+// tests load: it panics if the files are not paired, a bug.
+func MustGoose(fsys fs.FS) fs.FS {
+	g, err := Goose(fsys)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
 // Migration is one versioned up migration.
 type Migration struct {
 	Version int    // the file name's leading number, at least 1
