@@ -64,11 +64,11 @@ type Begun struct {
 	// Age is how long the item had been ready when this attempt began:
 	// since it was enqueued, or since its retry delay ended after a failed
 	// attempt, measured on the source's clock (the database's, the Valkey
-	// server's, MemorySource's Clock) by the request that began the
-	// attempt. For an item taken over from a worker whose claim expired,
-	// that worker's attempt counts in. Zero when the source cannot tell,
-	// e.g. for an item a producer added without its ready time, or when
-	// the source's clock stepped back.
+	// server's, MemorySource's Clock) by Begin, within the requests it
+	// makes anyway. For an item taken over from a worker whose claim
+	// expired, the time that worker held it counts in. Zero when the
+	// source cannot tell, e.g. for an item a producer added without its
+	// ready time, or when the source's clock stepped back.
 	Age time.Duration
 }
 
