@@ -34,6 +34,7 @@
 //	lease.cache.invalidations       counter          invalidations [lease.outcome]
 //	lease.queue.claims              counter          claims taken (ok) or failed [lease.outcome]
 //	lease.queue.claim.attempt       histogram        the attempt number of each claim taken
+//	lease.queue.claim.age           histogram, s     how long each item taken had been ready (enqueued, or its retry delay over)
 //	lease.queue.completions         counter          fenced completions [lease.outcome]
 //	lease.queue.retries             counter          failed attempts to be retried
 //	lease.queue.dead_letters        counter          items moved to the dead-letter state
@@ -57,7 +58,8 @@
 // call, waiting included, with lease.acquire.attempts), lease.renew,
 // lease.release, lease.lost (an instant), lease.cache.get,
 // lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
-// lease.queue.claim, lease.queue.complete, lease.queue.fail and
+// lease.queue.claim (with lease.queue.attempt, and lease.queue.claim.age
+// in seconds when taken), lease.queue.complete, lease.queue.fail and
 // lease.queue.lost. A failed operation's span has status Error and records
 // the error. Events carry no context, so these spans are roots of their
 // own traces: link them to a request through lease.key and lease.token.
@@ -187,13 +189,16 @@ func (t *Telemetry) record(p telemetry.Point) {
 }
 
 func (t *Telemetry) span(s telemetry.Span) {
-	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints))
+	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints)+len(s.Floats))
 	attrs = append(attrs,
 		attribute.String("lease.key", s.Key),
 		attribute.Int64("lease.token", int64(s.Token)),
 		attribute.String("lease.outcome", s.Outcome))
 	for k, v := range s.Ints {
 		attrs = append(attrs, attribute.Int64(k, v))
+	}
+	for k, v := range s.Floats {
+		attrs = append(attrs, attribute.Float64(k, v))
 	}
 	_, span := t.tracer.Start(context.Background(), s.Name,
 		trace.WithTimestamp(s.Start), trace.WithAttributes(attrs...))

@@ -33,6 +33,7 @@
 //	lease_cache_invalidations_total         counter  invalidations by outcome
 //	lease_queue_claims_total                counter  claims taken (ok) or failed, by outcome
 //	lease_queue_claim_attempt               histo    the attempt number of each claim taken (1 = first try)
+//	lease_queue_claim_age_seconds           histo    how long each item taken had been ready (enqueued, or its retry delay over)
 //	lease_queue_completions_total           counter  fenced completions by outcome (stale, lost: refused)
 //	lease_queue_retries_total               counter  failed attempts that will be retried
 //	lease_queue_dead_letters_total          counter  items moved to the dead-letter state

@@ -67,6 +67,8 @@ func TestEveryEventKind(t *testing.T) {
 		cache  []cache.Event
 		queue  []leasequeue.Event
 		checks []check
+		// sums are the sums of histograms' samples.
+		sums map[string]float64
 	}{
 		{name: "acquired", lease: []lease.Event{&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 3, Waited: 2 * time.Second}}, checks: []check{
 			{"lease_held", nil, 1},
@@ -143,7 +145,8 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_cache_invalidations_total", []string{"outcome=ok"}, 1},
 		}},
 		{name: "queue", queue: []leasequeue.Event{
-			&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 2},
+			&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 2, Age: 3 * time.Second},
+			&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Key: "q", Err: errUnknown}},
 			&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 2},
 			&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Key: "q", Err: &fence.StaleError{Resource: "r", Token: 1, Current: 2}}},
 			&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Key: "q"}, Attempt: 1},
@@ -151,13 +154,15 @@ func TestEveryEventKind(t *testing.T) {
 			&leasequeue.Lost{EventInfo: leasequeue.EventInfo{Key: "q", Err: &lease.LostError{Key: "q", Reason: lease.Expired}}},
 		}, checks: []check{
 			{"lease_queue_claims_total", []string{"outcome=ok"}, 1},
+			{"lease_queue_claims_total", []string{"outcome=unknown"}, 1},
 			{"lease_queue_claim_attempt", nil, 1},
+			{"lease_queue_claim_age_seconds", nil, 1},
 			{"lease_queue_completions_total", []string{"outcome=ok"}, 1},
 			{"lease_queue_completions_total", []string{"outcome=stale"}, 1},
 			{"lease_queue_retries_total", nil, 1},
 			{"lease_queue_dead_letters_total", nil, 1},
 			{"lease_queue_losses_total", []string{"reason=expired"}, 1},
-		}},
+		}, sums: map[string]float64{"lease_queue_claim_age_seconds": 3, "lease_queue_claim_attempt": 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := leaseprom.New(leaseprom.Options{})
@@ -174,6 +179,15 @@ func TestEveryEventKind(t *testing.T) {
 			for _, c := range tc.checks {
 				if got := value(t, fams, c.name, c.labels...); got != c.want {
 					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+				}
+			}
+			for name, want := range tc.sums {
+				var got float64
+				for _, m := range fams[name].GetMetric() {
+					got += m.GetHistogram().GetSampleSum()
+				}
+				if got != want {
+					t.Errorf("sum of %s = %v, want %v", name, got, want)
 				}
 			}
 		})

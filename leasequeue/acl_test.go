@@ -88,6 +88,11 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 			t.Errorf("item %s = %+v; want %s", id, it, want)
 		}
 	}
+	// The finished items' ready times are gone (HDEL is allowed); the
+	// released item keeps its own.
+	if ready, err := admin.Do(ctx, admin.B().Hkeys().Key(src.SinceKey()).Build()).AsStrSlice(); err != nil || !slices.Equal(ready, []string{"d"}) {
+		t.Errorf("ready times kept for %q, %v; want d's only", ready, err)
+	}
 	// After the server forgot the scripts (a restart, a failover), the
 	// calls fall back to EVAL and EVAL_RO.
 	if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {

@@ -16,9 +16,11 @@ func (q *Queue) Overdue() bool { return !q.track.healthy(q.clock.Now()) }
 // partitions.
 var MemberKey, PartitionKey = memberKey, partitionKey
 
-// DueKey and DeadKey return the names of the queue's due and dead sets.
-func (s *ValkeySource) DueKey() string  { return s.due }
-func (s *ValkeySource) DeadKey() string { return s.dead }
+// DueKey, DeadKey and SinceKey return the names of the queue's due and
+// dead sets and of its ready-time hash.
+func (s *ValkeySource) DueKey() string   { return s.due }
+func (s *ValkeySource) DeadKey() string  { return s.dead }
+func (s *ValkeySource) SinceKey() string { return s.since }
 
 // Resource returns the fence resource of item id.
 func (s *ValkeySource) Resource(id string) (string, error) { return s.resource(id) }

@@ -129,6 +129,7 @@ func TestValkeyNamesFollowTheLayout(t *testing.T) {
 			{"ready list", src.ReadyKey(), keyspace.Name("lq:", qt, ":ready")},
 			{"due set", src.DueKey(), keyspace.Name("lq:", qt, ":due")},
 			{"dead set", src.DeadKey(), keyspace.Name("lq:", qt, ":dead")},
+			{"ready times", src.SinceKey(), keyspace.Name("lq:", qt, ":since")},
 			{"item hash", src.ItemKey(id, "item"), keyspace.Name("lq:", it, ":item")},
 			{"attempts", src.ItemKey(id, "attempts"), keyspace.Name("lq:", it, ":attempts")},
 			{"fence key", src.FenceKey(id), keyspace.Name("lq:fence:", it, "")},
@@ -144,10 +145,12 @@ func TestValkeyNamesFollowTheLayout(t *testing.T) {
 		if res, err := src.Resource(id); err != nil || res != it {
 			t.Fatalf("Resource(%q) = %q, %v; want %q", id, res, err, it)
 		}
-		// next.lua: ready and due; finish.lua: due and dead; a fenced
-		// write: the fence key and the item's keys.
+		// next.lua: ready and due; enqueue.lua: ready and the ready
+		// times; defer.lua: due and the ready times; finish.lua: due, dead
+		// and the ready times; a fenced write: the fence key and the
+		// item's keys.
 		for _, group := range [][]string{
-			{src.ReadyKey(), src.DueKey(), src.DeadKey()},
+			{src.ReadyKey(), src.DueKey(), src.DeadKey(), src.SinceKey()},
 			{src.FenceKey(id), src.ItemKey(id, "item"), src.ItemKey(id, "attempts"), src.ItemKey(id, "receipt")},
 		} {
 			for _, k := range group[1:] {

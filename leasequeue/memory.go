@@ -34,6 +34,7 @@ type MemorySource struct {
 type memoryItem struct {
 	Item
 	visible time.Time
+	ready   time.Time // when it was enqueued, or its retry delay ends
 }
 
 var _ Source = (*MemorySource)(nil)
@@ -61,7 +62,8 @@ func (s *MemorySource) Enqueue(ids ...string) int {
 		if s.items[id] != nil {
 			continue
 		}
-		s.items[id] = &memoryItem{Item: Item{ID: id, State: Pending}, visible: s.clock.Now()}
+		now := s.clock.Now()
+		s.items[id] = &memoryItem{Item: Item{ID: id, State: Pending}, visible: now, ready: now}
 		s.order = append(s.order, id)
 		n++
 	}
@@ -106,8 +108,8 @@ func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]str
 }
 
 // Begin implements Source.
-func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, hide time.Duration) (int, error) {
-	var attempt int
+func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
+	var b Begun
 	err := s.fence.Do(snap, []string{id}, func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -120,11 +122,12 @@ func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, 
 		}
 		it.State, it.Owner = Running, snap.Owner
 		it.Attempts++
-		it.visible = s.clock.Now().Add(hide)
-		attempt = it.Attempts
+		now := s.clock.Now()
+		it.visible = now.Add(hide)
+		b = Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}
 		return nil
 	})
-	return attempt, err
+	return b, err
 }
 
 // Complete implements Source.
@@ -145,6 +148,7 @@ func (s *MemorySource) Fail(_ context.Context, snap lease.Snapshot, id string, f
 			it.LastError = f.Err.Error()
 		}
 		it.visible = s.clock.Now().Add(f.RetryAfter)
+		it.ready = it.visible
 	})
 }
 

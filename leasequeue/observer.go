@@ -80,6 +80,11 @@ type (
 		EventInfo
 		// Attempt counts the attempts at the item, this one included.
 		Attempt int
+		// Age is how long the item had been ready (enqueued, or its retry
+		// delay over) when the claim began its attempt, on the source's
+		// clock: see Begun.Age. Zero when the source cannot tell, and
+		// when Err is set.
+		Age time.Duration
 	}
 
 	// Heartbeat is emitted by a running Queue or Group for each lease it
@@ -172,7 +177,7 @@ func slogLine(e Event) observe.Line {
 	switch e := e.(type) {
 	case *Claimed:
 		msg = "item claimed"
-		attrs = append(attrs, slog.Int("attempt", e.Attempt))
+		attrs = append(attrs, slog.Int("attempt", e.Attempt), slog.Duration("age", e.Age))
 	case *Heartbeat:
 		level, msg = slog.LevelDebug, "lease renewed"
 		if i.Err != nil {

@@ -6,13 +6,14 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/golib/lease/leasequeue"
 )
 
 // everyEvent has one event of each kind.
 var everyEvent = []leasequeue.Event{
-	&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1},
+	&leasequeue.Claimed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1, Age: 2 * time.Second},
 	&leasequeue.Heartbeat{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}},
 	&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1},
 	&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1, Cause: errors.New("boom")},
@@ -40,7 +41,7 @@ func TestSlogObserverLogsEveryEvent(t *testing.T) {
 	for _, want := range []string{
 		`level=INFO msg="item claimed"`, `level=DEBUG msg="lease renewed"`, `level=INFO msg="item completed"`,
 		`level=WARN msg="item failed"`, `level=ERROR msg="lease lost"`, `level=INFO msg="partition assigned"`,
-		`level=INFO msg="partition revoked"`, `level=INFO msg="group rebalanced"`, `cause=boom`, `members="[a b]"`,
+		`level=INFO msg="partition revoked"`, `level=INFO msg="group rebalanced"`, `cause=boom`, `members="[a b]"`, `age=2s`,
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, buf.String())

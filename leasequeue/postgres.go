@@ -248,19 +248,26 @@ func (s *PostgresSource) Next(ctx context.Context, n int, hide time.Duration) ([
 }
 
 // Begin implements Source.
-func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (int, error) {
+func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
 	if err := checkToken(snap); err != nil {
-		return 0, err
+		return Begun{}, err
 	}
-	var attempt int32
-	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide)).Scan(&attempt)
+	var (
+		attempt int32
+		age     *int64 // microseconds
+	)
+	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide)).Scan(&attempt, &age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, s.refusal(ctx, s.db, snap, id, false)
+		return Begun{}, s.refusal(ctx, s.db, snap, id, false)
 	case err != nil:
-		return 0, pgError("begin", id, err)
+		return Begun{}, pgError("begin", id, err)
 	}
-	return int(attempt), nil
+	b := Begun{Attempt: int(attempt)}
+	if age != nil {
+		b.Age = time.Duration(*age) * time.Microsecond
+	}
+	return b, nil
 }
 
 // Complete implements Source.

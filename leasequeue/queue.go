@@ -168,7 +168,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 	if err != nil {
 		return nil, err
 	}
-	attempt, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
+	b, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
 	if err != nil {
 		_ = h.Release(context.WithoutCancel(ctx))
 		return nil, err
@@ -180,6 +180,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		_ = h.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	attempt := b.Attempt
 	c := &Claim{q: q, id: id, h: h, m: m, attempt: attempt, claimed: start}
 	c.ctx, c.cancel = context.WithCancelCause(m.Context())
 	c.stopWatch = context.AfterFunc(m.Context(), func() {
@@ -189,7 +190,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		}
 	})
 	q.track.add(h, id)
-	q.emit(&Claimed{c.info(nil), attempt})
+	q.emit(&Claimed{c.info(nil), attempt, b.Age})
 	if attempt > q.o.MaxAttempts {
 		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
 		if err := c.fail(ctx, Failure{Err: cause, Dead: true}); err != nil {

@@ -148,6 +148,42 @@ func TestClaimOnTheFakeClock(t *testing.T) {
 	}
 }
 
+// TestClaimedCarriesTheAge: the Claimed event reports how long the item
+// had been ready on the source's clock: since Enqueue, then since the end
+// of its retry delay.
+func TestClaimedCarriesTheAge(t *testing.T) {
+	clock := leasetest.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	b := leasememory.New(leasememory.Options{Clock: clock})
+	src := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
+	src.Enqueue("a")
+	var ev events
+	q := fakeQueue(t, b, src, "w", clock, leasequeue.Options{
+		Name: "q", Policy: newPolicy(t, lease.PolicyOptions{TTL: 10 * time.Second}), Observer: &ev,
+		RetryDelay: func(int) time.Duration { return time.Minute },
+	})
+	ctx := context.Background()
+	clock.Advance(7 * time.Second)
+	c, err := q.Claim(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fail(ctx, errors.New("again")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + 3*time.Second)
+	if c, err = q.Claim(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Complete(ctx)
+	claims := all[*leasequeue.Claimed](&ev)
+	if len(claims) != 2 || claims[0].Age != 7*time.Second || claims[1].Age != 3*time.Second {
+		for _, e := range claims {
+			t.Logf("Claimed attempt %d, age %v", e.Attempt, e.Age)
+		}
+		t.Fatalf("%d Claimed events; want ages 7s and 3s", len(claims))
+	}
+}
+
 // TestFailRetriesThenBuries: failures come back after RetryDelay until the
 // last attempt, which buries the item.
 func TestFailRetriesThenBuries(t *testing.T) {

@@ -31,11 +31,12 @@ type Source interface {
 	// Begin records the start of an attempt at item id under the lease
 	// snap, if the item's fence admits snap (see fence.Mark.Admit): the
 	// item becomes running, its fence moves to snap, its attempt count
-	// goes up by one and is returned, and it is hidden from Next for hide.
-	// Otherwise nothing changes and Begin returns a *fence.StaleError or
-	// *fence.ForeignLeaseError, an error matching ErrFinished if the item
-	// is done or dead, or ErrNotFound if the source does not know id.
-	Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (attempt int, err error)
+	// goes up by one and is returned with the item's age (see Begun), and
+	// it is hidden from Next for hide. Otherwise nothing changes and Begin
+	// returns a *fence.StaleError or *fence.ForeignLeaseError, an error
+	// matching ErrFinished if the item is done or dead, or ErrNotFound if
+	// the source does not know id.
+	Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error)
 
 	// Complete marks the running item id done, if its fence admits snap.
 	// Otherwise nothing changes and it returns the fence's error, an error
@@ -54,6 +55,21 @@ type Source interface {
 	// never changes an item's state, and an unknown or finished id is no
 	// error.
 	Defer(ctx context.Context, id string, d time.Duration) error
+}
+
+// Begun is what Source.Begin reports of the attempt it recorded.
+type Begun struct {
+	// Attempt counts the attempts begun at the item, this one included.
+	Attempt int
+	// Age is how long the item had been ready when this attempt began:
+	// since it was enqueued, or since its retry delay ended after a failed
+	// attempt, measured on the source's clock (the database's, the Valkey
+	// server's, MemorySource's Clock) by Begin, within the requests it
+	// makes anyway. For an item taken over from a worker whose claim
+	// expired, the time that worker held it counts in. Zero when the
+	// source cannot tell, e.g. for an item a producer added without its
+	// ready time, or when the source's clock stepped back.
+	Age time.Duration
 }
 
 // Failure is a failed attempt, as recorded by Source.Fail.

@@ -74,9 +74,23 @@ func mustItem(ctx context.Context, t *testing.T, src source, id string) leaseque
 
 func mustBegin(ctx context.Context, t *testing.T, src source, s lease.Snapshot, id string, want int) {
 	t.Helper()
-	n, err := src.Begin(ctx, s, id, time.Hour)
-	if err != nil || n != want {
-		t.Fatalf("Begin(%q, token %d) = %d, %v; want attempt %d", id, s.Token, n, err, want)
+	b, err := src.Begin(ctx, s, id, time.Hour)
+	if err != nil || b.Attempt != want {
+		t.Fatalf("Begin(%q, token %d) = %+v, %v; want attempt %d", id, s.Token, b, err, want)
+	}
+}
+
+// ageSlack is how far a source's clock may be ahead of the test's in the
+// upper bounds of claim ages: the servers of the tests run on the test's
+// machine, but LEASE_VALKEY_ADDR and LEASE_POSTGRES_URL may name others.
+const ageSlack = time.Second
+
+// checkAge fails unless age is at least least and at most most (plus
+// ageSlack), allowing the millisecond a source may round down.
+func checkAge(t *testing.T, what string, age, least, most time.Duration) {
+	t.Helper()
+	if age < least-time.Millisecond || age > most+ageSlack {
+		t.Errorf("%s: Age = %v; want between %v and %v (+%v)", what, age, least, most, ageSlack)
 	}
 }
 
@@ -165,6 +179,30 @@ var sourceCases = []struct {
 		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
 			t.Fatalf("Next right after Begin(hide 1h) = %q", got)
 		}
+	}},
+	{"begin-reports-the-age", func(ctx context.Context, t *testing.T, src source) {
+		// The first attempt's age runs from Enqueue; the retry's from the
+		// end of its delay, not from Enqueue. Each bound is causal: the
+		// source measured between the calls around it.
+		const wait, delay, retryWait = 1500 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond
+		before := time.Now()
+		mustEnqueue(ctx, t, src, "a")
+		time.Sleep(wait)
+		b, err := src.Begin(ctx, snap("a", 1), "a", time.Hour)
+		if err != nil || b.Attempt != 1 {
+			t.Fatalf("Begin = %+v, %v; want attempt 1", b, err)
+		}
+		checkAge(t, "first attempt", b.Age, wait, time.Since(before))
+		failing := time.Now()
+		if err := src.Fail(ctx, snap("a", 1), "a", leasequeue.Failure{Err: errors.New("again"), RetryAfter: delay}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(retryWait)
+		b, err = src.Begin(ctx, snap("a", 2), "a", time.Hour)
+		if err != nil || b.Attempt != 2 {
+			t.Fatalf("second Begin = %+v, %v; want attempt 2", b, err)
+		}
+		checkAge(t, "retry", b.Age, retryWait-delay, time.Since(failing)-delay)
 	}},
 	{"complete-is-fenced", func(ctx context.Context, t *testing.T, src source) {
 		mustEnqueue(ctx, t, src, "a")

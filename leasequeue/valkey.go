@@ -32,9 +32,12 @@ var (
 	deferLua string
 	//go:embed lua/finish.lua
 	finishLua string
+	//go:embed lua/enqueue.lua
+	enqueueLua string
 
-	nextScript   = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
-	finishScript = valkey.NewLuaScript(finishLua, valkey.WithLoadSHA1(true))
+	nextScript    = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
+	finishScript  = valkey.NewLuaScript(finishLua, valkey.WithLoadSHA1(true))
+	enqueueScript = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
 )
 
 // ValkeyOptions configure the Valkey source and roster. The zero value is
@@ -71,6 +74,9 @@ func (o ValkeyOptions) prefix() (string, error) {
 //	P{Q}:due         sorted set of handed-out, unfinished IDs, by the time
 //	                 to look at them again (ms on the server's clock)
 //	P{Q}:dead        sorted set of dead IDs, by the time they died
+//	P{Q}:since       hash of unfinished IDs to when each became ready
+//	                 (enqueued, or its retry delay over; ms on the
+//	                 server's clock), for the claims' ages
 //	P{Q/I}:item      hash: state, owner, error
 //	P{Q/I}:attempts  the attempt count
 //	Pfence:{Q/I}     the item's fence (see fence.Valkey)
@@ -88,7 +94,7 @@ type ValkeySource struct {
 	prefix string
 	queue  string
 
-	ready, due, dead string
+	ready, due, dead, since string
 }
 
 var _ Source = (*ValkeySource)(nil)
@@ -113,12 +119,14 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 	return &ValkeySource{client: client, fence: f, prefix: prefix, queue: queue,
 		ready: keyspace.Name(prefix, tag, ":ready"),
 		due:   keyspace.Name(prefix, tag, ":due"),
-		dead:  keyspace.Name(prefix, tag, ":dead")}, nil
+		dead:  keyspace.Name(prefix, tag, ":dead"),
+		since: keyspace.Name(prefix, tag, ":since")}, nil
 }
 
 // ReadyKey returns the name of the queue's ready list: producers that are
 // not Go programs can RPUSH item IDs to it (after HSETNX of the item's
-// state to "pending", see ItemKey) instead of calling Enqueue.
+// state to "pending", see ItemKey) instead of calling Enqueue. Such items
+// have no ready time, so their first claim reports an Age of zero.
 func (s *ValkeySource) ReadyKey() string { return s.ready }
 
 // resource returns the fence resource of item id, checking id: the hash
@@ -163,7 +171,7 @@ func (s *ValkeySource) Enqueue(ctx context.Context, ids ...string) (int, error) 
 		}
 		added += int(n)
 	}
-	if err := s.client.Do(ctx, s.client.B().Rpush().Key(s.ready).Element(ids...).Build()).Error(); err != nil {
+	if err := enqueueScript.Exec(ctx, s.client, []string{s.ready, s.since}, ids).Error(); err != nil {
 		return 0, valkeyError("enqueue into", s.queue, err)
 	}
 	return added, nil
@@ -216,51 +224,55 @@ func (s *ValkeySource) Next(ctx context.Context, n int, hide time.Duration) ([]s
 }
 
 // Begin implements Source.
-func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (int, error) {
+func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
 	res, err := s.resource(id)
 	if err != nil {
-		return 0, err
+		return Begun{}, err
 	}
 	// Advance the fence first: from then on no older claim can write the
 	// item, so what is read next stays true until this claim writes.
 	if err := s.fence.Claim(ctx, snap, res); err != nil {
-		return 0, err
+		return Begun{}, err
 	}
 	rs := s.client.DoMulti(ctx,
 		s.client.B().Hget().Key(s.ItemKey(id, "item")).Field("state").Build(),
-		deferCmd(s.client, s.due, id, hide, true))
+		s.deferCmd(id, hide, "BEGIN"))
 	state, err := rs[0].ToString()
 	switch {
 	case valkey.IsValkeyNil(err):
 		_ = s.forget(ctx, id, false)
-		return 0, notFound(id)
+		return Begun{}, notFound(id)
 	case err != nil:
-		return 0, valkeyError("begin", id, err)
+		return Begun{}, valkeyError("begin", id, err)
 	case State(state) == Done || State(state) == Dead:
 		_ = s.forget(ctx, id, false)
-		return 0, finished(id, State(state))
+		return Begun{}, finished(id, State(state))
 	}
 	replies, err := s.fence.Do(ctx, snap, res,
 		fence.HSet(s.ItemKey(id, "item"), "state", string(Running), "owner", snap.Owner),
 		fence.IncrBy(s.ItemKey(id, "attempts"), 1))
 	if err != nil {
-		return 0, err
+		return Begun{}, err
 	}
 	n, err := replies[1].AsInt64()
 	if err != nil {
-		return 0, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: begin %q: unexpected reply: %w", id, err))
+		return Begun{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: begin %q: unexpected reply: %w", id, err))
 	}
-	return int(n), nil
+	b := Begun{Attempt: int(n)}
+	// The age is only a measurement: an error here (the defer script's
+	// reply lost) leaves it zero.
+	if ms, err := rs[1].AsInt64(); err == nil && ms > 0 {
+		b.Age = time.Duration(ms) * time.Millisecond
+	}
+	return b, nil
 }
 
-// deferCmd returns the defer script's command for id and d; with add, it
-// adds id to the due set if it is not there.
-func deferCmd(c valkey.Client, due, id string, d time.Duration, add bool) valkey.Completed {
-	mode := "XX"
-	if add {
-		mode = "ADD"
-	}
-	return c.B().Eval().Script(deferLua).Numkeys(1).Key(due).Arg(id, strconv.FormatInt(millis(d), 10), mode).Build()
+// deferCmd returns the defer script's command for id, d and mode (see
+// lua/defer.lua): "XX" to hide an item handed out, "RETRY" to hide it and
+// record when it is ready again, "BEGIN" to hide it, adding it to the due
+// set if it is not there, and read its age.
+func (s *ValkeySource) deferCmd(id string, d time.Duration, mode string) valkey.Completed {
+	return s.client.B().Eval().Script(deferLua).Numkeys(2).Key(s.due, s.since).Arg(id, strconv.FormatInt(millis(d), 10), mode).Build()
 }
 
 // Complete implements Source.
@@ -302,7 +314,7 @@ func (s *ValkeySource) Fail(ctx context.Context, snap lease.Snapshot, id string,
 		fence.HSet(s.ItemKey(id, "item"), "state", string(state), "owner", snap.Owner, "error", text),
 	})
 	if err == nil && !f.Dead {
-		_ = s.Defer(ctx, id, f.RetryAfter)
+		_ = s.client.Do(ctx, s.deferCmd(id, f.RetryAfter, "RETRY")).Error()
 	}
 	return err
 }
@@ -347,12 +359,12 @@ func (s *ValkeySource) forget(ctx context.Context, id string, dead bool) error {
 	if dead {
 		d = "1"
 	}
-	return finishScript.Exec(ctx, s.client, []string{s.due, s.dead}, []string{id, d}).Error()
+	return finishScript.Exec(ctx, s.client, []string{s.due, s.dead, s.since}, []string{id, d}).Error()
 }
 
 // Defer implements Source.
 func (s *ValkeySource) Defer(ctx context.Context, id string, d time.Duration) error {
-	if err := s.client.Do(ctx, deferCmd(s.client, s.due, id, d, false)).Error(); err != nil {
+	if err := s.client.Do(ctx, s.deferCmd(id, d, "XX")).Error(); err != nil {
 		return valkeyError("defer", id, err)
 	}
 	return nil

@@ -312,6 +312,7 @@ func TestQueueWork(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprint("item-", i)
 	}
+	start := time.Now()
 	if _, err := src.Enqueue(ctx, ids...); err != nil {
 		t.Fatal(err)
 	}
@@ -344,5 +345,25 @@ func TestQueueWork(t *testing.T) {
 	want(t, "lease.queue.completions", r.otel(t, "lease.queue.completions", "lease.outcome=ok"), 10)
 	if n := r.spanCount("lease.queue.complete", false); n != 10 {
 		t.Errorf("%d lease.queue.complete spans, want 10", n)
+	}
+	// Every claim taken has an age, which the server measured within the
+	// run (a second allowed for the server's clock).
+	want(t, "lease_queue_claim_age_seconds samples", r.prom(t, "lease_queue_claim_age_seconds"), 11)
+	want(t, "lease.queue.claim.age samples", r.otel(t, "lease.queue.claim.age"), 11)
+	most := time.Since(start) + time.Second
+	ages := 0
+	for _, sp := range r.spans.GetSpans() {
+		for _, a := range sp.Attributes {
+			if sp.Name != "lease.queue.claim" || a.Key != "lease.queue.claim.age" {
+				continue
+			}
+			ages++
+			if age := time.Duration(a.Value.AsFloat64() * float64(time.Second)); age < 0 || age > most {
+				t.Errorf("a lease.queue.claim span has age %v; want between 0 and %v", age, most)
+			}
+		}
+	}
+	if ages != 11 {
+		t.Errorf("%d lease.queue.claim spans with lease.queue.claim.age, want 11", ages)
 	}
 }

@@ -66,6 +66,7 @@ const (
 	CacheInvalidations
 	QueueClaims
 	QueueClaimAttempt
+	QueueClaimAge
 	QueueCompletions
 	QueueRetries
 	QueueDeadLetters
@@ -93,6 +94,7 @@ var Specs = [numMetrics]Spec{
 	CacheInvalidations:   {"cache_invalidations_total", "lease.cache.invalidations", "{invalidation}", Counter, "Cache invalidations, by outcome.", []Label{OutcomeLabel}},
 	QueueClaims:          {"queue_claims_total", "lease.queue.claims", "{claim}", Counter, "Queue item claims taken (ok) or failed, by outcome.", []Label{OutcomeLabel}},
 	QueueClaimAttempt:    {"queue_claim_attempt", "lease.queue.claim.attempt", "{attempt}", Histogram, "The attempt number of each claim taken (1: first try).", nil},
+	QueueClaimAge:        {"queue_claim_age_seconds", "lease.queue.claim.age", "s", Histogram, "How long each item taken had been ready (enqueued, or its retry delay over), on the source's clock.", nil},
 	QueueCompletions:     {"queue_completions_total", "lease.queue.completions", "{completion}", Counter, "Fenced completions, by outcome (stale and lost: refused).", []Label{OutcomeLabel}},
 	QueueRetries:         {"queue_retries_total", "lease.queue.retries", "{attempt}", Counter, "Failed attempts whose item will be retried.", nil},
 	QueueDeadLetters:     {"queue_dead_letters_total", "lease.queue.dead_letters", "{item}", Counter, "Items moved to the dead-letter state.", nil},
@@ -164,6 +166,8 @@ type Span struct {
 	Outcome    string
 	// Ints are further integer attributes (attempts, attempt number, size).
 	Ints map[string]int64
+	// Floats are further attributes in seconds (a claim's age).
+	Floats map[string]float64
 }
 
 // Translator turns events into Points and Spans. It keeps the state the
@@ -308,14 +312,19 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 	now := t.now()
 	out := Outcome(i.Err)
 	name := ""
-	var ints map[string]int64
+	var (
+		ints   map[string]int64
+		floats map[string]float64
+	)
 	switch e := e.(type) {
 	case *leasequeue.Claimed:
 		point(Point{Metric: QueueClaims, Value: 1, Outcome: out})
+		name, ints = "lease.queue.claim", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
 		if i.Err == nil {
 			point(Point{Metric: QueueClaimAttempt, Value: float64(e.Attempt)})
+			point(Point{Metric: QueueClaimAge, Value: e.Age.Seconds()})
+			floats = map[string]float64{"lease.queue.claim.age": e.Age.Seconds()}
 		}
-		name, ints = "lease.queue.claim", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
 	case *leasequeue.Completed:
 		point(Point{Metric: QueueCompletions, Value: 1, Outcome: out})
 		name, ints = "lease.queue.complete", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
@@ -335,6 +344,6 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 		return
 	}
 	if span != nil {
-		span(Span{Name: name, Start: now.Add(-i.Latency), End: now, Key: i.Key, Token: i.Token, Err: i.Err, Outcome: out, Ints: ints})
+		span(Span{Name: name, Start: now.Add(-i.Latency), End: now, Key: i.Key, Token: i.Token, Err: i.Err, Outcome: out, Ints: ints, Floats: floats})
 	}
 }

@@ -1,9 +1,11 @@
 -- fail: record a failed attempt at the running item $2 of queue $1, if its
 -- fence admits lease key $3 and token $4: state $6 ('pending' or 'dead'),
--- hidden for $7 milliseconds, error text $8. No row when refused.
+-- hidden for $7 milliseconds and ready again after them, error text $8.
+-- No row when refused.
 UPDATE public.leasequeue_jobs
 SET state       = $6::text,
     visible_at  = now() + $7::bigint * interval '1 millisecond',
+    ready_at    = now() + $7::bigint * interval '1 millisecond',
     last_error  = $8::text,
     fence_token = $4::bigint,
     owner       = $5::text,
