@@ -34,7 +34,7 @@ func TestAcquireZeroPolicy(t *testing.T) {
 func TestAcquireStopsAtMaxAttempts(t *testing.T) {
 	f := newFixture(t)
 	holder := f.acquire(t)
-	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	other, _ := lease.NewClient(vague{f.b}, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
 	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: time.Minute, MaxAttempts: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,8 @@ func TestAcquireWakesEarlyWhenHolderExpires(t *testing.T) {
 	if err := f.clock.WaitForTimers(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Advance(100 * time.Millisecond)
+	// The holder's 100ms, and at most a fifth of it to spread waiters.
+	f.clock.Advance(120 * time.Millisecond)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -185,24 +186,32 @@ func TestErrorTexts(t *testing.T) {
 			return err
 		}, `lease: acquire "k": outcome unknown: reply lost (the clean-up release failed too: boom)`},
 		{"Acquire waited until ctx ended", func(t *testing.T, f *fixture) error {
-			f.acquire(t)
+			holder := f.acquire(t)
 			cctx, cancel := context.WithCancelCause(ctx)
 			done := make(chan error, 1)
 			go func() { _, err := f.other(t).Acquire(cctx, "k", f.p); done <- err }()
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer wcancel()
-			for range 3 { // three attempts, two pauses
+			// Four attempts: each sleeps until the holder's lease would end
+			// (plus at most 200ms), and the holder renews 1s before that.
+			left := 30 * time.Second
+			for range 3 {
 				if err := f.clock.WaitForTimers(wctx, 1); err != nil {
 					t.Fatal(err)
 				}
-				f.clock.Advance(time.Second)
+				f.clock.Advance(left - time.Second)
+				if err := holder.Renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+				f.clock.Advance(1500 * time.Millisecond)
+				left = 28500 * time.Millisecond
 			}
 			if err := f.clock.WaitForTimers(wctx, 1); err != nil {
 				t.Fatal(err)
 			}
 			cancel(errors.New("shutting down"))
 			return <-done
-		}, `lease: acquire "k": shutting down after 4 attempts; the last: held by "test" (token 1) for another 27s`},
+		}, `lease: acquire "k": shutting down after 4 attempts; the last: held by "test" (token 1) for another 28.5s`},
 		{"Renew", func(t *testing.T, f *fixture) error {
 			h := f.acquire(t)
 			f.b.failWith(boom)
@@ -391,7 +400,7 @@ func TestAcquireGivesUpWhenWaitRunsOut(t *testing.T) {
 	// it.
 	f := newFixture(t)
 	f.acquire(t)
-	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	other, _ := lease.NewClient(vague{f.b}, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
 	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -512,7 +521,7 @@ func TestAcquireEvents(t *testing.T) {
 	f := newFixture(t)
 	holder := f.acquire(t)
 	const call = 7 * time.Millisecond
-	slow := &slowAcquire{Backend: f.store, clock: f.clock, d: call}
+	slow := &slowAcquire{Backend: vague{f.store}, clock: f.clock, d: call}
 	obs := &recorder{}
 	c, err := lease.NewClient(slow, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: obs})
 	if err != nil {
@@ -577,7 +586,7 @@ func TestAcquireStaysIndeterminateAfterAnsweredAttempts(t *testing.T) {
 	// which may still be granted when the holder lets go.
 	f := newFixture(t)
 	f.acquire(t)
-	b := &firstUnanswered{Backend: f.store}
+	b := &firstUnanswered{Backend: vague{f.store}}
 	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock})
 	if err != nil {
 		t.Fatal(err)
