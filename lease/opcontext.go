@@ -34,6 +34,11 @@ type opContext struct {
 	err        error         // set once; done (if made) is closed with it
 	timer      *time.Timer   // fires at deadline; made by Done
 	stopParent func() bool   // ends the watch on parent; made by Done
+	// Functions registered by AfterFunc, run when c ends: the first in
+	// first (pgx registers one per query), the others in afters.
+	first     func()
+	firstUsed bool // first was taken once; it is never reused
+	afters    []*func()
 }
 
 // begin prepares c for a call under parent, bounded by timeout from now.
@@ -102,6 +107,46 @@ func (c *opContext) Done() <-chan struct{} {
 	return c.done
 }
 
+// AfterFunc arranges to call f in its own goroutine once c ends, as
+// context.AfterFunc does. context.AfterFunc and context.WithCancel find
+// this method and use it, instead of starting a goroutine per call to
+// wait for Done (pgx watches every query's context with AfterFunc). stop
+// unregisters f; it reports whether it stopped f from being run.
+func (c *opContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if !c.firstUsed {
+		c.first, c.firstUsed = f, true
+		return c.stopFirst
+	}
+	r := &f
+	c.afters = append(c.afters, r)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, x := range c.afters {
+			if x == r {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// stopFirst is the stop function of the first AfterFunc registration.
+func (c *opContext) stopFirst() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stopped := c.first != nil
+	c.first = nil
+	return stopped
+}
+
 func (c *opContext) String() string { return "lease.opContext" }
 
 func (c *opContext) expire() { c.endWith(context.DeadlineExceeded) }
@@ -132,4 +177,12 @@ func (c *opContext) endLocked(err error) {
 	if c.stopParent != nil {
 		c.stopParent()
 	}
+	if c.first != nil {
+		go c.first()
+		c.first = nil
+	}
+	for _, f := range c.afters {
+		go (*f)()
+	}
+	c.afters = nil
 }

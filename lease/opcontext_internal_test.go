@@ -134,3 +134,54 @@ func TestOpContextConcurrent(t *testing.T) {
 		cancel()
 	}
 }
+
+func TestOpContextAfterFunc(t *testing.T) {
+	// context.AfterFunc and WithCancel use opContext's AfterFunc: f runs
+	// once c ends, unless stopped first; a child ends with c.
+	c := newOp(context.Background(), time.Hour)
+	ran := make(chan struct{})
+	context.AfterFunc(c, func() { close(ran) })
+	stopped := context.AfterFunc(c, func() { t.Error("a stopped AfterFunc ran") })
+	if !stopped() {
+		t.Fatal("stop did not stop a function that had not run")
+	}
+	child, cancel := context.WithCancel(c)
+	defer cancel()
+	c.end()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AfterFunc's function did not run when the context ended")
+	}
+	select {
+	case <-child.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a child context did not end with its parent")
+	}
+	// Registered after the end: runs at once.
+	late := make(chan struct{})
+	if stop := context.AfterFunc(c, func() { close(late) }); stop() {
+		t.Fatal("stop stopped a function registered after the end")
+	}
+	<-late
+}
+
+func TestOpContextAfterFuncMany(t *testing.T) {
+	// The first registration has a slot of its own: stopping it must not
+	// stop a later one, and every unstopped one runs.
+	c := newOp(context.Background(), time.Hour)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	stop1 := c.AfterFunc(func() { t.Error("the stopped first function ran") })
+	c.AfterFunc(func() { wg.Done() })
+	stop3 := c.AfterFunc(func() { t.Error("the stopped third function ran") })
+	c.AfterFunc(func() { wg.Done() })
+	if !stop1() || stop1() {
+		t.Fatal("stop of the first registration: want true once, then false")
+	}
+	if !stop3() {
+		t.Fatal("stop of the third registration did not stop it")
+	}
+	c.end()
+	wg.Wait()
+}
