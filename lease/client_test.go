@@ -639,3 +639,83 @@ func (b *cancelOnGrant) Acquire(ctx context.Context, r lease.AcquireRequest) (le
 	}
 	return tok, err
 }
+
+func TestAcquireWaitShorterThanHolder(t *testing.T) {
+	// The holder keeps the key for 30s, past Wait (5s). With release
+	// notifications, Acquire sleeps until Wait runs out and gives up after
+	// one attempt, unless a release wakes it; without them, nothing can
+	// happen before Wait runs out, so it gives up at once.
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("watcher, no release", func(t *testing.T) {
+		f := newFixture(t)
+		f.acquire(t)
+		c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+		}
+		if elapsed := f.clock.Now().Sub(epoch); elapsed < 5*time.Second || elapsed > 5*time.Second+100*time.Millisecond {
+			t.Fatalf("gave up after %v of fake time, want at Wait (5s)", elapsed)
+		}
+		if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts != 1 {
+			t.Fatalf("AcquireFailed event %+v, want 1 attempt", failed)
+		}
+	})
+	t.Run("watcher, released", func(t *testing.T) {
+		f := newFixture(t)
+		h := f.acquire(t)
+		c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock})
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(2 * time.Second)
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Acquire after the release = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the release did not wake the waiter")
+		}
+	})
+	t.Run("no watcher", func(t *testing.T) {
+		f := newFixture(t)
+		f.acquire(t)
+		c, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+		if _, err := c.Acquire(context.Background(), "k", p); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+		}
+		if elapsed := f.clock.Now().Sub(epoch); elapsed != 0 {
+			t.Fatalf("slept %v of fake time; nothing could happen before Wait ran out", elapsed)
+		}
+	})
+}
+
+func TestAcquirePollOnlyAfterRenewal(t *testing.T) {
+	// Poll (default TTL) is the least pause only once the waiter saw the
+	// holder renew: a holder about to expire, seen once, is taken over
+	// at its expiry, not a Poll later.
+	f := newFixture(t)
+	f.acquire(t) // 30s, never renewed
+	f.clock.Advance(29900 * time.Millisecond)
+	c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", f.p); done <- err }()
+	if err := f.await(t, done); err != nil {
+		t.Fatalf("Acquire = %v, want the key after the holder expired", err)
+	}
+	if waited := f.clock.Now().Sub(epoch) - 29900*time.Millisecond; waited > 500*time.Millisecond {
+		t.Fatalf("took the key %v after the holder had 100ms left, want within the holder's time and a fifth of Retry", waited)
+	}
+}
