@@ -68,12 +68,13 @@ func (c *Client) Clock() Clock { return c.clock }
 func (c *Client) Backend() Backend { return c.b }
 
 // Acquire acquires the lease on key, waiting for it as sync.Mutex.Lock and
-// semaphore.Acquire do: while the lease is held by someone else it sleeps
-// until the backend reports the key released (lease.ReleaseWatcher) or the
-// holder's remaining time runs out, and at least p's Poll once it saw the
-// holder renew, if releases are reported; after a backend error, or when
-// the backend does not say how long the holder keeps the key, it tries
-// again every p's Retry (jittered). It keeps trying until it gets the
+// semaphore.Acquire do: while the lease is held by someone else, on a
+// backend that reports releases (lease.ReleaseWatcher) it sleeps until the
+// key is released or the holder's remaining time runs out, and at least
+// p's Poll once it saw the holder renew; on a backend that does not, it
+// asks again every p's Retry (jittered), and no later than the holder's
+// expiry. After a backend error, or when the backend does not say how
+// long the holder keeps the key, it tries again every p's Retry. It keeps trying until it gets the
 // lease or ctx ends. p's Wait (if positive) and
 // MaxAttempts (if positive) bound the waiting further, whichever ends
 // first. Each attempt is bounded by p's OperationTimeout. Use TryAcquire
@@ -231,7 +232,14 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		now := c.clock.Now()
 		pause := jitter(o.Retry)
-		if held && na.Remaining > 0 {
+		if held && na.Remaining > 0 && released == nil {
+			// No release notifications (the backend has no ReleaseWatcher,
+			// or its watch failed): a release is seen only by asking, so
+			// ask every Retry, as before, and no later than the holder's
+			// expiry.
+			pause = min(pause, na.Remaining+spread(min(o.Retry, na.Remaining)))
+			seen.token = 0
+		} else if held && na.Remaining > 0 {
 			// Sleep until the holder's lease would end, and a little
 			// longer, so that waiters do not all arrive at once and not
 			// before the backend's clock says it ended. A holder that
@@ -240,7 +248,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			// release notifications, checking again before Poll has
 			// passed would only find it renewed again.
 			pause = na.Remaining
-			if released != nil && na.Token == seen.token && sent.Add(na.Remaining).After(seen.until) {
+			if na.Token == seen.token && sent.Add(na.Remaining).After(seen.until) {
 				pause = max(pause, o.Poll)
 			}
 			pause += spread(min(o.Retry, na.Remaining))

@@ -643,8 +643,9 @@ func (b *cancelOnGrant) Acquire(ctx context.Context, r lease.AcquireRequest) (le
 func TestAcquireWaitShorterThanHolder(t *testing.T) {
 	// The holder keeps the key for 30s, past Wait (5s). With release
 	// notifications, Acquire sleeps until Wait runs out and gives up after
-	// one attempt, unless a release wakes it; without them, nothing can
-	// happen before Wait runs out, so it gives up at once.
+	// one attempt, unless a release wakes it; without them, asking is the
+	// only way to see a release, so it asks every Retry until Wait runs
+	// out.
 	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -693,11 +694,17 @@ func TestAcquireWaitShorterThanHolder(t *testing.T) {
 		f := newFixture(t)
 		f.acquire(t)
 		c, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
-		if _, err := c.Acquire(context.Background(), "k", p); !errors.Is(err, lease.ErrNotAcquired) {
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
 		}
-		if elapsed := f.clock.Now().Sub(epoch); elapsed != 0 {
-			t.Fatalf("slept %v of fake time; nothing could happen before Wait ran out", elapsed)
+		if elapsed := f.clock.Now().Sub(epoch); elapsed < 4*time.Second || elapsed > 5*time.Second+100*time.Millisecond {
+			t.Fatalf("gave up after %v of fake time, want near Wait (5s)", elapsed)
+		}
+		// Retry is 100ms: about one attempt per Retry over the 5s.
+		if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts < 30 {
+			t.Fatalf("AcquireFailed event %+v, want an attempt about every Retry (100ms) over Wait (5s)", failed)
 		}
 	})
 }

@@ -35,9 +35,13 @@ type PolicyOptions struct {
 	// pause is shortened by a random amount of up to 20%, never lengthened.
 	// Default the smaller of 100ms and TTL/20.
 	//
-	// An Acquire that finds the key held with a known remaining time
-	// sleeps until then instead (plus up to Retry/5, so that waiters do
-	// not all arrive at once), or until a release notification, see Poll.
+	// On a backend without release notifications (no
+	// lease.ReleaseWatcher, or leasepostgres with DisableNotify), an
+	// Acquire that finds the key held asks again every Retry, and no later
+	// than the holder's expiry: asking is its only way to see a release.
+	// On a backend with them, it sleeps until the holder's remaining time
+	// runs out instead (plus up to Retry/5, so that waiters do not all
+	// arrive at once), or until a release notification, see Poll.
 	Retry time.Duration
 
 	// Poll is the least time between two attempts of an Acquire that
@@ -47,9 +51,10 @@ type PolicyOptions struct {
 	// without releasing. Such a holder's lease is then taken over up to
 	// Poll minus the remaining time the waiter last saw after its expiry,
 	// instead of at its expiry. Lower Poll to take over sooner after a
-	// holder's crash, at the cost of more backend calls per waiter. Without
-	// a watcher, or before the waiter has seen the holder renew, Acquire
-	// sleeps until the holder's remaining time runs out. Default TTL, so
+	// holder's crash, at the cost of more backend calls per waiter. Before
+	// the waiter has seen the holder renew, Acquire sleeps until the
+	// holder's remaining time runs out. Without a watcher Poll does not
+	// apply (see Retry). Default TTL, so
 	// that an idle waiter makes at most one backend call per TTL; at most
 	// TTL.
 	Poll time.Duration
