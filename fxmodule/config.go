@@ -86,6 +86,7 @@ type PolicyConfig struct {
 	SafetyMargin     time.Duration `json:"safetyMargin" yaml:"safetyMargin"`
 	OperationTimeout time.Duration `json:"operationTimeout" yaml:"operationTimeout"`
 	Retry            time.Duration `json:"retry" yaml:"retry"`
+	Poll             time.Duration `json:"poll" yaml:"poll"`
 	Wait             time.Duration `json:"wait" yaml:"wait"`
 	MaxAttempts      int           `json:"maxAttempts" yaml:"maxAttempts"`
 }
@@ -204,6 +205,7 @@ func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
 		SafetyMargin     duration `json:"safetyMargin"`
 		OperationTimeout duration `json:"operationTimeout"`
 		Retry            duration `json:"retry"`
+		Poll             duration `json:"poll"`
 		Wait             duration `json:"wait"`
 	}{
 		plain:            (*plain)(p),
@@ -212,6 +214,7 @@ func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
 		SafetyMargin:     duration(p.SafetyMargin),
 		OperationTimeout: duration(p.OperationTimeout),
 		Retry:            duration(p.Retry),
+		Poll:             duration(p.Poll),
 		Wait:             duration(p.Wait),
 	}
 	if err := json.Unmarshal(b, &aux); err != nil {
@@ -222,6 +225,7 @@ func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
 	p.SafetyMargin = time.Duration(aux.SafetyMargin)
 	p.OperationTimeout = time.Duration(aux.OperationTimeout)
 	p.Retry = time.Duration(aux.Retry)
+	p.Poll = time.Duration(aux.Poll)
 	p.Wait = time.Duration(aux.Wait)
 	return nil
 }

@@ -105,9 +105,11 @@ type Record struct {
 
 // ReleaseWatcher is an optional Backend capability, found by type
 // assertion: it tells an Acquire that is waiting for a key the moment the
-// key is released, instead of at its next retry. Acquire still polls every
-// Retry, so a watcher may miss notifications, or send spurious ones,
-// without harm.
+// key is released, instead of when the holder's lease would have ended.
+// Acquire still tries again when the holder's remaining time runs out (or,
+// for a holder it saw renew, after the policy's Poll), so a watcher may
+// miss notifications, or send spurious ones, without harm: a missed one
+// only delays the hand-over until then.
 type ReleaseWatcher interface {
 	// WatchReleases returns a channel that receives a value (at least
 	// once, possibly more) after key is released, and a function that

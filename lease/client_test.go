@@ -34,7 +34,7 @@ func TestAcquireZeroPolicy(t *testing.T) {
 func TestAcquireStopsAtMaxAttempts(t *testing.T) {
 	f := newFixture(t)
 	holder := f.acquire(t)
-	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	other, _ := lease.NewClient(vague{f.b}, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
 	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: time.Minute, MaxAttempts: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,8 @@ func TestAcquireWakesEarlyWhenHolderExpires(t *testing.T) {
 	if err := f.clock.WaitForTimers(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Advance(100 * time.Millisecond)
+	// The holder's 100ms, and at most a fifth of it to spread waiters.
+	f.clock.Advance(120 * time.Millisecond)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -185,24 +186,32 @@ func TestErrorTexts(t *testing.T) {
 			return err
 		}, `lease: acquire "k": outcome unknown: reply lost (the clean-up release failed too: boom)`},
 		{"Acquire waited until ctx ended", func(t *testing.T, f *fixture) error {
-			f.acquire(t)
+			holder := f.acquire(t)
 			cctx, cancel := context.WithCancelCause(ctx)
 			done := make(chan error, 1)
 			go func() { _, err := f.other(t).Acquire(cctx, "k", f.p); done <- err }()
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer wcancel()
-			for range 3 { // three attempts, two pauses
+			// Four attempts: each sleeps until the holder's lease would end
+			// (plus at most 200ms), and the holder renews 1s before that.
+			left := 30 * time.Second
+			for range 3 {
 				if err := f.clock.WaitForTimers(wctx, 1); err != nil {
 					t.Fatal(err)
 				}
-				f.clock.Advance(time.Second)
+				f.clock.Advance(left - time.Second)
+				if err := holder.Renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+				f.clock.Advance(1500 * time.Millisecond)
+				left = 28500 * time.Millisecond
 			}
 			if err := f.clock.WaitForTimers(wctx, 1); err != nil {
 				t.Fatal(err)
 			}
 			cancel(errors.New("shutting down"))
 			return <-done
-		}, `lease: acquire "k": shutting down after 4 attempts; the last: held by "test" (token 1) for another 27s`},
+		}, `lease: acquire "k": shutting down after 4 attempts; the last: held by "test" (token 1) for another 28.5s`},
 		{"Renew", func(t *testing.T, f *fixture) error {
 			h := f.acquire(t)
 			f.b.failWith(boom)
@@ -391,7 +400,7 @@ func TestAcquireGivesUpWhenWaitRunsOut(t *testing.T) {
 	// it.
 	f := newFixture(t)
 	f.acquire(t)
-	other, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	other, _ := lease.NewClient(vague{f.b}, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
 	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -512,7 +521,7 @@ func TestAcquireEvents(t *testing.T) {
 	f := newFixture(t)
 	holder := f.acquire(t)
 	const call = 7 * time.Millisecond
-	slow := &slowAcquire{Backend: f.store, clock: f.clock, d: call}
+	slow := &slowAcquire{Backend: vague{f.store}, clock: f.clock, d: call}
 	obs := &recorder{}
 	c, err := lease.NewClient(slow, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: obs})
 	if err != nil {
@@ -577,7 +586,7 @@ func TestAcquireStaysIndeterminateAfterAnsweredAttempts(t *testing.T) {
 	// which may still be granted when the holder lets go.
 	f := newFixture(t)
 	f.acquire(t)
-	b := &firstUnanswered{Backend: f.store}
+	b := &firstUnanswered{Backend: vague{f.store}}
 	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock})
 	if err != nil {
 		t.Fatal(err)
@@ -629,4 +638,91 @@ func (b *cancelOnGrant) Acquire(ctx context.Context, r lease.AcquireRequest) (le
 		b.cancel()
 	}
 	return tok, err
+}
+
+func TestAcquireWaitShorterThanHolder(t *testing.T) {
+	// The holder keeps the key for 30s, past Wait (5s). With release
+	// notifications, Acquire sleeps until Wait runs out and gives up after
+	// one attempt, unless a release wakes it; without them, asking is the
+	// only way to see a release, so it asks every Retry until Wait runs
+	// out.
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("watcher, no release", func(t *testing.T) {
+		f := newFixture(t)
+		f.acquire(t)
+		c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+		}
+		if elapsed := f.clock.Now().Sub(epoch); elapsed < 5*time.Second || elapsed > 5*time.Second+100*time.Millisecond {
+			t.Fatalf("gave up after %v of fake time, want at Wait (5s)", elapsed)
+		}
+		if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts != 1 {
+			t.Fatalf("AcquireFailed event %+v, want 1 attempt", failed)
+		}
+	})
+	t.Run("watcher, released", func(t *testing.T) {
+		f := newFixture(t)
+		h := f.acquire(t)
+		c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock})
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(2 * time.Second)
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Acquire after the release = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the release did not wake the waiter")
+		}
+	})
+	t.Run("no watcher", func(t *testing.T) {
+		f := newFixture(t)
+		f.acquire(t)
+		c, _ := lease.NewClient(f.b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+		done := make(chan error, 1)
+		go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+		if err := f.await(t, done); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+		}
+		if elapsed := f.clock.Now().Sub(epoch); elapsed < 4*time.Second || elapsed > 5*time.Second+100*time.Millisecond {
+			t.Fatalf("gave up after %v of fake time, want near Wait (5s)", elapsed)
+		}
+		// Retry is 100ms: about one attempt per Retry over the 5s.
+		if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts < 30 {
+			t.Fatalf("AcquireFailed event %+v, want an attempt about every Retry (100ms) over Wait (5s)", failed)
+		}
+	})
+}
+
+func TestAcquirePollOnlyAfterRenewal(t *testing.T) {
+	// Poll (default TTL) is the least pause only once the waiter saw the
+	// holder renew: a holder about to expire, seen once, is taken over
+	// at its expiry, not a Poll later.
+	f := newFixture(t)
+	f.acquire(t) // 30s, never renewed
+	f.clock.Advance(29900 * time.Millisecond)
+	c, _ := lease.NewClient(f.store, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", f.p); done <- err }()
+	if err := f.await(t, done); err != nil {
+		t.Fatalf("Acquire = %v, want the key after the holder expired", err)
+	}
+	if waited := f.clock.Now().Sub(epoch) - 29900*time.Millisecond; waited > 500*time.Millisecond {
+		t.Fatalf("took the key %v after the holder had 100ms left, want within the holder's time and a fifth of Retry", waited)
+	}
 }

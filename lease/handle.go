@@ -26,6 +26,10 @@ type Handle struct {
 	released bool
 	lost     *LostError // the backend or a renewer said the acquisition is gone
 	managed  *Managed
+
+	// releaseCtx bounds the one backend Release a handle makes (guarded
+	// by released), so that a cycle does not allocate a context for it.
+	releaseCtx opContext
 }
 
 // Key returns the leased key.
@@ -96,12 +100,12 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 		// watchdog bounds one that does not return when its context ends.
 		watchdog.Reset(left)
 	}
-	octx, cancel := context.WithTimeout(ctx, timeout)
+	octx := newOp(ctx, timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
 	if watchdog != nil {
 		watchdog.Stop()
 	}
-	cancel()
+	octx.end()
 	if err != nil {
 		h.noteLost(err)
 		err = wrapOp("renew", h.key, err)
@@ -195,9 +199,9 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	clock := h.c.clock
 	start := clock.Now()
-	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
+	octx := h.releaseCtx.begin(ctx, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
-	cancel()
+	octx.end()
 	if err != nil {
 		err = wrapOp("release", h.key, err)
 	}

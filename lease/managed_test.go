@@ -35,6 +35,19 @@ func (f *faulty) Renew(ctx context.Context, a lease.Acquisition, ttl time.Durati
 
 func (f *faulty) failWith(err error) { f.fail.Store(&err) }
 
+// vague is a backend that names the holder of a held key but not its
+// remaining time, so that Acquire waits for it every Retry: the tests of
+// Wait and MaxAttempts use it to count attempts.
+type vague struct{ lease.Backend }
+
+func (v vague) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	tok, err := v.Backend.Acquire(ctx, r)
+	if na, ok := err.(*lease.NotAcquiredError); ok {
+		na.Remaining = 0
+	}
+	return tok, err
+}
+
 // recorder collects observed events.
 type recorder struct {
 	mu     sync.Mutex

@@ -29,10 +29,35 @@ type PolicyOptions struct {
 	// smaller of TTL/10 and 5s.
 	OperationTimeout time.Duration
 
-	// Retry is the pause between two attempts of Acquire, and between two
-	// renewal attempts after a transient error. Each pause is shortened by a
-	// random amount of up to 20%, never lengthened. Default the smaller of 100ms and TTL/20.
+	// Retry is the pause between two renewal attempts after a transient
+	// error, and between two attempts of Acquire after a backend error or
+	// when the backend does not say how long the holder keeps the key. Each
+	// pause is shortened by a random amount of up to 20%, never lengthened.
+	// Default the smaller of 100ms and TTL/20.
+	//
+	// On a backend without release notifications (no
+	// lease.ReleaseWatcher, or leasepostgres with DisableNotify), an
+	// Acquire that finds the key held asks again every Retry, and no later
+	// than the holder's expiry: asking is its only way to see a release.
+	// On a backend with them, it sleeps until the holder's remaining time
+	// runs out instead (plus up to Retry/5, so that waiters do not all
+	// arrive at once), or until a release notification, see Poll.
 	Retry time.Duration
+
+	// Poll is the least time between two attempts of an Acquire that
+	// waits for a holder who keeps renewing, on a backend that notifies
+	// releases (lease.ReleaseWatcher): a release wakes the waiter at once,
+	// so further attempts only look for a holder that stopped renewing
+	// without releasing. Such a holder's lease is then taken over up to
+	// Poll minus the remaining time the waiter last saw after its expiry,
+	// instead of at its expiry. Lower Poll to take over sooner after a
+	// holder's crash, at the cost of more backend calls per waiter. Before
+	// the waiter has seen the holder renew, Acquire sleeps until the
+	// holder's remaining time runs out. Without a watcher Poll does not
+	// apply (see Retry). Default TTL, so
+	// that an idle waiter makes at most one backend call per TTL; at most
+	// TTL.
+	Poll time.Duration
 
 	// Wait bounds how long Acquire keeps trying while the lease is held by
 	// someone else or the backend fails. Default 0: no bound, Acquire waits
@@ -62,10 +87,10 @@ const (
 // between them:
 //
 //   - TTL is between MinTTL and MaxTTL;
-//   - RenewEvery, SafetyMargin, OperationTimeout, Retry, Wait and
+//   - RenewEvery, SafetyMargin, OperationTimeout, Retry, Poll, Wait and
 //     MaxAttempts are not negative;
 //   - SafetyMargin < TTL;
-//   - RenewEvery, Retry and OperationTimeout are each at most TTL;
+//   - RenewEvery, Retry, OperationTimeout and Poll are each at most TTL;
 //   - RenewEvery + Retry + 2×OperationTimeout ≤ TTL − SafetyMargin: a
 //     renewal started on schedule can time out and still leave time for one
 //     retry before the local deadline.
@@ -84,6 +109,7 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 		{"SafetyMargin", o.SafetyMargin},
 		{"OperationTimeout", o.OperationTimeout},
 		{"Retry", o.Retry},
+		{"Poll", o.Poll},
 		{"Wait", o.Wait},
 	} {
 		if f.v < 0 {
@@ -105,12 +131,15 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	if o.Retry == 0 {
 		o.Retry = min(100*time.Millisecond, o.TTL/20)
 	}
+	if o.Poll == 0 {
+		o.Poll = o.TTL
+	}
 	if o.SafetyMargin >= o.TTL {
 		return bad("SafetyMargin (%v) must be less than TTL (%v)", o.SafetyMargin, o.TTL)
 	}
 	// Each term of the sum below on its own first, so that huge values
 	// cannot overflow it into a small one.
-	for _, f := range []field{{"RenewEvery", o.RenewEvery}, {"Retry", o.Retry}, {"OperationTimeout", o.OperationTimeout}} {
+	for _, f := range []field{{"RenewEvery", o.RenewEvery}, {"Retry", o.Retry}, {"OperationTimeout", o.OperationTimeout}, {"Poll", o.Poll}} {
 		if f.v > o.TTL {
 			return bad("%s (%v) must not exceed TTL (%v)", f.name, f.v, o.TTL)
 		}
@@ -142,6 +171,6 @@ func (p Policy) valid() bool { return p.o.TTL != 0 }
 
 func (p Policy) String() string {
 	o := p.o
-	return fmt.Sprintf("Policy{TTL: %v, RenewEvery: %v, SafetyMargin: %v, OperationTimeout: %v, Retry: %v, Wait: %v, MaxAttempts: %d}",
-		o.TTL, o.RenewEvery, o.SafetyMargin, o.OperationTimeout, o.Retry, o.Wait, o.MaxAttempts)
+	return fmt.Sprintf("Policy{TTL: %v, RenewEvery: %v, SafetyMargin: %v, OperationTimeout: %v, Retry: %v, Poll: %v, Wait: %v, MaxAttempts: %d}",
+		o.TTL, o.RenewEvery, o.SafetyMargin, o.OperationTimeout, o.Retry, o.Poll, o.Wait, o.MaxAttempts)
 }

@@ -29,10 +29,10 @@ func TestNewPolicyDefaults(t *testing.T) {
 		ttl  time.Duration
 		want lease.PolicyOptions
 	}{
-		{30 * time.Second, lease.PolicyOptions{TTL: 30 * time.Second, RenewEvery: 10 * time.Second, SafetyMargin: 5 * time.Second, OperationTimeout: 3 * time.Second, Retry: 100 * time.Millisecond}},
-		{time.Minute * 10, lease.PolicyOptions{TTL: 10 * time.Minute, RenewEvery: 200 * time.Second, SafetyMargin: 100 * time.Second, OperationTimeout: 5 * time.Second, Retry: 100 * time.Millisecond}},
-		{time.Second, lease.PolicyOptions{TTL: time.Second, RenewEvery: time.Second / 3, SafetyMargin: time.Second / 6, OperationTimeout: 100 * time.Millisecond, Retry: 50 * time.Millisecond}},
-		{lease.MinTTL, lease.PolicyOptions{TTL: lease.MinTTL, RenewEvery: lease.MinTTL / 3, SafetyMargin: lease.MinTTL / 6, OperationTimeout: lease.MinTTL / 10, Retry: lease.MinTTL / 20}},
+		{30 * time.Second, lease.PolicyOptions{TTL: 30 * time.Second, RenewEvery: 10 * time.Second, SafetyMargin: 5 * time.Second, OperationTimeout: 3 * time.Second, Retry: 100 * time.Millisecond, Poll: 30 * time.Second}},
+		{time.Minute * 10, lease.PolicyOptions{TTL: 10 * time.Minute, RenewEvery: 200 * time.Second, SafetyMargin: 100 * time.Second, OperationTimeout: 5 * time.Second, Retry: 100 * time.Millisecond, Poll: 10 * time.Minute}},
+		{time.Second, lease.PolicyOptions{TTL: time.Second, RenewEvery: time.Second / 3, SafetyMargin: time.Second / 6, OperationTimeout: 100 * time.Millisecond, Retry: 50 * time.Millisecond, Poll: time.Second}},
+		{lease.MinTTL, lease.PolicyOptions{TTL: lease.MinTTL, RenewEvery: lease.MinTTL / 3, SafetyMargin: lease.MinTTL / 6, OperationTimeout: lease.MinTTL / 10, Retry: lease.MinTTL / 20, Poll: lease.MinTTL}},
 	} {
 		p, err := lease.NewPolicy(lease.PolicyOptions{TTL: tc.ttl})
 		if err != nil {
@@ -59,6 +59,7 @@ func TestNewPolicyRules(t *testing.T) {
 		{"negative SafetyMargin", lease.PolicyOptions{TTL: 30 * s, SafetyMargin: -s}, "SafetyMargin (-1s) must not be negative"},
 		{"negative OperationTimeout", lease.PolicyOptions{TTL: 30 * s, OperationTimeout: -s}, "OperationTimeout (-1s) must not be negative"},
 		{"negative Retry", lease.PolicyOptions{TTL: 30 * s, Retry: -s}, "Retry (-1s) must not be negative"},
+		{"negative Poll", lease.PolicyOptions{TTL: 30 * s, Poll: -s}, "Poll (-1s) must not be negative"},
 		{"negative Wait", lease.PolicyOptions{TTL: 30 * s, Wait: -s}, "Wait (-1s) must not be negative"},
 		{"negative MaxAttempts", lease.PolicyOptions{TTL: 30 * s, MaxAttempts: -1}, "MaxAttempts (-1) must not be negative"},
 		{"margin equals TTL", lease.PolicyOptions{TTL: 30 * s, SafetyMargin: 30 * s}, "SafetyMargin (30s) must be less than TTL (30s)"},
@@ -67,6 +68,8 @@ func TestNewPolicyRules(t *testing.T) {
 		{"huge RenewEvery", lease.PolicyOptions{TTL: 30 * s, RenewEvery: math.MaxInt64}, "RenewEvery (2562047h47m16.854775807s) must not exceed TTL (30s)"},
 		{"huge Retry", lease.PolicyOptions{TTL: 30 * s, Retry: math.MaxInt64 - s}, "Retry (2562047h47m15.854775807s) must not exceed TTL (30s)"},
 		{"huge OperationTimeout", lease.PolicyOptions{TTL: 30 * s, OperationTimeout: math.MaxInt64/2 + 1}, "OperationTimeout (1281023h53m38.427387904s) must not exceed TTL (30s)"},
+		{"Poll over TTL", lease.PolicyOptions{TTL: 30 * s, Poll: 30*s + 1}, "Poll (30.000000001s) must not exceed TTL (30s)"},
+		{"huge Poll", lease.PolicyOptions{TTL: 30 * s, Poll: math.MaxInt64}, "Poll (2562047h47m16.854775807s) must not exceed TTL (30s)"},
 		{"sum that overflows", lease.PolicyOptions{TTL: 30 * s, RenewEvery: math.MaxInt64, OperationTimeout: math.MaxInt64/2 + 1, Retry: math.MaxInt64 - s}, "must not exceed TTL (30s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,6 +124,8 @@ func FuzzNewPolicy(f *testing.F) {
 			t.Fatalf("accepted TTL %v", g.TTL)
 		case g.RenewEvery <= 0 || g.SafetyMargin <= 0 || g.OperationTimeout <= 0 || g.Retry <= 0 || g.Wait < 0 || g.MaxAttempts < 0:
 			t.Fatalf("accepted %+v: a duration is not positive after defaults", g)
+		case g.Poll <= 0 || g.Poll > g.TTL:
+			t.Fatalf("accepted Poll %v with TTL %v; want 0 < Poll ≤ TTL after defaults", g.Poll, g.TTL)
 		case g.SafetyMargin >= g.TTL:
 			t.Fatalf("accepted SafetyMargin %v ≥ TTL %v", g.SafetyMargin, g.TTL)
 		case need.Cmp(n(g.TTL-g.SafetyMargin)) > 0:
@@ -129,4 +134,17 @@ func FuzzNewPolicy(f *testing.F) {
 			t.Fatalf("NewPolicy(%+v) changed Wait or MaxAttempts to %v, %d; zero means unbounded and stays zero", o, g.Wait, g.MaxAttempts)
 		}
 	})
+}
+
+func TestNewPolicyPoll(t *testing.T) {
+	// Poll is kept as given, from tiny to TTL itself.
+	for _, poll := range []time.Duration{1, time.Second, 30 * time.Second} {
+		p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Poll: poll})
+		if err != nil {
+			t.Fatalf("Poll %v rejected: %v", poll, err)
+		}
+		if got := p.Options().Poll; got != poll {
+			t.Fatalf("Poll %v became %v", poll, got)
+		}
+	}
 }

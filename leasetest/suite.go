@@ -71,6 +71,7 @@ func cases() []testCase {
 	all = append(all, tokenCases()...)
 	all = append(all, expiryCases()...)
 	all = append(all, watchCases()...)
+	all = append(all, standbyCases()...)
 	all = append(all, managedCases()...)
 	all = append(all, adminCases()...)
 	return all
@@ -218,11 +219,13 @@ func (e *env) mustLose(what string, err error, reason lease.LostReason) {
 // countingBackend counts the calls that reach the backend.
 type countingBackend struct {
 	lease.Backend
-	calls atomic.Int64
+	calls    atomic.Int64 // every call
+	acquires atomic.Int64 // calls of Acquire
 }
 
 func (c *countingBackend) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	c.calls.Add(1)
+	c.acquires.Add(1)
 	return c.Backend.Acquire(ctx, r)
 }
 

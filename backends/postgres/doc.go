@@ -88,8 +88,9 @@
 // pg_notify itself, but only for a key that a waiter marked (one short
 // UPDATE when the wait starts, renewed every minute): NOTIFY makes
 // committing transactions queue on a global lock, which releases that
-// nobody waits for should not pay. Polling every Retry stays the fallback,
-// so a lost notification only costs time. Store.Close gives the listener's
+// nobody waits for should not pay. Trying again when the holder's
+// remaining time runs out stays the fallback, so a lost notification only
+// costs time. Store.Close gives the listener's
 // connection back. Options.DisableNotify turns all of this off.
 //
 // # Errors

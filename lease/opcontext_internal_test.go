@@ -1,0 +1,187 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The tests of opContext hold it to context.Context's contract: Done is
+// one channel, closed exactly when Err turns non-nil, and Err keeps its
+// first value.
+
+func TestOpContextEndIsCancel(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	c := newOp(parent, time.Hour)
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err before end = %v", err)
+	}
+	if d, ok := c.Deadline(); !ok || time.Until(d) < 59*time.Minute {
+		t.Fatalf("Deadline = %v, %v; want about an hour from now", d, ok)
+	}
+	if c.Value(key{}) != "v" {
+		t.Fatal("Value does not reach the parent's")
+	}
+	done := c.Done()
+	select {
+	case <-done:
+		t.Fatal("Done closed before end")
+	default:
+	}
+	c.end()
+	c.end() // twice is harmless
+	<-done
+	if c.Done() != done {
+		t.Fatal("Done returned another channel")
+	}
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err after end = %v, want context.Canceled", err)
+	}
+}
+
+func TestOpContextDeadline(t *testing.T) {
+	// With Done asked for, the timer closes it; without, Err notices.
+	c := newOp(context.Background(), 5*time.Millisecond)
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the deadline")
+	}
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err = %v, want context.DeadlineExceeded", err)
+	}
+	c.end()
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err after end = %v, want it to stay context.DeadlineExceeded", err)
+	}
+
+	c = newOp(context.Background(), time.Millisecond)
+	time.Sleep(2 * time.Millisecond)
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err past the deadline without Done = %v, want context.DeadlineExceeded", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done made after Err turned non-nil is not closed")
+	}
+}
+
+func TestOpContextParent(t *testing.T) {
+	cause := errors.New("shutting down")
+	parent, cancel := context.WithCancelCause(context.Background())
+	c := newOp(parent, time.Hour)
+	done := c.Done()
+	cancel(cause)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed when the parent was cancelled")
+	}
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err = %v, want the parent's context.Canceled", err)
+	}
+	c.end()
+
+	// A parent that already ended: Err says so before any Done.
+	c = newOp(parent, time.Hour)
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err under an ended parent = %v", err)
+	}
+	c.end()
+
+	// The earlier deadline wins.
+	soon, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	c = newOp(soon, time.Hour)
+	pd, _ := soon.Deadline()
+	if d, ok := c.Deadline(); !ok || !d.Equal(pd) {
+		t.Fatalf("Deadline = %v, want the parent's %v", d, pd)
+	}
+	c.end()
+}
+
+func TestOpContextConcurrent(t *testing.T) {
+	// Run under -race: Done, Err, the timer and end from many goroutines.
+	for range 50 {
+		parent, cancel := context.WithCancel(context.Background())
+		c := newOp(parent, time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch i {
+				case 0:
+					<-c.Done()
+				case 1:
+					_ = c.Err()
+				case 2:
+					cancel()
+				case 3:
+					c.end()
+				}
+			}()
+		}
+		wg.Wait()
+		<-c.Done()
+		if c.Err() == nil {
+			t.Fatal("Done closed with Err nil")
+		}
+		cancel()
+	}
+}
+
+func TestOpContextAfterFunc(t *testing.T) {
+	// context.AfterFunc and WithCancel use opContext's AfterFunc: f runs
+	// once c ends, unless stopped first; a child ends with c.
+	c := newOp(context.Background(), time.Hour)
+	ran := make(chan struct{})
+	context.AfterFunc(c, func() { close(ran) })
+	stopped := context.AfterFunc(c, func() { t.Error("a stopped AfterFunc ran") })
+	if !stopped() {
+		t.Fatal("stop did not stop a function that had not run")
+	}
+	child, cancel := context.WithCancel(c)
+	defer cancel()
+	c.end()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AfterFunc's function did not run when the context ended")
+	}
+	select {
+	case <-child.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a child context did not end with its parent")
+	}
+	// Registered after the end: runs at once.
+	late := make(chan struct{})
+	if stop := context.AfterFunc(c, func() { close(late) }); stop() {
+		t.Fatal("stop stopped a function registered after the end")
+	}
+	<-late
+}
+
+func TestOpContextAfterFuncMany(t *testing.T) {
+	// The first registration has a slot of its own: stopping it must not
+	// stop a later one, and every unstopped one runs.
+	c := newOp(context.Background(), time.Hour)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	stop1 := c.AfterFunc(func() { t.Error("the stopped first function ran") })
+	c.AfterFunc(func() { wg.Done() })
+	stop3 := c.AfterFunc(func() { t.Error("the stopped third function ran") })
+	c.AfterFunc(func() { wg.Done() })
+	if !stop1() || stop1() {
+		t.Fatal("stop of the first registration: want true once, then false")
+	}
+	if !stop3() {
+		t.Fatal("stop of the third registration did not stop it")
+	}
+	c.end()
+	wg.Wait()
+}
