@@ -192,21 +192,5 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	if ctx.Err() != nil {
 		return lease.Record{}, beforeSend(ctx, op)
 	}
-	res := inspectScript.Exec(ctx, s.client, []string{recordKey(s.prefix, key)}, nil)
-	vals, err := res.ToArray()
-	if err != nil {
-		return lease.Record{}, classify(op, err)
-	}
-	if len(vals) != 3 {
-		return lease.Record{}, fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals))
-	}
-	rec := lease.Record{Key: key}
-	if tok, err := vals[0].AsInt64(); err == nil {
-		rec.Token = lease.Token(tok)
-	}
-	if owner, err := vals[1].ToString(); err == nil {
-		left, _ := vals[2].AsInt64()
-		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(left)*time.Microsecond
-	}
-	return rec, nil
+	return inspectReply(key, inspectScript.Exec(ctx, s.client, []string{recordKey(s.prefix, key)}, nil))
 }

@@ -95,7 +95,7 @@ func heal(t *testing.T, p *chaos.Proxy) {
 // deadline, and nobody holds a lease the backend gave to someone else.
 func TestLatencyAboveTTL(t *testing.T) {
 	eachBackend(t, func(t *testing.T, r *run, p *chaos.Proxy, _ string) {
-		for r.running() {
+		for r.runningForUnknowns() {
 			r.pause(300*time.Millisecond, ttl)
 			lat := ttl.Milliseconds() * 3 / 4 // each way: 1.5×TTL a round trip
 			d := 2*ttl + time.Duration(r.rng.Int64N(int64(ttl)))
@@ -122,7 +122,7 @@ func TestLatencyAboveTTL(t *testing.T) {
 // partition of that length.
 func TestPartition(t *testing.T) {
 	eachBackend(t, func(t *testing.T, r *run, p *chaos.Proxy, _ string) {
-		for r.running() {
+		for r.runningForUnknowns() {
 			r.pause(300*time.Millisecond, ttl)
 			d := ttl + time.Duration(r.rng.Int64N(int64(ttl)))
 			r.h.Fault(fmt.Sprintf("blackhole for %v", d), false, func() {
@@ -273,7 +273,7 @@ func TestSlowWire(t *testing.T) {
 // whenever the statement may have been applied.
 func TestRepliesLost(t *testing.T) {
 	eachBackendOf(t, append(slices.Clone(networkBackends), columnsBackend), func(t *testing.T, r *run, p *chaos.Proxy, _ string) {
-		for r.running() {
+		for r.runningForUnknowns() {
 			r.pause(300*time.Millisecond, ttl)
 			d := 2*ttl + time.Duration(r.rng.Int64N(int64(ttl)))
 			r.h.Fault(fmt.Sprintf("replies dropped (downstream blackhole) for %v", d), false, func() {

@@ -145,7 +145,7 @@ func holderPaused(t *testing.T, target chaos.Target) {
 func TestValkeyPaused(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	r := startRun(t, valkeyTarget(srv.Addr()), rowOptions{})
-	for r.running() {
+	for r.runningForUnknowns() {
 		r.pause(300*time.Millisecond, ttl)
 		d := ttl + time.Duration(r.rng.Int64N(int64(ttl)))
 		r.h.Fault(fmt.Sprintf("SIGSTOP valkey-server for %v", d), false, func() {
