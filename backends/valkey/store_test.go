@@ -449,29 +449,37 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 		if err := s.Check(ctx); err != nil {
 			t.Fatalf("Check: %v", err)
 		}
-		a := acquire(t, s, "acl", "o", time.Minute)
-		if err := s.Renew(ctx, a, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		ch, stop, err := s.WatchReleases(ctx, "acl")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Release(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatal("no release notification")
-		}
-		stop()
+		renewWatchRelease(ctx, t, s, "acl")
 		if _, err := s.Inspect(ctx, "acl"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	valkeyacl.CheckAllUsed(t, admin, aclRule)
 	valkeyacl.CheckForbidden(t, admin, c, "other:{tenant}")
+}
+
+// renewWatchRelease acquires key, renews it, watches for its release and
+// releases it, failing t unless every step works and the release is
+// announced.
+func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, key string) {
+	t.Helper()
+	a := acquire(t, s, key, "o", time.Minute)
+	if err := s.Renew(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := s.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("no release notification")
+	}
 }
 
 // TestDocumentedACLRuleIsEnoughOnACluster: on a cluster the rule needs
@@ -504,23 +512,7 @@ func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
 		t.Fatalf("Check: %v", err)
 	}
 	for _, key := range []string{"a", "b/c", "{d}"} { // on several nodes
-		a := acquire(t, s, key, "o", time.Minute)
-		if err := s.Renew(ctx, a, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		ch, stop, err := s.WatchReleases(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Release(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatal("no release notification")
-		}
-		stop()
+		renewWatchRelease(ctx, t, s, key)
 	}
 	for _, n := range cl.Nodes() {
 		user, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, Username: "leases", Password: "secret"})
