@@ -165,6 +165,8 @@ type Span struct {
 	Err        error
 	Outcome    string
 	// Ints are further integer attributes (attempts, attempt number, size).
+	// The Translator builds them only for a span callback, so that a
+	// metrics-only adapter allocates no map per event.
 	Ints map[string]int64
 	// Floats are further attributes in seconds (a claim's age).
 	Floats map[string]float64
@@ -220,13 +222,19 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		if ok {
 			point(Point{Metric: Handover, Value: now.Sub(at).Seconds()})
 		}
-		s = Span{Name: "lease.acquire", Start: now.Add(-e.Waited), Ints: map[string]int64{"lease.acquire.attempts": int64(e.Attempts)}}
+		s = Span{Name: "lease.acquire", Start: now.Add(-e.Waited)}
+		if span != nil {
+			s.Ints = map[string]int64{"lease.acquire.attempts": int64(e.Attempts)}
+		}
 	case *lease.AcquireFailed:
 		op = "acquire"
 		p(Acquisitions, 1)
 		p(AcquireAttempts, float64(e.Attempts))
 		p(AcquireWait, e.Waited.Seconds())
-		s = Span{Name: "lease.acquire", Start: now.Add(-e.Waited), Ints: map[string]int64{"lease.acquire.attempts": int64(e.Attempts)}}
+		s = Span{Name: "lease.acquire", Start: now.Add(-e.Waited)}
+		if span != nil {
+			s.Ints = map[string]int64{"lease.acquire.attempts": int64(e.Attempts)}
+		}
 	case *lease.Renewed, *lease.RenewFailed:
 		op = "renew"
 		p(Renewals, 1)
@@ -290,7 +298,10 @@ func (t *Translator) Cache(e cache.Event, point func(Point), span func(Span)) {
 		name = "lease.cache.refresh"
 	case *cache.Published:
 		p(CachePublications, 1, out)
-		name, ints = "lease.cache.publish", map[string]int64{"lease.cache.size": int64(e.Size)}
+		name = "lease.cache.publish"
+		if span != nil {
+			ints = map[string]int64{"lease.cache.size": int64(e.Size)}
+		}
 	case *cache.PublishRefused:
 		p(CachePublications, 1, out)
 		name = "lease.cache.publish"
@@ -319,15 +330,23 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 	switch e := e.(type) {
 	case *leasequeue.Claimed:
 		point(Point{Metric: QueueClaims, Value: 1, Outcome: out})
-		name, ints = "lease.queue.claim", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		name = "lease.queue.claim"
+		if span != nil {
+			ints = map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		}
 		if i.Err == nil {
 			point(Point{Metric: QueueClaimAttempt, Value: float64(e.Attempt)})
 			point(Point{Metric: QueueClaimAge, Value: e.Age.Seconds()})
-			floats = map[string]float64{"lease.queue.claim.age": e.Age.Seconds()}
+			if span != nil {
+				floats = map[string]float64{"lease.queue.claim.age": e.Age.Seconds()}
+			}
 		}
 	case *leasequeue.Completed:
 		point(Point{Metric: QueueCompletions, Value: 1, Outcome: out})
-		name, ints = "lease.queue.complete", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		name = "lease.queue.complete"
+		if span != nil {
+			ints = map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		}
 	case *leasequeue.Failed:
 		switch {
 		case i.Err != nil:
@@ -336,7 +355,10 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 		default:
 			point(Point{Metric: QueueRetries, Value: 1})
 		}
-		name, ints = "lease.queue.fail", map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		name = "lease.queue.fail"
+		if span != nil {
+			ints = map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
+		}
 	case *leasequeue.Lost:
 		point(Point{Metric: QueueLosses, Value: 1, Reason: LostReason(i.Err)})
 		name = "lease.queue.lost"
