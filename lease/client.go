@@ -174,8 +174,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
 	at := attempts{start: c.clock.Now()}
 	var (
-		lastErr  error
-		released <-chan struct{} // from a ReleaseWatcher, if any
+		lastErr    error
+		released   <-chan struct{} // from a ReleaseWatcher, if any
+		watchTried bool
 		// seen is the holder the last attempt found: its token, and the
 		// latest instant its lease could end by that attempt's answer.
 		seen struct {
@@ -219,7 +220,10 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		var na *NotAcquiredError
 		held := errors.As(err, &na)
-		if released == nil && held {
+		if !watchTried && held {
+			// One watch per call: a watch that failed is not set up again
+			// before every attempt; the waiter polls every Retry instead.
+			watchTried = true
 			if w, ok := c.b.(ReleaseWatcher); ok {
 				wctx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 				ch, stop, werr := w.WatchReleases(wctx, key)
@@ -313,7 +317,7 @@ func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
 	}
-	return d - time.Duration(mrand.Int64N(int64(d)/5+1))
+	return d - spread(d)
 }
 
 // spread returns a random duration of up to a fifth of d, added to a pause

@@ -108,8 +108,6 @@ type Telemetry struct {
 	histos [len(telemetry.Specs)]metric.Float64Histogram
 }
 
-var secondBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-
 // New returns Telemetry configured by o, with its instruments created; it
 // fails only if the meter refuses an instrument.
 func New(o Options) (*Telemetry, error) {
@@ -135,7 +133,7 @@ func New(o Options) (*Telemetry, error) {
 		case telemetry.Histogram:
 			opts := []metric.Float64HistogramOption{metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit)}
 			if spec.Unit == "s" {
-				opts = append(opts, metric.WithExplicitBucketBoundaries(secondBuckets...))
+				opts = append(opts, metric.WithExplicitBucketBoundaries(telemetry.SecondBuckets...))
 			}
 			t.histos[i], err = meter.Float64Histogram(spec.OTel, opts...)
 		}

@@ -89,8 +89,7 @@ type Options struct {
 }
 
 var (
-	defaultBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-	countBuckets   = []float64{1, 2, 3, 5, 10, 25}
+	countBuckets = []float64{1, 2, 3, 5, 10, 25}
 )
 
 // Metrics turns events into Prometheus metrics. It is a
@@ -111,7 +110,7 @@ func New(o Options) *Metrics {
 	}
 	buckets := o.Buckets
 	if len(buckets) == 0 {
-		buckets = defaultBuckets
+		buckets = telemetry.SecondBuckets
 	}
 	t := telemetry.NewTranslator(telemetry.NewKeys(o.KeyLabel, o.MaxKeyLabels), nil)
 	m := &Metrics{t: t, keyed: t.Keyed()}

@@ -74,6 +74,11 @@ const (
 	numMetrics
 )
 
+// SecondBuckets are both adapters' default histogram buckets for
+// durations, in seconds: 0.25 ms (a round trip on a local network) to 30 s
+// (a long wait for a holder).
+var SecondBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
 // Specs lists every metric, indexed by Metric.
 var Specs = [numMetrics]Spec{
 	Held:                 {"held", "lease.held", "{lease}", Gauge, "Leases this process holds now.", []Label{KeyLabel}},
@@ -172,6 +177,13 @@ type Span struct {
 	Floats map[string]float64
 }
 
+// maxReleased bounds the releases a Translator remembers for the
+// hand-over measure: keys can be unbounded (one per queue item), and a key
+// released and never acquired again would otherwise stay forever. Past it,
+// an arbitrary remembered release is forgotten and its hand-over goes
+// unmeasured.
+const maxReleased = 1024
+
 // Translator turns events into Points and Spans. It keeps the state the
 // measurements need (which acquisitions are held, when a key was released)
 // and is safe for concurrent use.
@@ -252,6 +264,12 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 			p(Held, -1)
 			if i.Err == nil {
 				t.mu.Lock()
+				if len(t.released) >= maxReleased {
+					for k := range t.released { // forget one: the map stays bounded
+						delete(t.released, k)
+						break
+					}
+				}
 				t.released[i.Key] = now
 				t.mu.Unlock()
 			}
