@@ -164,6 +164,8 @@ type ImplausibleTokenError struct {
 	Largest lease.Token `json:"largest"`
 }
 
+// Error says which token of which lease was refused for which resource,
+// and the largest token the store accepts now.
 func (e *ImplausibleTokenError) Error() string {
 	return fmt.Sprintf("fence: resource %q: token %d of lease %q is implausible: more than %v ahead of the store's clock (largest token now %d); nothing written",
 		e.Resource, e.Token, e.Key, MaxTokenLead, e.Largest)

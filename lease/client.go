@@ -74,8 +74,8 @@ func (c *Client) Backend() Backend { return c.b }
 // p's Poll once it saw the holder renew; on a backend that does not, it
 // asks again every p's Retry (jittered), and no later than the holder's
 // expiry. After a backend error, or when the backend does not say how
-// long the holder keeps the key, it tries again every p's Retry. It keeps trying until it gets the
-// lease or ctx ends. p's Wait (if positive) and
+// long the holder keeps the key, it tries again every p's Retry. It keeps
+// trying until it gets the lease or ctx ends. p's Wait (if positive) and
 // MaxAttempts (if positive) bound the waiting further, whichever ends
 // first. Each attempt is bounded by p's OperationTimeout. Use TryAcquire
 // for a single attempt that never waits.

@@ -81,8 +81,11 @@ func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
 }
 
 // Lost returns a channel that is closed when the lease is lost, after Err
-// is set, Context is cancelled and the Lost event was emitted. It is not closed by Release, nor by Stop unless the lease was lost before Stop (see
-// Stop). Successive calls return the same channel.
+// is set, Context is cancelled and the Lost event was emitted (so an
+// Observer must not wait on Lost or call Stop: it runs on the renewer's
+// goroutine before the channel closes). It is not closed by Release, nor
+// by Stop unless the lease was lost before Stop (see Stop). Successive
+// calls return the same channel.
 func (m *Managed) Lost() <-chan struct{} { return m.lost }
 
 // Context returns a context that is cancelled when the renewer stops: with

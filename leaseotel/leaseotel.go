@@ -89,8 +89,9 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// TracerProvider makes the tracer. Default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// KeyAttribute, if set, adds a lease.key attribute to the lease.*
-	// metrics whose value is KeyAttribute(key). Default nil: none.
+	// KeyAttribute, if set, adds a lease.key attribute to the metrics
+	// marked [lease.key] in the package documentation, whose value is
+	// KeyAttribute(key). Default nil: none.
 	KeyAttribute func(key string) string
 	// MaxKeyValues bounds the distinct lease.key values on metrics; values
 	// past it read "other". Default 100. Ignored without KeyAttribute.

@@ -75,9 +75,11 @@ type Options struct {
 	Namespace string
 	// ConstLabels are added to every metric, e.g. {"service": "billing"}.
 	ConstLabels prometheus.Labels
-	// KeyLabel, if set, adds a "key" label to the lease_* metrics whose
-	// value is KeyLabel(key): a prefix, a job name, the key itself for a
-	// known small set of keys. Default nil: no key label at all.
+	// KeyLabel, if set, adds a "key" label to the lease metrics marked
+	// [key] in the package documentation (held, acquisitions, acquire
+	// attempts, renewals, losses, releases), whose value is KeyLabel(key):
+	// a prefix, a job name, the key itself for a known small set of keys.
+	// Cache and queue metrics never carry it. Default nil: no key label at all.
 	KeyLabel func(key string) string
 	// MaxKeyLabels bounds the distinct values of the key label; values
 	// past it read "other". Default 100. Ignored without KeyLabel.

@@ -288,7 +288,8 @@ func (s *Service) Handle() *lease.Handle {
 // Options.StopOnError, until the function fails; or, with Options.Once,
 // until a term ends without the function failing. Without StopOnError a
 // failed function is run again after the restart delay (see Options).
-// A Service runs at most one Run at a time.
+// A Service runs at most one Run at a time: a call while another runs
+// returns an error at once.
 //
 // Run returns only after the function has returned and the lease was
 // released (or the release attempted). It returns nil when ctx ended and
