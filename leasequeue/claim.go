@@ -62,7 +62,8 @@ func (c *Claim) Lost() <-chan struct{} { return c.m.Lost() }
 func (c *Claim) Err() error { return c.m.Err() }
 
 // Complete marks the item done with a write fenced by the claim's token,
-// then releases the lease. It returns nil if the item is recorded done; a
+// then releases the lease (on a Claimer, that write ends the claim
+// itself). It returns nil if the item is recorded done; a
 // *lease.LostError if the claim's lease is known to be lost (nothing is
 // written); a *fence.StaleError if another worker has claimed the item
 // since (nothing is written, and the item keeps the new owner's state); an
@@ -84,7 +85,7 @@ func (c *Claim) complete(ctx context.Context, write func(context.Context, lease.
 	if err == nil {
 		err = write(ctx, c.h.Snapshot())
 	}
-	c.end(ctx, true)
+	c.end(ctx, c.mustRelease(err))
 	c.q.emit(&Completed{c.info(err), c.attempt})
 	return err
 }
@@ -108,7 +109,7 @@ func (c *Claim) fail(ctx context.Context, f Failure) error {
 	if err == nil {
 		err = c.q.src.Fail(ctx, c.h.Snapshot(), c.id, f)
 	}
-	c.end(ctx, true)
+	c.end(ctx, c.mustRelease(err))
 	e := &Failed{EventInfo: c.info(err), Attempt: c.attempt, Cause: f.Err, Dead: f.Dead}
 	if !f.Dead {
 		e.RetryAfter = f.RetryAfter
@@ -127,7 +128,7 @@ func (c *Claim) Release(ctx context.Context) error {
 	}
 	err := c.h.Release(ctx)
 	c.end(ctx, false)
-	if err == nil {
+	if err == nil && c.q.claimer == nil { // a Claimer's release shows the item at once
 		_ = c.q.src.Defer(ctx, c.id, 0)
 	}
 	return err
@@ -174,6 +175,12 @@ func (c *Claim) check() error {
 	}
 	return nil
 }
+
+// mustRelease reports whether the claim's lease must still be released
+// after a Complete or Fail whose write returned err: always for a lease of
+// the client's backend; on a Claimer, whose Complete and Fail end the
+// claim themselves, only if the write did not succeed.
+func (c *Claim) mustRelease(err error) bool { return c.q.claimer == nil || err != nil }
 
 // end stops tracking and renewing the claim, releasing its lease first if
 // release is set, and cancels its context.

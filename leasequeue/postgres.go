@@ -145,18 +145,22 @@ func (n pgNames) query(name string) string {
 	return n.render(string(b))
 }
 
-// PostgresSource is a Source on a PostgreSQL table shared by any number of
-// queues (see the package documentation for the table). Each method is
-// one statement; Next claims with FOR UPDATE SKIP LOCKED, and Begin,
-// Complete and Fail check the row's fence in the statement that writes
-// it. Create the tables with MigratePostgres. It is safe for concurrent
-// use.
+// PostgresSource is a Source and a Claimer on a PostgreSQL table shared by
+// any number of queues (see the package documentation for the table).
+// Each method is one statement: ClaimNext claims ready rows with FOR
+// UPDATE SKIP LOCKED and records each claim on its row (token, holder,
+// secret, expiry on the database's clock), and Complete and Fail check
+// the row's fence in the statement that writes the outcome, so a Queue
+// on it spends one statement to claim an item (or a share of one) and
+// one to finish it. Create the tables with MigratePostgres. It is safe
+// for concurrent use.
 type PostgresSource struct {
 	db    PostgresDB
 	queue string
 	n     pgNames
 
 	next, begin, complete, fail, deferQ, item, enqueue string
+	claim, claimItem, renew, release, claimStateQ      string
 }
 
 var _ Source = (*PostgresSource)(nil)
@@ -179,6 +183,8 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 		db: db, queue: queue, n: n,
 		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
 		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
+		claim: n.query("claim"), claimItem: n.query("claim_item"), renew: n.query("renew"),
+		release: n.query("release"), claimStateQ: n.query("claim_state"),
 	}, nil
 }
 

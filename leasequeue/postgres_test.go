@@ -23,7 +23,7 @@ func TestPostgresMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(files, []string{"001_leasequeue.down.sql", "001_leasequeue.up.sql", "002_leasequeue_ready_at.down.sql", "002_leasequeue_ready_at.up.sql"}) {
+	if !slices.Equal(files, []string{"001_leasequeue.down.sql", "001_leasequeue.up.sql", "002_leasequeue_ready_at.down.sql", "002_leasequeue_ready_at.up.sql", "003_leasequeue_claims.down.sql", "003_leasequeue_claims.up.sql"}) {
 		t.Fatalf("migration files %q", files)
 	}
 	for _, o := range []leasequeue.PostgresOptions{
@@ -62,7 +62,7 @@ func TestPostgresOddNames(t *testing.T) {
 		t.Fatalf("second MigratePostgres: %v", err)
 	}
 	var versions int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "odd ""schema"""."jobs; DROP TABLE x --_migrations"`).Scan(&versions); err != nil || versions != 2 {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "odd ""schema"""."jobs; DROP TABLE x --_migrations"`).Scan(&versions); err != nil || versions != 3 {
 		t.Fatalf("versions recorded: %d, %v", versions, err)
 	}
 	src, err := leasequeue.NewPostgresSource(pool, "q", o)

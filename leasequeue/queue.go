@@ -86,6 +86,10 @@ type Queue struct {
 	clock  lease.Clock
 	track  tracker
 
+	// On a Claimer: the source, and a client of its items' claims.
+	claimer Claimer
+	items   *lease.Client
+
 	running atomic.Bool
 	crashed atomic.Bool
 	mu      sync.Mutex
@@ -128,11 +132,22 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	if q.obs == nil {
 		q.obs = NopObserver
 	}
+	if c, ok := src.(Claimer); ok {
+		items, err := lease.NewClient(itemBackend{src: c, prefix: q.keyPrefix()},
+			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock})
+		if err != nil {
+			return nil, fmt.Errorf("leasequeue: New: %w", err)
+		}
+		q.claimer, q.items = c, items
+	}
 	return q, nil
 }
 
 // itemKey returns the lease key of item id of queue name.
 func itemKey(name, id string) string { return keyspace.LeaseKey(name+"/", keyspace.QueueItem, id) }
+
+// keyPrefix returns the lease key of an item without its escaped ID.
+func (q *Queue) keyPrefix() string { return itemKey(q.o.Name, "") }
 
 // Key returns the lease key of item id: Name + "/items/" + the ID with
 // '%', '{', '}' and '/' written as %25, %7B, %7D and %2F, so that no two
@@ -142,8 +157,9 @@ func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
 
 // Claim claims item id for the caller: it makes one attempt to acquire the
 // item's lease, records the start of an attempt at the item (fenced by the
-// new token), and starts renewing the lease. The caller must end the claim
-// with Complete, Fail or Release.
+// new token), and starts renewing the lease. On a Claimer the item is its
+// own lease, and both happen in one request (Claimer.ClaimItem). The
+// caller must end the claim with Complete, Fail or Release.
 //
 // It fails with a *lease.NotAcquiredError if another worker holds the
 // item; an error matching ErrFinished if the item is done or dead, or was
@@ -164,6 +180,14 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		return nil, ErrUnhealthy
 	}
 	start := q.clock.Now()
+	if q.claimer != nil {
+		r := q.claimRequest()
+		g, err := q.claimer.ClaimItem(ctx, r, id)
+		if err != nil {
+			return nil, err
+		}
+		return q.adopt(ctx, r, g, start)
+	}
 	h, err := q.client.TryAcquire(ctx, key, q.o.Policy)
 	if err != nil {
 		return nil, err
@@ -173,6 +197,12 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		_ = h.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	return q.open(ctx, h, id, b, start)
+}
+
+// open starts renewing the lease h of item id, whose attempt b began, and
+// returns the claim; it releases h if it cannot.
+func (q *Queue) open(ctx context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
 	m, err := h.StartManaged(context.WithoutCancel(ctx))
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
@@ -211,8 +241,8 @@ func (q *Queue) failure(attempt int, cause error) Failure {
 
 // Run claims ready items of the source and processes each with handler,
 // up to Options.Concurrency at a time, until ctx ends. It asks the source
-// for as many items as it has free slots, claims each, and runs handler
-// under the claim; after handler returns it completes, fails or releases
+// for as many items as it has free slots, claims each (on a Claimer, all
+// of them in one request), and runs handler under the claim; after handler returns it completes, fails or releases
 // the claim (see Handler). While a renewal of one of its leases is
 // overdue it claims nothing (a sick worker takes no new work); when the
 // source has no ready item it waits Options.PollEvery. An item that
@@ -246,17 +276,30 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		if n == 0 {
 			break
 		}
-		ids := q.next(runCtx, n)
-		for _, id := range ids {
-			wg.Go(func() {
-				defer func() { <-slots }()
-				q.process(runCtx, id, handler)
-			})
+		got := 0
+		if q.claimer != nil {
+			cs := q.claimNext(runCtx, n)
+			for _, c := range cs {
+				wg.Go(func() {
+					defer func() { <-slots }()
+					q.work(runCtx, c, handler)
+				})
+			}
+			got = len(cs)
+		} else {
+			ids := q.next(runCtx, n)
+			for _, id := range ids {
+				wg.Go(func() {
+					defer func() { <-slots }()
+					q.process(runCtx, id, handler)
+				})
+			}
+			got = len(ids)
 		}
-		for range n - len(ids) {
+		for range n - got {
 			<-slots
 		}
-		if len(ids) == 0 && sleep(runCtx, q.clock, q.o.PollEvery) != nil {
+		if got == 0 && sleep(runCtx, q.clock, q.o.PollEvery) != nil {
 			break
 		}
 	}
@@ -324,9 +367,14 @@ func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
 		}
 		return
 	}
+	q.work(runCtx, c, handler)
+}
+
+// work runs handler under claim c, and closes c as Run's doc says.
+func (q *Queue) work(runCtx context.Context, c *Claim, handler Handler) {
 	stop := context.AfterFunc(runCtx, func() { c.cancel(context.Cause(runCtx)) })
 	defer stop()
-	err = call(handler, c)
+	err := call(handler, c)
 	switch {
 	case q.crashed.Load():
 		c.abandon()

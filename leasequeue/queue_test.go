@@ -276,6 +276,34 @@ type cutOff struct {
 
 var errCut = errors.New("connect: connection refused")
 
+// cutClaimer is a Claimer whose claims stop reaching it, as a cut-off
+// network does, while cut is set.
+type cutClaimer struct {
+	leasequeue.Claimer
+	cut *atomic.Bool
+}
+
+func (c *cutClaimer) RenewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Claimer.RenewClaim(ctx, id, a, ttl)
+}
+
+func (c *cutClaimer) ReleaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Claimer.ReleaseClaim(ctx, id, a)
+}
+
+func (c *cutClaimer) Fail(ctx context.Context, snap lease.Snapshot, id string, f leasequeue.Failure) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Claimer.Fail(ctx, snap, id, f)
+}
+
 func (b *cutOff) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	if b.cut.Load() {
 		return 0, errCut

@@ -80,7 +80,12 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 			// A worker cut off from the backend loses its lease at its local
 			// deadline, and then writes nothing.
 			cut := &cutOff{Backend: s.backend(t)}
-			c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), src, o)
+			var csrc leasequeue.Source = src
+			if cl, ok := src.(leasequeue.Claimer); ok {
+				// The claims live in the source: cut it off instead.
+				csrc = &cutClaimer{Claimer: cl, cut: &cut.cut}
+			}
+			c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), csrc, o)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ SET state       = 'done',
     fence_token = $4::bigint,
     owner       = $5::text,
     last_error  = NULL,
+    claim_nonce = NULL,
     updated_at  = now()
 WHERE queue = $1::text AND id = $2::text
   AND state = 'running'

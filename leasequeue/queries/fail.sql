@@ -7,6 +7,7 @@ SET state       = $6::text,
     visible_at  = now() + $7::bigint * interval '1 millisecond',
     ready_at    = now() + $7::bigint * interval '1 millisecond',
     last_error  = $8::text,
+    claim_nonce = NULL,
     fence_token = $4::bigint,
     owner       = $5::text,
     updated_at  = now()

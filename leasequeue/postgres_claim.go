@@ -1,0 +1,161 @@
+package leasequeue
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/golib/lease/lease"
+)
+
+var _ Claimer = (*PostgresSource)(nil)
+
+// ClaimNext implements Claimer in one statement.
+func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]Granted, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, s.claim, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL))
+	if err != nil {
+		return nil, pgError("claim from", s.queue, err)
+	}
+	gs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Granted, error) {
+		var (
+			g       Granted
+			token   int64
+			attempt int32
+			age     *int64
+		)
+		err := row.Scan(&g.ID, &token, &attempt, &age)
+		g.Token, g.Attempt = lease.Token(token), int(attempt)
+		if age != nil {
+			g.Age = time.Duration(*age) * time.Microsecond
+		}
+		return g, err
+	})
+	if err != nil {
+		return nil, pgError("claim from", s.queue, err)
+	}
+	return gs, nil
+}
+
+// ClaimItem implements Claimer in one statement, and one more to say why
+// it was refused.
+func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
+	var (
+		g       = Granted{ID: id}
+		token   int64
+		attempt int32
+		age     *int64
+	)
+	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, r.KeyPrefix+escapeID(id), r.Owner, r.Nonce, millis(r.TTL)).
+		Scan(&token, &attempt, &age)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Granted{}, s.claimRefusal(ctx, id, r.KeyPrefix+escapeID(id))
+	case err != nil:
+		return Granted{}, pgError("claim", id, err)
+	}
+	g.Token, g.Attempt = lease.Token(token), int(attempt)
+	if age != nil {
+		g.Age = time.Duration(*age) * time.Microsecond
+	}
+	return g, nil
+}
+
+// claimRefusal explains why item id, whose lease key is key, could not be
+// claimed.
+func (s *PostgresSource) claimRefusal(ctx context.Context, id, key string) error {
+	rec, state, err := s.claimState(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case state == Done || state == Dead:
+		return finished(id, state)
+	}
+	// Held by a current claim, or locked by a claim being written right
+	// now: either way another worker has it.
+	return &lease.NotAcquiredError{Key: key, Holder: rec.Owner, Token: rec.Token, Remaining: rec.Remaining}
+}
+
+// RenewClaim implements Claimer in one statement, and one more to say why
+// it was refused.
+func (s *PostgresSource) RenewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+	if err := checkToken(lease.Snapshot{Key: a.Key, Token: a.Token}); err != nil {
+		return err
+	}
+	tag, err := s.db.Exec(ctx, s.renew, s.queue, id, int64(a.Token), a.Nonce, millis(ttl))
+	switch {
+	case err != nil:
+		return pgError("renew claim of", id, err)
+	case tag.RowsAffected() == 0:
+		return s.lostClaim(ctx, id, a)
+	}
+	return nil
+}
+
+// ReleaseClaim implements Claimer in one statement, and one more to say
+// why it was refused.
+func (s *PostgresSource) ReleaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
+	if a.Token > 1<<63-1 {
+		return s.lostClaim(ctx, id, a)
+	}
+	tag, err := s.db.Exec(ctx, s.release, s.queue, id, int64(a.Token), a.Nonce)
+	switch {
+	case err != nil:
+		return pgError("release claim of", id, err)
+	case tag.RowsAffected() == 0:
+		return s.lostClaim(ctx, id, a)
+	}
+	return nil
+}
+
+// lostClaim returns the *lease.LostError of claim a of item id, refused
+// by a renew or release: Superseded if the item carries a newer token,
+// Expired otherwise.
+func (s *PostgresSource) lostClaim(ctx context.Context, id string, a lease.Acquisition) error {
+	rec, _, err := s.claimState(ctx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	reason := lease.Expired
+	if rec.Token > a.Token {
+		reason = lease.Superseded
+	}
+	return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
+}
+
+// InspectClaim implements Claimer in one statement. The Record's Key is
+// left empty.
+func (s *PostgresSource) InspectClaim(ctx context.Context, id string) (lease.Record, error) {
+	rec, _, err := s.claimState(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return lease.Record{}, nil // never claimed: free, no token known
+	}
+	return rec, err
+}
+
+// claimState reads the claim of item id: held while the item is running
+// and its claim has not expired.
+func (s *PostgresSource) claimState(ctx context.Context, id string) (lease.Record, State, error) {
+	var (
+		state  string
+		owner  string
+		token  int64
+		remain int64 // microseconds
+	)
+	err := s.db.QueryRow(ctx, s.claimStateQ, s.queue, id).Scan(&state, &owner, &token, &remain)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Record{}, "", notFound(id)
+	case err != nil:
+		return lease.Record{}, "", pgError("read claim of", id, err)
+	}
+	rec := lease.Record{Token: lease.Token(token)}
+	if State(state) == Running && remain > 0 {
+		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(remain)*time.Microsecond
+	}
+	return rec, State(state), nil
+}
