@@ -16,10 +16,12 @@ type MemoryOptions struct {
 	Clock lease.Clock
 }
 
-// MemorySource is a Source in the memory of one process, fenced by a
-// fence.Memory: the reference implementation of the Source rules, for
-// tests, examples and single-process programs (with a memory lease
-// backend). Next hands out running items whose claim may have expired
+// MemorySource is a Source and a Claimer in the memory of one process,
+// fenced by a fence.Memory: the reference implementation of the Source and
+// Claimer rules, for tests, examples and single-process programs. Its
+// claims' tokens count up from the item's fence, as the memory lease
+// backend's do (the source is lost with the process, so there is no
+// restore to outlive). Next and ClaimNext hand out running items whose claim may have expired
 // first, then pending ones, each in the order they were enqueued. It is
 // safe for concurrent use, and is lost with the process.
 type MemorySource struct {
@@ -33,8 +35,9 @@ type MemorySource struct {
 
 type memoryItem struct {
 	Item
-	visible time.Time
+	visible time.Time // for a claimed item, when its claim expires
 	ready   time.Time // when it was enqueued, or its retry delay ends
+	nonce   string    // the secret of the item's claim (Claimer), if any
 }
 
 var _ Source = (*MemorySource)(nil)
@@ -164,7 +167,7 @@ func (s *MemorySource) finish(snap lease.Snapshot, id string, end func(*memoryIt
 		case it.State != Running:
 			return notRunning(id, it.State)
 		}
-		it.Owner = snap.Owner
+		it.Owner, it.nonce = snap.Owner, ""
 		end(it)
 		return nil
 	})
@@ -174,7 +177,7 @@ func (s *MemorySource) finish(snap lease.Snapshot, id string, end func(*memoryIt
 func (s *MemorySource) Defer(_ context.Context, id string, d time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it := s.items[id]; it != nil {
+	if it := s.items[id]; it != nil && it.nonce == "" { // never moves a claim's expiry
 		it.visible = s.clock.Now().Add(d)
 	}
 	return nil

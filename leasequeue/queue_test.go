@@ -254,19 +254,6 @@ func TestWorkersThatDieUseUpAttempts(t *testing.T) {
 	}
 }
 
-// failingRenewals is a backend whose renewals fail while fail is set.
-type failingRenewals struct {
-	lease.Backend
-	fail atomic.Bool
-}
-
-func (b *failingRenewals) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
-	if b.fail.Load() {
-		return errors.New("renew: connection refused")
-	}
-	return b.Backend.Renew(ctx, a, ttl)
-}
-
 // cutOff is a backend that fails every operation, without sending it,
 // while cut is set: a worker on the wrong side of a network partition.
 type cutOff struct {
@@ -337,9 +324,12 @@ func (b *cutOff) Inspect(ctx context.Context, key string) (lease.Record, error) 
 // again.
 func TestSickWorkerTakesNoNewWork(t *testing.T) {
 	clock := leasetest.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	b := &failingRenewals{Backend: leasememory.New(leasememory.Options{Clock: clock})}
-	src := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
-	src.Enqueue("a", "b")
+	mem := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
+	mem.Enqueue("a", "b")
+	// The claims live in the source: its renewals fail while fail is set.
+	var fail atomic.Bool
+	src := &cutClaimer{Claimer: mem, cut: &fail}
+	b := leasememory.New(leasememory.Options{Clock: clock})
 	// TTL 3s: renew every 1s, local lifetime 2.5s, timeout 300ms, retry
 	// 100ms; a deadline nearer than 1.1s is overdue.
 	p := newPolicy(t, lease.PolicyOptions{TTL: 3 * time.Second})
@@ -358,7 +348,7 @@ func TestSickWorkerTakesNoNewWork(t *testing.T) {
 		}
 	}
 	step(0)
-	b.fail.Store(true)
+	fail.Store(true)
 	for range 15 { // 1.5s: the renewal due after 1s has failed
 		step(100 * time.Millisecond)
 	}
@@ -368,7 +358,7 @@ func TestSickWorkerTakesNoNewWork(t *testing.T) {
 	if _, err := q.Claim(ctx, "b"); !errors.Is(err, leasequeue.ErrUnhealthy) {
 		t.Fatalf("Claim while renewals fail = %v; want ErrUnhealthy", err)
 	}
-	b.fail.Store(false)
+	fail.Store(false)
 	for range 2 { // the next retry, 100ms later at most, goes through
 		step(50 * time.Millisecond)
 	}

@@ -1,0 +1,127 @@
+package leasequeue
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/lease"
+)
+
+var _ Claimer = (*MemorySource)(nil)
+
+// errTaken says that an item stopped being claimable before it was
+// claimed.
+var errTaken = errors.New("leasequeue: item taken")
+
+// ClaimNext implements Claimer.
+func (s *MemorySource) ClaimNext(_ context.Context, r ClaimRequest, n int) ([]Granted, error) {
+	s.mu.Lock()
+	now := s.clock.Now()
+	var ids []string
+	for _, state := range []State{Running, Pending} { // rescues first
+		for _, id := range s.order {
+			if len(ids) >= n {
+				break
+			}
+			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	s.mu.Unlock()
+	var gs []Granted
+	for _, id := range ids {
+		g, err := s.claimOne(r, id, true)
+		if err == nil {
+			gs = append(gs, g)
+		}
+	}
+	return gs, nil
+}
+
+// ClaimItem implements Claimer.
+func (s *MemorySource) ClaimItem(_ context.Context, r ClaimRequest, id string) (Granted, error) {
+	g, err := s.claimOne(r, id, false)
+	if errors.Is(err, errTaken) {
+		rec, _ := s.InspectClaim(context.Background(), id)
+		return Granted{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: rec.Owner, Token: rec.Token, Remaining: rec.Remaining}
+	}
+	return g, err
+}
+
+// claimOne claims item id for r, if it is pending (and ready, if ready is
+// set) or running with an expired claim: in the write of a fence.Do under
+// a token one above the item's fence, so that the fence and the item move
+// together.
+func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted, error) {
+	snap := lease.Snapshot{Key: r.KeyPrefix + escapeID(id), Owner: r.Owner, Token: s.fence.Mark(id).Token + 1}
+	g := Granted{ID: id, Token: snap.Token}
+	err := s.fence.Do(snap, []string{id}, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		it := s.items[id]
+		now := s.clock.Now()
+		switch {
+		case it == nil:
+			return notFound(id)
+		case it.State == Done || it.State == Dead:
+			return finished(id, it.State)
+		case it.State == Running && now.Before(it.visible), it.State == Pending && ready && now.Before(it.visible):
+			return errTaken
+		}
+		it.State, it.Owner, it.nonce = Running, r.Owner, r.Nonce
+		it.Attempts++
+		it.visible = now.Add(r.TTL)
+		g.Begun = Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}
+		return nil
+	})
+	if errors.Is(err, fence.ErrStale) {
+		// A claimer that read the same fence got there first.
+		return Granted{}, errTaken
+	}
+	return g, err
+}
+
+// RenewClaim implements Claimer.
+func (s *MemorySource) RenewClaim(_ context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+	return s.onClaim(id, a, func(it *memoryItem, now time.Time) { it.visible = now.Add(ttl) })
+}
+
+// ReleaseClaim implements Claimer.
+func (s *MemorySource) ReleaseClaim(_ context.Context, id string, a lease.Acquisition) error {
+	return s.onClaim(id, a, func(it *memoryItem, now time.Time) { it.visible, it.nonce = now, "" })
+}
+
+// onClaim applies f to item id if a is its current, unexpired claim (any
+// token of a.Nonce if a.Token is 0), and returns a's *lease.LostError
+// otherwise.
+func (s *MemorySource) onClaim(id string, a lease.Acquisition, f func(*memoryItem, time.Time)) error {
+	token := s.fence.Mark(id).Token
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, now := s.items[id], s.clock.Now()
+	if it != nil && it.State == Running && it.nonce == a.Nonce && (a.Token == 0 || a.Token == token) && now.Before(it.visible) {
+		f(it, now)
+		return nil
+	}
+	reason := lease.Expired
+	if a.Token != 0 && token > a.Token {
+		reason = lease.Superseded
+	}
+	return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
+}
+
+// InspectClaim implements Claimer. The Record's Key is left empty.
+func (s *MemorySource) InspectClaim(_ context.Context, id string) (lease.Record, error) {
+	rec := lease.Record{Token: s.fence.Mark(id).Token}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it := s.items[id]; it != nil && it.State == Running && it.nonce != "" {
+		if left := it.visible.Sub(s.clock.Now()); left > 0 {
+			rec.Held, rec.Owner, rec.Remaining = true, it.Owner, left
+		}
+	}
+	return rec, nil
+}
