@@ -102,7 +102,9 @@ func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]str
 				break
 			}
 			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
-				it.visible = now.Add(hide)
+				// An expired claim is over: hiding the item must not
+				// renew it.
+				it.visible, it.nonce = now.Add(hide), ""
 				out = append(out, id)
 			}
 		}

@@ -51,8 +51,8 @@ func (s *MemorySource) ClaimItem(_ context.Context, r ClaimRequest, id string) (
 	return g, err
 }
 
-// claimOne claims item id for r, if it is pending (and ready, if ready is
-// set) or running with an expired claim: in the write of a fence.Do under
+// claimOne claims item id for r, if it is pending or running with an
+// expired claim, or (unless ready is set, for ClaimNext) with none: in the write of a fence.Do under
 // a token one above the item's fence, so that the fence and the item move
 // together.
 func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted, error) {
@@ -68,7 +68,8 @@ func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted,
 			return notFound(id)
 		case it.State == Done || it.State == Dead:
 			return finished(id, it.State)
-		case it.State == Running && now.Before(it.visible), it.State == Pending && ready && now.Before(it.visible):
+		case it.State == Running && now.Before(it.visible) && (ready || it.nonce != ""),
+			it.State == Pending && ready && now.Before(it.visible):
 			return errTaken
 		}
 		it.State, it.Owner, it.nonce = Running, r.Owner, r.Nonce

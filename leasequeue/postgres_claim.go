@@ -138,15 +138,16 @@ func (s *PostgresSource) InspectClaim(ctx context.Context, id string) (lease.Rec
 }
 
 // claimState reads the claim of item id: held while the item is running
-// and its claim has not expired.
+// under a claim that has not expired.
 func (s *PostgresSource) claimState(ctx context.Context, id string) (lease.Record, State, error) {
 	var (
 		state  string
+		claim  bool
 		owner  string
 		token  int64
 		remain int64 // microseconds
 	)
-	err := s.db.QueryRow(ctx, s.claimStateQ, s.queue, id).Scan(&state, &owner, &token, &remain)
+	err := s.db.QueryRow(ctx, s.claimStateQ, s.queue, id).Scan(&state, &claim, &owner, &token, &remain)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return lease.Record{}, "", notFound(id)
@@ -154,7 +155,7 @@ func (s *PostgresSource) claimState(ctx context.Context, id string) (lease.Recor
 		return lease.Record{}, "", pgError("read claim of", id, err)
 	}
 	rec := lease.Record{Token: lease.Token(token)}
-	if State(state) == Running && remain > 0 {
+	if State(state) == Running && claim && remain > 0 {
 		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(remain)*time.Microsecond
 	}
 	return rec, State(state), nil

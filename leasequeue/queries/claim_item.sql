@@ -16,7 +16,7 @@ SET state       = 'running',
 WHERE j.queue = $1::text AND j.id = (
     SELECT id FROM public.leasequeue_jobs
     WHERE queue = $1::text AND id = $2::text
-      AND (state = 'pending' OR (state = 'running' AND visible_at <= statement_timestamp()))
+      AND (state = 'pending' OR (state = 'running' AND (visible_at <= statement_timestamp() OR claim_nonce IS NULL)))
     FOR UPDATE SKIP LOCKED
 )
 RETURNING j.fence_token, j.attempts,

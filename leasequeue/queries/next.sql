@@ -1,6 +1,9 @@
 -- next: hide up to $2 due items of queue $1 for $3 milliseconds, and
 -- return their IDs: first running items whose claim may have expired,
--- then pending items, each in the order they became due. SKIP LOCKED lets
+-- then pending items, each in the order they became due. A running item
+-- handed out had its claim expire, so its claim's secret is cleared: the
+-- new visible_at only hides it, and never renews that claim
+-- (claim_item.sql takes a running item without a secret). SKIP LOCKED lets
 -- concurrent pollers pass over each other's rows instead of waiting; the
 -- new visible_at keeps the rows from the pollers that come after.
 --
@@ -24,6 +27,7 @@ WITH rescue AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE public.leasequeue_jobs AS j
-SET visible_at = now() + $3::bigint * interval '1 millisecond'
+SET visible_at  = now() + $3::bigint * interval '1 millisecond',
+    claim_nonce = NULL
 WHERE j.queue = $1::text AND j.id = ANY (ARRAY(SELECT id FROM rescue UNION ALL SELECT id FROM fresh))
 RETURNING j.id
