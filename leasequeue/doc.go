@@ -8,19 +8,24 @@
 //
 // # Items
 //
-// A Queue claims the items of a Source for one worker. Claim takes one
-// item: it acquires the lease Options.Name + "/items/" + id (with '%',
-// '{', '}' and '/' of id escaped, see Queue.Key), records the
-// start of an attempt with a write fenced by the new token (the item is
-// now running, its attempt count one higher), and renews the lease in the
-// background until the claim is completed, failed or released:
+// A Queue claims the items of a Source for one worker, each under the
+// lease Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
+// escaped, see Queue.Key). On a Claimer (PostgresSource, MemorySource)
+// the item is its own lease: Claim takes one item in one request that
+// makes it running, counts the attempt and records the claim's holder,
+// secret, token and expiry on the item. On ValkeySource Claim acquires the
+// item's lease on the client's backend, then records the start of the
+// attempt with a write fenced by the new token. Either way the claim is
+// renewed in the background, by the lease package's renewer, until it is
+// completed, failed or released:
 //
 //	c, err := q.Claim(ctx, "invoice-42")
 //	...
 //	err = c.Complete(ctx) // fenced: refused once another worker claimed the item
 //
-// Run is the worker loop: it asks the source for as many ready items as it
-// has free slots (Options.Concurrency), claims each and runs a Handler
+// Run is the worker loop: it claims as many ready items as it has free
+// slots (Options.Concurrency; on a Claimer in one request) and runs a
+// Handler
 // under the claim's context, which is cancelled the moment the lease is
 // lost. A nil result completes the item; an error fails it, and after
 // Options.MaxAttempts attempts the item goes to the dead-letter state.
@@ -37,19 +42,23 @@
 // # Sources
 //
 // A Source hands out the IDs of items that may be ready and records each
-// attempt with fenced writes. PostgresSource keeps the items of any number
-// of queues in one table (see MigratePostgres): pollers hand out due rows
-// with FOR UPDATE SKIP LOCKED and hide them for a TTL, and the fence is a
-// pair of columns checked in the statement that writes the row.
+// attempt with fenced writes; a Claimer also claims them, each claim a
+// lease of its own. PostgresSource keeps the items of any number of queues
+// in one table (see MigratePostgres): one statement claims due rows with
+// FOR UPDATE SKIP LOCKED, and one completes or fails an item, checking the
+// fence (a pair of columns) and ending the claim in the statement that
+// writes the row.
 // ValkeySource keeps the IDs in a list (producers can RPUSH to it) and a
 // sorted set of handed-out items, with each item's state fenced with
 // package fence. MemorySource is the in-process reference.
 //
-// An item a worker holds is hidden from the pollers until its lease would
-// expire: a poller that finds the lease held asks the source to hide the
-// item for the holder's remaining time, and tries again then. So the item
-// of a worker that died is claimed within a poll of its lease's expiry,
-// while a live worker's items cost one probe per lease period.
+// On a Claimer the item of a worker that died is claimable as soon as its
+// claim expires on the source's clock. On ValkeySource an item a worker
+// holds is hidden from the pollers until its lease would expire: a poller
+// that finds the lease held asks the source to hide the item for the
+// holder's remaining time, and tries again then. So the item of a worker
+// that died is claimed within a poll of its lease's expiry, while a live
+// worker's items cost one probe per lease period.
 //
 // ACL rules apply to the commands inside scripts too. The least a Valkey
 // user of ValkeySource and ValkeyRoster needs, with the leases on the
@@ -92,7 +101,8 @@
 // An Observer receives events: Claimed, Heartbeat (a renewal went
 // through, or is overdue), Completed, Failed, Lost, Assigned, Revoked and
 // Rebalanced. NewSlogObserver logs them. The leases' own events go to the
-// lease.Client's observer.
+// lease.Client's observer (not those of a Claimer's claims, which the
+// queue renews through a client of its own).
 //
 // # What a lease does not do
 //
