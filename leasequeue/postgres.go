@@ -159,8 +159,8 @@ type PostgresSource struct {
 	queue string
 	n     pgNames
 
-	next, begin, complete, fail, deferQ, item, enqueue string
-	claim, claimItem, renew, release, claimStateQ      string
+	next, begin, complete, fail, deferQ, item, enqueue      string
+	claim, claimOne, claimItem, renew, release, claimStateQ string
 }
 
 var _ Source = (*PostgresSource)(nil)
@@ -183,7 +183,7 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 		db: db, queue: queue, n: n,
 		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
 		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
-		claim: n.query("claim"), claimItem: n.query("claim_item"), renew: n.query("renew"),
+		claim: n.query("claim"), claimOne: n.query("claim_one"), claimItem: n.query("claim_item"), renew: n.query("renew"),
 		release: n.query("release"), claimStateQ: n.query("claim_state"),
 	}, nil
 }

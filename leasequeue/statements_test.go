@@ -193,6 +193,50 @@ func TestPostgresStatementsPerItem(t *testing.T) {
 		t.Errorf("Run sent %d claim statements (rows %v), %d completions and %d other statements %+v; want one claim of 6 rows and 6 completions",
 			len(claims), claims, len(completes), len(other), other)
 	}
+
+	// With one slot, each item is claimed by a statement of its own.
+	q1, err := leasequeue.New(newClient(t, noBackend{t}, "w1", nil), src,
+		leasequeue.Options{Name: "count", Policy: newPolicy(t, lease.PolicyOptions{TTL: time.Minute})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(ctx, t, src, "j", "k")
+	log.take()
+	wg.Add(2)
+	runCtx, stop = context.WithCancel(ctx)
+	go func() {
+		_ = q1.Run(runCtx, func(context.Context, *leasequeue.Claim) error { wg.Done(); return nil })
+	}()
+	wg.Wait()
+	eventually(t, 30*time.Second, "two completions", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		n := 0
+		for _, s := range log.sent {
+			if strings.Contains(s.sql, "'done'") && s.rows == 1 {
+				n++
+			}
+		}
+		return n == 2
+	})
+	stop()
+	claims, completes, other = nil, nil, nil
+	for _, s := range log.take() {
+		switch {
+		case strings.Contains(s.sql, "'done'"):
+			completes = append(completes, s)
+		case strings.Contains(s.sql, "SKIP LOCKED"):
+			if s.rows > 0 {
+				claims = append(claims, s)
+			}
+		default:
+			other = append(other, s)
+		}
+	}
+	if len(claims) != 2 || claims[0].rows != 1 || claims[1].rows != 1 || len(completes) != 2 || len(other) != 0 {
+		t.Errorf("Run with one slot sent %d claim statements (rows %v), %d completions and %d other statements %+v; want two claims of one row and 2 completions",
+			len(claims), claims, len(completes), len(other), other)
+	}
 }
 
 // TestPostgresClaimUpgrade: tables made by the migrations before claims
