@@ -74,7 +74,9 @@ type ClaimRequest struct {
 	// Owner names the worker.
 	Owner string
 	// Nonce is the claim's secret, as lease.AcquireRequest's: store it,
-	// never return it, log it or put it in an error.
+	// never return it, log it or put it in an error. The claims of one
+	// ClaimNext share it; each is still its own acquisition, of its own
+	// key with its own token.
 	Nonce string
 	// TTL is how long the claim lasts, on the source's clock, unless it
 	// is renewed.
