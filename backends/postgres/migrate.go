@@ -55,11 +55,37 @@ func Migrate(ctx context.Context, db Beginner, o Options) error {
 		Lock:     "github.com/golib/lease/backends/postgres.Migrate\x00" + n.qualified,
 		Render:   func(sql string) string { return render(sql, n.qualified) },
 		After: func(ctx context.Context, tx pgx.Tx) error {
+			if err := dropTokenCheck(ctx, tx, n.qualified); err != nil {
+				return err
+			}
 			return setPersistence(ctx, tx, n.qualified, o.Unlogged)
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("leasepostgres: Migrate %s: %w", n.qualified, err)
+	}
+	return nil
+}
+
+// dropTokenCheck drops the CHECK (token > 0) that 001_lease gave the
+// table, as 002_token_check does. That file names the constraint after the
+// default table; PostgreSQL named it after the table it created, so a
+// table of another name keeps it until this finds it in the catalog.
+func dropTokenCheck(ctx context.Context, tx pgx.Tx, table string) error {
+	rows, err := tx.Query(ctx, `SELECT conname::text FROM pg_catalog.pg_constraint
+WHERE conrelid = to_regclass($1::text) AND contype = 'c'
+  AND pg_catalog.pg_get_constraintdef(oid) = 'CHECK ((token > 0))'`, table)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+table+" DROP CONSTRAINT "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	return nil
 }

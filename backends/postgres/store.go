@@ -171,13 +171,14 @@ func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...an
 	return true, nil
 }
 
-// ttlMillis converts a TTL to whole milliseconds, rounding up.
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+// ttlInterval rounds a TTL up to whole microseconds, the resolution of a
+// PostgreSQL interval, which pgx would otherwise truncate to.
+func ttlInterval(ttl time.Duration) time.Duration {
+	return (ttl + time.Microsecond - 1).Truncate(time.Microsecond)
 }
 
-// remaining converts microseconds left, as the statements return them, to
-// a duration that is never negative.
+// remaining converts microseconds left, as the admin statements return
+// them, to a duration that is never negative.
 func remaining(us int64) time.Duration {
 	return max(time.Duration(us)*time.Microsecond, 0)
 }
@@ -190,7 +191,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	if r.TTL <= 0 {
 		return 0, fmt.Errorf("leasepostgres: acquire: TTL %v is not positive", r.TTL)
 	}
-	c := &acquireCall{key: r.Key, owner: r.Owner, nonce: r.Nonce, ttl: ttlMillis(r.TTL)}
+	c := &acquireCall{key: r.Key, owner: r.Owner, nonce: r.Nonce, ttl: ttlInterval(r.TTL)}
 	c.args = [...]any{&c.key, &c.owner, &c.nonce, &c.ttl}
 	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left}
 	ok, err := s.queryRow(ctx, s.q.acquire, c.args[:], c.dest[:]...)
@@ -201,7 +202,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	case !ok:
 		return 0, errors.New("leasepostgres: acquire: the statement returned no row")
 	case !granted:
-		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: remaining(left)}
+		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: max(left, 0)}
 	case token <= 0:
 		return 0, fmt.Errorf("leasepostgres: acquire: table %s returned token %d", s.names.qualified, token)
 	}
@@ -211,14 +212,15 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 // acquireCall holds the arguments and results of one acquire.sql, so that
 // the call allocates once: pgx gets pointers into it, which an interface
 // holds without a copy, instead of boxed strings and escaping locals (eight
-// allocations per call before).
+// allocations per call before). pgx sends a time.Duration as an interval
+// and scans an interval into one.
 type acquireCall struct {
 	key, owner, nonce string
-	ttl               int64
+	ttl               time.Duration
 	granted           bool
 	token             int64
 	holder            string
-	left              int64
+	left              time.Duration
 	args, dest        [4]any
 }
 
@@ -226,7 +228,8 @@ type acquireCall struct {
 // channel).
 type outcomeCall struct {
 	key, nonce, channel string
-	token, ttl          int64
+	token               int64
+	ttl                 time.Duration
 	outcome             int32
 	args                [4]any
 	dest                [1]any
@@ -257,7 +260,7 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if ttl <= 0 {
 		return fmt.Errorf("leasepostgres: renew: TTL %v is not positive", ttl)
 	}
-	c := &outcomeCall{key: a.Key, nonce: a.Nonce, token: int64(a.Token), ttl: ttlMillis(ttl)}
+	c := &outcomeCall{key: a.Key, nonce: a.Nonce, token: int64(a.Token), ttl: ttlInterval(ttl)}
 	c.args = [...]any{&c.key, &c.nonce, &c.token, &c.ttl}
 	c.dest = [...]any{&c.outcome}
 	ok, err := s.queryRow(ctx, s.q.renew, c.args[:], c.dest[:]...)
@@ -294,7 +297,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 		held  bool
 		owner string
 		token int64
-		left  int64
+		left  time.Duration
 	)
 	rec := lease.Record{Key: key}
 	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left)
@@ -303,7 +306,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	}
 	rec.Token = lease.Token(token)
 	if held {
-		rec.Held, rec.Owner, rec.Remaining = true, owner, remaining(left)
+		rec.Held, rec.Owner, rec.Remaining = true, owner, max(left, 0)
 	}
 	return rec, nil
 }

@@ -2,9 +2,9 @@
 -- acquired, released, or expired on the database's clock), or extend it
 -- if $3 already holds it; otherwise leave the holder as it is.
 --
--- $1 key, $2 owner, $3 nonce, $4 TTL in milliseconds.
+-- $1 key, $2 owner, $3 nonce, $4 TTL (an interval).
 -- One row: whether $3 holds the key now, and the holder's token, owner and
--- remaining microseconds (those of $3 when granted).
+-- remaining time as an interval (those of $3 when granted).
 --
 -- The row is always written: ON CONFLICT locks it (which already costs a
 -- write), and each column keeps its value unless the key is free or $3
@@ -14,10 +14,19 @@
 -- read once when the statement arrived, so every column sees the same
 -- instant. A statement that waits for the row lock only gets a shorter
 -- lease than it asked for, never a longer one.
+--
+-- Every function and operator in a statement costs the server a lookup
+-- and a permission check each time the statement runs, even as a prepared
+-- statement, so the statement uses few: the TTL arrives as an interval,
+-- the remaining time leaves as one, and extract(epoch ...) of a
+-- timestamptz is exact to the microsecond (numeric), so the token needs no
+-- floor(). Not writing the row when the key is held would need a second
+-- read of it (the statement's snapshot may predate the version the
+-- conflict check saw), which costs more than the write saves.
 INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at)
 VALUES ($1::text, $2::text, $3::text,
-        floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-        statement_timestamp() + $4::bigint * interval '1 millisecond')
+        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+        statement_timestamp() + $4::interval)
 ON CONFLICT (key) DO UPDATE SET
     owner = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
                  THEN excluded.owner ELSE l.owner END,
@@ -27,5 +36,4 @@ ON CONFLICT (key) DO UPDATE SET
                  THEN greatest(l.token + 1, excluded.token) ELSE l.token END,
     expires_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
                       THEN excluded.expires_at ELSE l.expires_at END
-RETURNING l.nonce = $3::text, l.token, l.owner,
-          floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint
+RETURNING l.nonce = $3::text, l.token, l.owner, l.expires_at - statement_timestamp()

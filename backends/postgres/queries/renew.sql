@@ -1,7 +1,7 @@
--- Renew: extend acquisition ($2, $3) of key $1 to $4 milliseconds from now
+-- Renew: extend acquisition ($2, $3) of key $1 to $4 from now
 -- if it holds the key and has not expired on the database's clock.
 --
--- $1 key, $2 nonce, $3 token (0: any token), $4 TTL in milliseconds.
+-- $1 key, $2 nonce, $3 token (0: any token), $4 TTL (an interval).
 -- One row with the outcome: 0 renewed, 1 expired (the row still shows this
 -- acquisition, or there is no row), 2 superseded (the row shows another
 -- one).
@@ -11,7 +11,7 @@
 -- row version, not from the statement's snapshot.
 WITH renewed AS (
     UPDATE public.leases AS l
-    SET expires_at = statement_timestamp() + $4::bigint * interval '1 millisecond'
+    SET expires_at = statement_timestamp() + $4::interval
     WHERE l.key = $1::text AND l.nonce = $2::text
       AND ($3::bigint = 0 OR l.token = $3::bigint)
       AND l.expires_at > statement_timestamp()
