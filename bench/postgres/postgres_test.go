@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -60,6 +61,26 @@ func store(b *testing.B, pool *pgxpool.Pool, o leasepostgres.Options) func(conte
 	}
 }
 
+// backend is store without lease.Client: the store's own statements and
+// client-side cost, to hold against plain-upsert. The nonce is drawn as
+// the Client draws it.
+func backend(b *testing.B, pool *pgxpool.Pool, o leasepostgres.Options) func(context.Context, string) error {
+	s, err := leasepostgres.New(pool, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return func(ctx context.Context, key string) error {
+		a := lease.Acquisition{Key: key, Owner: "bench", Nonce: rand.Text()}
+		tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: ttl})
+		if err != nil {
+			return err
+		}
+		a.Token = tok
+		return s.Release(ctx, a)
+	}
+}
+
 func migrate(o leasepostgres.Options) func(b *testing.B, pool *pgxpool.Pool) {
 	return func(b *testing.B, pool *pgxpool.Pool) {
 		if err := leasepostgres.Migrate(context.Background(), pool, o); err != nil {
@@ -72,6 +93,7 @@ var (
 	logged   = leasepostgres.Options{Table: "leases_logged"}
 	unlogged = leasepostgres.Options{Table: "leases_unlogged", Unlogged: true}
 	nonotify = leasepostgres.Options{Table: "leases_nonotify", DisableNotify: true}
+	bare     = leasepostgres.Options{Table: "leases_backend"}
 )
 
 const plainTable = `CREATE TABLE IF NOT EXISTS plain_leases (
@@ -100,6 +122,9 @@ var cyclers = []cycler{
 	}},
 	{"leasepostgres", migrate(logged), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
 		return store(b, pool, logged)
+	}},
+	{"leasepostgres-backend", migrate(bare), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return backend(b, pool, bare)
 	}},
 	{"leasepostgres-unlogged", migrate(unlogged), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
 		return store(b, pool, unlogged)
