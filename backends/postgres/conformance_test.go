@@ -34,6 +34,17 @@ func TestConformanceUnlogged(t *testing.T) {
 	})
 }
 
+// TestConformanceAsyncCommit runs the suite on statements that also set
+// synchronous_commit, with their extra result column.
+func TestConformanceAsyncCommit(t *testing.T) {
+	t.Parallel()
+	s, _ := freshStore(t, leasepostgres.Options{AsyncCommit: true})
+	leasetest.RunBackendSuite(t, leasetest.Suite{
+		NewBackend: func(*testing.T) lease.Backend { return s },
+		TTL:        suiteTTL,
+	})
+}
+
 // TestConformanceExecModes runs the suite with each of pgx's query exec
 // modes, as a connection pooler in transaction mode needs some of them.
 func TestConformanceExecModes(t *testing.T) {

@@ -55,8 +55,8 @@
 // now(), it is not frozen for a whole transaction, so a Store on a pgx.Tx
 // works too). A statement that waits for a row lock therefore only ever
 // judges a lease as of when it arrived and grants a lease that is shorter
-// by the wait, never longer. A TTL is kept in whole milliseconds, rounded
-// up.
+// by the wait, never longer. A TTL is kept in whole microseconds (the
+// resolution of an interval), rounded up.
 //
 // # Tokens
 //
@@ -78,6 +78,18 @@
 // seeded from the clock and so is greater than the forgotten one: a fenced
 // write of the old holder is rejected. Use it when fencing protects the
 // work and an occasional double run after a crash is acceptable.
+//
+// # Asynchronous commit
+//
+// Options.AsyncCommit keeps the table logged (it survives a crash and
+// reaches replicas) but lets acquire, renew and release commit without
+// waiting for the WAL flush: each statement sets synchronous_commit off
+// for its own transaction, in the same round trip. On a durable server
+// that is most of an operation's latency. The price is smaller than
+// Unlogged's and of the same kind: a crash of the database server loses
+// the operations acknowledged in its last moments (at most three times
+// wal_writer_delay), so a grant or renewal may be undone while its holder
+// still works, and fencing keeps the writes apart as above.
 //
 // # Fast hand-over
 //

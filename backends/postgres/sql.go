@@ -91,7 +91,19 @@ func newNames(schema, table string) (names, error) {
 // CheckGuard's statement is not here: it takes the table from the guard.
 type queries struct {
 	acquire, renew, release, inspect, watch string
+	// extra is the number of result columns the writing statements
+	// (acquire, renew, release) have beyond those their files document:
+	// 1 with asyncCommit, whose value the Store skips.
+	extra int
 }
+
+// asyncCommit ends a writing statement's last select list (acquire's
+// RETURNING, the final SELECT of renew and release): set_config with
+// is_local true lasts until the statement's transaction ends, and a commit
+// reads synchronous_commit before the setting is undone, so the commit
+// does not wait for the WAL flush. It changes nothing on the connection
+// after the transaction.
+const asyncCommit = ",\n       pg_catalog.set_config('synchronous_commit', 'off', true)"
 
 func loadQuery(name, table string) string {
 	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
@@ -101,14 +113,21 @@ func loadQuery(name, table string) string {
 	return render(stripComments(string(b)), table)
 }
 
-func newQueries(table string) queries {
-	return queries{
+func newQueries(table string, async bool) queries {
+	q := queries{
 		acquire: loadQuery("acquire", table),
 		renew:   loadQuery("renew", table),
 		release: loadQuery("release", table),
 		inspect: loadQuery("inspect", table),
 		watch:   loadQuery("watch", table),
 	}
+	if async {
+		q.acquire += asyncCommit
+		q.renew += asyncCommit
+		q.release += asyncCommit
+		q.extra = 1
+	}
+	return q
 }
 
 // stripComments drops the lines that are whole "--" comments, so that the

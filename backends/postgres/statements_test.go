@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -40,12 +41,26 @@ func (l *statementLog) take() []string {
 }
 
 // TestOneStatementPerOperation checks that every operation, whatever its
-// outcome, sends exactly one statement and no transaction control.
+// outcome, sends exactly one statement and no transaction control, also
+// with AsyncCommit.
 func TestOneStatementPerOperation(t *testing.T) {
 	t.Parallel()
+	url := newDatabase(t)
+	for _, o := range []leasepostgres.Options{
+		{DisableNotify: true},
+		{DisableNotify: true, AsyncCommit: true, Table: "leases_async"},
+	} {
+		t.Run(fmt.Sprintf("AsyncCommit=%v", o.AsyncCommit), func(t *testing.T) {
+			t.Parallel()
+			oneStatementPerOperation(t, url, o)
+		})
+	}
+}
+
+func oneStatementPerOperation(t *testing.T, url string, o leasepostgres.Options) {
 	log := &statementLog{}
-	pool := newPool(t, newDatabase(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = log })
-	s := newStore(t, pool, leasepostgres.Options{DisableNotify: true})
+	pool := newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.Tracer = log })
+	s := newStore(t, pool, o)
 	ctx := ctxT(t)
 	log.take()
 
@@ -90,6 +105,72 @@ func TestOneStatementPerOperation(t *testing.T) {
 		if up := strings.ToUpper(strings.TrimSpace(sent[0])); strings.HasPrefix(up, "BEGIN") || strings.HasPrefix(up, "SET") {
 			t.Errorf("%s sent %q", st.name, sent[0])
 		}
+	}
+}
+
+// TestAsyncCommit checks that AsyncCommit sets synchronous_commit off for
+// the transaction of each writing statement and for nothing after it: on
+// a pgx.Tx the setting is seen later in that transaction, and on a
+// one-connection pool the connection keeps its own setting (on; the
+// shared test server's default is off).
+func TestAsyncCommit(t *testing.T) {
+	t.Parallel()
+	url := newDatabase(t)
+	pool := newPool(t, url, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	})
+	o := leasepostgres.Options{AsyncCommit: true, DisableNotify: true}
+	s := newStore(t, pool, o)
+	ctx := ctxT(t)
+	setting := func(db leasepostgres.DB) string {
+		t.Helper()
+		var v string
+		if err := db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	a := lease.Acquisition{Key: "k", Owner: "a", Nonce: "nonce-a"}
+	var err error
+	if a.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Renew(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if v := setting(pool); v != "on" {
+		t.Errorf("after the operations the pool's connection has synchronous_commit = %q, want on", v)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	ts, err := leasepostgres.New(tx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	if v := setting(tx); v != "on" {
+		t.Fatalf("synchronous_commit = %q before the acquire, want on", v)
+	}
+	if _, err := ts.Acquire(ctx, lease.AcquireRequest{Key: "t", Owner: "a", Nonce: "nonce-t", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if v := setting(tx); v != "off" {
+		t.Errorf("synchronous_commit = %q in the acquire's transaction, want off", v)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := setting(pool); v != "on" {
+		t.Errorf("after the transaction the connection has synchronous_commit = %q, want on", v)
 	}
 }
 

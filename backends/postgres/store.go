@@ -60,6 +60,27 @@ type Options struct {
 	// false.
 	DisableNotify bool
 
+	// AsyncCommit makes acquire, renew and release commit with
+	// synchronous_commit off, set inside each statement (no extra round
+	// trip, and nothing stays set on the connection afterwards): the
+	// database acknowledges them before their WAL reaches the disk, which
+	// on a durable server (fsync on) saves each operation a WAL flush. The
+	// price is on a crash of the database server (not of a client): the
+	// operations acknowledged in the last moments before it (at most three
+	// times wal_writer_delay, 200ms by default) are lost. A holder may then
+	// find its grant or its last renewal undone: the database lets another
+	// replica acquire the key while the holder's local deadline still runs,
+	// so for a while two replicas may both believe they hold it, until the
+	// old holder's next renewal fails with ErrLost. A released key may show
+	// held again until its TTL passes. Tokens stay safe for fencing, as
+	// after any loss of the table's data: the next grant's token is seeded
+	// from the database's clock, so it is higher than a lost one, and fenced
+	// writes keep the two holders apart; unfenced work does not.
+	// The commit no longer waits for synchronous standbys either, so a
+	// failover may lose the same. On a pgx.Tx the setting covers that whole
+	// transaction, the caller's other writes included. Default false.
+	AsyncCommit bool
+
 	// ListenPool is where the release listener takes its one dedicated
 	// connection from, while some Client.Acquire is waiting. Default: the
 	// db given to New, if it is a *pgxpool.Pool; otherwise waiters poll.
@@ -111,7 +132,7 @@ func New(db DB, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, names: n, q: newQueries(n.qualified), idle: listenIdle}
+	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), idle: listenIdle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
 	if !o.DisableNotify {
@@ -191,10 +212,10 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	if r.TTL <= 0 {
 		return 0, fmt.Errorf("leasepostgres: acquire: TTL %v is not positive", r.TTL)
 	}
-	c := &acquireCall{key: r.Key, owner: r.Owner, nonce: r.Nonce, ttl: ttlInterval(r.TTL)}
+	c := &acquireCall{key: textArg(r.Key), owner: textArg(r.Owner), nonce: textArg(r.Nonce), ttl: ttlInterval(r.TTL)}
 	c.args = [...]any{&c.key, &c.owner, &c.nonce, &c.ttl}
-	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left}
-	ok, err := s.queryRow(ctx, s.q.acquire, c.args[:], c.dest[:]...)
+	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left, nil}
+	ok, err := s.queryRow(ctx, s.q.acquire, c.args[:], c.dest[:4+s.q.extra]...)
 	granted, token, holder, left := c.granted, c.token, c.holder, c.left
 	switch {
 	case err != nil:
@@ -210,29 +231,27 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 }
 
 // acquireCall holds the arguments and results of one acquire.sql, so that
-// the call allocates once: pgx gets pointers into it, which an interface
-// holds without a copy, instead of boxed strings and escaping locals (eight
-// allocations per call before). pgx sends a time.Duration as an interval
-// and scans an interval into one.
+// the call allocates once: pgx gets pointers into it (see textArg).
 type acquireCall struct {
-	key, owner, nonce string
+	key, owner, nonce textArg
 	ttl               time.Duration
 	granted           bool
 	token             int64
 	holder            string
 	left              time.Duration
-	args, dest        [4]any
+	args              [4]any
+	dest              [5]any // the last one nil: a column to skip (queries.extra)
 }
 
 // outcomeCall is acquireCall for renew.sql ($4 ttl) and release.sql ($4
 // channel).
 type outcomeCall struct {
-	key, nonce, channel string
-	token               int64
+	key, nonce, channel textArg
+	token               int8Arg
 	ttl                 time.Duration
 	outcome             int32
 	args                [4]any
-	dest                [1]any
+	dest                [2]any // the last one nil, as in acquireCall
 }
 
 // Outcomes of renew.sql and release.sql.
@@ -260,10 +279,10 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if ttl <= 0 {
 		return fmt.Errorf("leasepostgres: renew: TTL %v is not positive", ttl)
 	}
-	c := &outcomeCall{key: a.Key, nonce: a.Nonce, token: int64(a.Token), ttl: ttlInterval(ttl)}
+	c := &outcomeCall{key: textArg(a.Key), nonce: textArg(a.Nonce), token: int8Arg(a.Token), ttl: ttlInterval(ttl)}
 	c.args = [...]any{&c.key, &c.nonce, &c.token, &c.ttl}
-	c.dest = [...]any{&c.outcome}
-	ok, err := s.queryRow(ctx, s.q.renew, c.args[:], c.dest[:]...)
+	c.dest = [...]any{&c.outcome, nil}
+	ok, err := s.queryRow(ctx, s.q.renew, c.args[:], c.dest[:1+s.q.extra]...)
 	if err != nil {
 		return err
 	}
@@ -278,10 +297,10 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 // If a waiter marked the key (see WatchReleases), the statement also
 // notifies waiting acquirers when it commits.
 func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
-	c := &outcomeCall{key: a.Key, nonce: a.Nonce, token: int64(a.Token), channel: s.channel}
+	c := &outcomeCall{key: textArg(a.Key), nonce: textArg(a.Nonce), token: int8Arg(a.Token), channel: textArg(s.channel)}
 	c.args = [...]any{&c.key, &c.nonce, &c.token, &c.channel}
-	c.dest = [...]any{&c.outcome}
-	ok, err := s.queryRow(ctx, s.q.release, c.args[:], c.dest[:]...)
+	c.dest = [...]any{&c.outcome, nil}
+	ok, err := s.queryRow(ctx, s.q.release, c.args[:], c.dest[:1+s.q.extra]...)
 	if err != nil {
 		return err
 	}
