@@ -94,6 +94,7 @@ var (
 	unlogged = leasepostgres.Options{Table: "leases_unlogged", Unlogged: true}
 	nonotify = leasepostgres.Options{Table: "leases_nonotify", DisableNotify: true}
 	bare     = leasepostgres.Options{Table: "leases_backend"}
+	async    = leasepostgres.Options{Table: "leases_async", AsyncCommit: true}
 )
 
 const plainTable = `CREATE TABLE IF NOT EXISTS plain_leases (
@@ -125,6 +126,9 @@ var cyclers = []cycler{
 	}},
 	{"leasepostgres-backend", migrate(bare), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
 		return backend(b, pool, bare)
+	}},
+	{"leasepostgres-asynccommit", migrate(async), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
+		return store(b, pool, async)
 	}},
 	{"leasepostgres-unlogged", migrate(unlogged), func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) error {
 		return store(b, pool, unlogged)
