@@ -10,8 +10,9 @@ import "github.com/jackc/pgx/v5/pgtype"
 // struct (acquireCall, outcomeCall), the call's only allocation. pgx
 // falls back to a type's underlying kind where it does not know its OID
 // (QueryExecModeExec, simple protocol), which is right for these two but
-// not for a duration: TTLs and remaining times stay time.Duration, which
-// pgx knows as an interval in every mode.
+// not for a duration: TTLs and remaining times are pgtype.Interval, which
+// pgx knows in every mode and, by pointer, also encodes and scans without
+// a copy (a time.Duration costs an allocation each way).
 
 // textArg is a text argument.
 type textArg string

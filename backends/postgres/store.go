@@ -13,6 +13,7 @@ import (
 	"github.com/golib/lease/lease"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -192,10 +193,18 @@ func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...an
 	return true, nil
 }
 
-// ttlInterval rounds a TTL up to whole microseconds, the resolution of a
-// PostgreSQL interval, which pgx would otherwise truncate to.
-func ttlInterval(ttl time.Duration) time.Duration {
-	return (ttl + time.Microsecond - 1).Truncate(time.Microsecond)
+// ttlInterval converts a TTL to an interval, rounding up to whole
+// microseconds, the resolution of a PostgreSQL interval.
+func ttlInterval(ttl time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: int64((ttl + time.Microsecond - 1) / time.Microsecond), Valid: true}
+}
+
+// duration converts an interval the statements return (a difference of
+// timestamps: days and microseconds, never months) to a duration that is
+// never negative.
+func duration(v pgtype.Interval) time.Duration {
+	d := time.Duration(v.Days)*24*time.Hour + time.Duration(v.Microseconds)*time.Microsecond
+	return max(d, 0)
 }
 
 // remaining converts microseconds left, as the admin statements return
@@ -223,7 +232,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	case !ok:
 		return 0, errors.New("leasepostgres: acquire: the statement returned no row")
 	case !granted:
-		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: max(left, 0)}
+		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: duration(left)}
 	case token <= 0:
 		return 0, fmt.Errorf("leasepostgres: acquire: table %s returned token %d", s.names.qualified, token)
 	}
@@ -234,11 +243,11 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 // the call allocates once: pgx gets pointers into it (see textArg).
 type acquireCall struct {
 	key, owner, nonce textArg
-	ttl               time.Duration
+	ttl               pgtype.Interval
 	granted           bool
 	token             int64
 	holder            string
-	left              time.Duration
+	left              pgtype.Interval
 	args              [4]any
 	dest              [5]any // the last one nil: a column to skip (queries.extra)
 }
@@ -248,7 +257,7 @@ type acquireCall struct {
 type outcomeCall struct {
 	key, nonce, channel textArg
 	token               int8Arg
-	ttl                 time.Duration
+	ttl                 pgtype.Interval
 	outcome             int32
 	args                [4]any
 	dest                [2]any // the last one nil, as in acquireCall
@@ -316,7 +325,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 		held  bool
 		owner string
 		token int64
-		left  time.Duration
+		left  pgtype.Interval
 	)
 	rec := lease.Record{Key: key}
 	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left)
@@ -325,7 +334,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	}
 	rec.Token = lease.Token(token)
 	if held {
-		rec.Held, rec.Owner, rec.Remaining = true, owner, max(left, 0)
+		rec.Held, rec.Owner, rec.Remaining = true, owner, duration(left)
 	}
 	return rec, nil
 }
