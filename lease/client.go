@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -165,13 +164,12 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		return nil, wrapOp("acquire", key, context.Cause(ctx))
 	}
 	o := p.o
-	// The secret is crypto/rand.Text: 26 base32 characters, 130 bits from
-	// the operating system's generator. It costs one allocation and about
-	// 150ns, a tenth of what the two context.WithTimeout calls it was
-	// measured against cost; a per-client random prefix and a counter (or
-	// a buffered reader) would save little of that, and make the secret's
-	// quality depend on code of ours instead of crypto/rand's.
-	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
+	// The secret is made as crypto/rand.Text makes its strings, from a
+	// batch shared by all acquisitions (nonce.go says why and how). The
+	// Handle is made now, so that the first attempt's context lives in it
+	// and a grant costs one allocation of the client's own.
+	h := &Handle{c: c, key: key, nonce: newNonce(), policy: p}
+	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: h.nonce, TTL: o.TTL}
 	at := attempts{start: c.clock.Now()}
 	var (
 		lastErr    error
@@ -190,7 +188,12 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		if at.n > 1 {
 			sent = c.clock.Now()
 		}
-		octx := newOp(ctx, o.OperationTimeout)
+		var octx *opContext
+		if at.n == 1 {
+			octx = h.acquireCtx.begin(ctx, o.OperationTimeout)
+		} else {
+			octx = newOp(ctx, o.OperationTimeout) // the first attempt's backend may still hold h's
+		}
 		tok, err := c.b.Acquire(octx, req)
 		octx.end()
 		at.latency = c.clock.Now().Sub(sent)
@@ -200,8 +203,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 				granted := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
 				return nil, c.acquireFailed(ctx, granted, p, at, context.Cause(ctx))
 			}
-			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p,
-				deadline: sent.Add(p.LocalLifetime())}
+			h.token, h.deadline = tok, sent.Add(p.LocalLifetime())
 			if !c.quiet {
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
 					at.n, c.clock.Now().Sub(at.start)})

@@ -27,9 +27,11 @@ type Handle struct {
 	lost     *LostError // the backend or a renewer said the acquisition is gone
 	managed  *Managed
 
-	// releaseCtx bounds the one backend Release a handle makes (guarded
-	// by released), so that a cycle does not allocate a context for it.
-	releaseCtx opContext
+	// acquireCtx bounds the acquire attempt that granted the handle (or
+	// the first attempt of the call that made it), and releaseCtx the one
+	// backend Release a handle makes (guarded by released), so that a
+	// cycle allocates no context for either.
+	acquireCtx, releaseCtx opContext
 }
 
 // Key returns the leased key.
@@ -133,9 +135,9 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 // A nil result is already history when it returns: use a fence, not
 // Validate, to protect a write.
 func (h *Handle) Validate(ctx context.Context) error {
-	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
+	octx := newOp(ctx, h.policy.o.OperationTimeout)
 	r, err := h.c.b.Inspect(octx, h.key)
-	cancel()
+	octx.end()
 	if err != nil {
 		return wrapOp("validate", h.key, err)
 	}

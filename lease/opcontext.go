@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,9 +13,11 @@ import (
 // context.WithTimeout costs four allocations and a timer per call, twice
 // per acquire→release cycle, whether or not the backend ever waits on
 // Done: an opContext is one value, embedded in the Handle for the
-// cycle's two calls, and it makes its Done channel and timer only when a
-// backend asks for Done. A backend that checks Err, or bounds its I/O by
-// Deadline as valkey-go does for a lone request, never pays for them.
+// cycle's two calls, and it makes its Done channel, and takes a timer
+// from a pool, only when a backend asks for Done (valkey-go does for a
+// request that is pipelined with others). A backend that checks Err, or
+// bounds its I/O by Deadline as valkey-go does for a lone request, never
+// pays for them.
 //
 // It keeps context.Context's contract: Done returns the same channel on
 // every call, closed once Err is non-nil; Err is nil until the deadline
@@ -32,7 +35,7 @@ type opContext struct {
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
 	err        error         // set once; done (if made) is closed with it
-	timer      *time.Timer   // fires at deadline; made by Done
+	timer      *opTimer      // fires at deadline; taken by Done
 	stopParent func() bool   // ends the watch on parent; made by Done
 	// Functions registered by AfterFunc, run when c ends: the first in
 	// first (pgx registers one per query), the others in afters.
@@ -100,11 +103,60 @@ func (c *opContext) Done() <-chan struct{} {
 		c.endLocked(context.DeadlineExceeded)
 		return c.done
 	}
-	c.timer = time.AfterFunc(d, c.expire)
+	c.timer = armOpTimer(c, d)
 	if c.parent.Done() != nil {
 		c.stopParent = context.AfterFunc(c.parent, c.parentEnded)
 	}
 	return c.done
+}
+
+// An opTimer is a timer that ends the opContext it is armed for when the
+// context's deadline passes. Disarmed timers wait in opTimers for the next
+// opContext, so that a Done costs no timer (two allocations: the timer
+// and the method value it would call) per backend call.
+type opTimer struct {
+	t *time.Timer
+	c atomic.Pointer[opContext] // the context the timer is armed for
+}
+
+var opTimers sync.Pool
+
+// init sets opTimers.New here, not in opTimers' declaration, whose
+// initialization would otherwise refer to itself (through fire, which
+// ends a context, which puts its timer back).
+func init() {
+	opTimers.New = func() any {
+		t := new(opTimer)
+		t.t = time.AfterFunc(time.Hour, t.fire)
+		t.t.Stop()
+		return t
+	}
+}
+
+// armOpTimer returns a timer that ends c in d.
+func armOpTimer(c *opContext, d time.Duration) *opTimer {
+	t := opTimers.Get().(*opTimer)
+	t.c.Store(c)
+	t.t.Reset(d)
+	return t
+}
+
+// fire ends the context t is armed for. It runs at most once per arming:
+// a timer goes back to opTimers only after Stop reported that this
+// arming's fire will never run.
+func (t *opTimer) fire() {
+	if c := t.c.Load(); c != nil {
+		c.expire()
+	}
+}
+
+// disarm stops t. If fire may already be running, t is left to the
+// garbage collector rather than re-armed for another context.
+func (t *opTimer) disarm() {
+	if t.t.Stop() {
+		t.c.Store(nil)
+		opTimers.Put(t)
+	}
 }
 
 // AfterFunc arranges to call f in its own goroutine once c ends, as
@@ -172,7 +224,8 @@ func (c *opContext) endLocked(err error) {
 		close(c.done)
 	}
 	if c.timer != nil {
-		c.timer.Stop()
+		c.timer.disarm()
+		c.timer = nil
 	}
 	if c.stopParent != nil {
 		c.stopParent()

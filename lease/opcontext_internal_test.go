@@ -185,3 +185,28 @@ func TestOpContextAfterFuncMany(t *testing.T) {
 	c.end()
 	wg.Wait()
 }
+
+// TestOpContextTimerReuse ends many contexts whose timers were armed for a
+// short deadline, so that their timers go back to the pool, and then
+// checks that a context armed with one of them keeps its own deadline: a
+// timer re-armed for a new context never fires for an old arming.
+func TestOpContextTimerReuse(t *testing.T) {
+	for range 100 {
+		c := newOp(context.Background(), time.Millisecond)
+		c.Done()
+		c.end()
+	}
+	c := newOp(context.Background(), time.Hour)
+	done := c.Done()
+	time.Sleep(20 * time.Millisecond) // well past the old deadlines
+	select {
+	case <-done:
+		t.Fatalf("Done closed an hour early: %v", c.Err())
+	default:
+	}
+	c.end()
+	<-done
+	if err := c.Err(); err != context.Canceled {
+		t.Fatalf("Err = %v, want context.Canceled", err)
+	}
+}

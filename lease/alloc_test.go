@@ -1,0 +1,141 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	leasememory "github.com/golib/lease/backends/memory"
+	"github.com/golib/lease/lease"
+)
+
+// The allocation tests pin what the Client itself costs per operation, on
+// the memory backend (which allocates nothing on these paths) and with no
+// observer, so that a change that makes the common path dearer fails here
+// rather than in a benchmark nobody reads. testing.AllocsPerRun counts
+// allocations, not time: the load of the machine cannot move them.
+
+// watching is the memory backend as a pipelining client sees it: each call
+// asks for its context's Done channel and checks it, as valkey-go does for
+// a request pipelined with others (at 64 goroutines, nearly every request).
+type watching struct{ lease.Backend }
+
+func watch(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
+}
+
+func (w watching) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if err := watch(ctx); err != nil {
+		return 0, err
+	}
+	return w.Backend.Acquire(ctx, r)
+}
+
+func (w watching) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
+	if err := watch(ctx); err != nil {
+		return err
+	}
+	return w.Backend.Renew(ctx, a, ttl)
+}
+
+func (w watching) Release(ctx context.Context, a lease.Acquisition) error {
+	if err := watch(ctx); err != nil {
+		return err
+	}
+	return w.Backend.Release(ctx, a)
+}
+
+func TestAllocs(t *testing.T) {
+	if race {
+		t.Skip("allocation counts are not measured under the race detector; run go test without -race")
+	}
+	ctx := context.Background()
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		watched bool // the backend asks for Done on every call
+		op      func(t *testing.T, c *lease.Client)
+		max     float64
+	}{
+		// The cycle allocates the Handle, which holds both calls' contexts.
+		{"cycle", false, cycle(ctx, p), 1},
+		// A watched call adds its Done channel, but no timer: those come
+		// from a pool.
+		{"cycle/watched", true, cycle(ctx, p), 3},
+		// Renew makes one context (a renewal may follow another before
+		// the backend dropped the last one's), plus its channel if watched.
+		{"renew", false, renew(ctx, p), 1},
+		{"renew/watched", true, renew(ctx, p), 2},
+		// A refused TryAcquire: the Handle it would have returned, the
+		// backend's *NotAcquiredError and the client's wrapping of it.
+		{"refused", false, refused(ctx, p), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b lease.Backend = leasememory.New(leasememory.Options{})
+			if tc.watched {
+				b = watching{b}
+			}
+			c, err := lease.NewClient(b, lease.ClientOptions{Owner: "allocs"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := tc.op
+			n := testing.AllocsPerRun(1000, func() { op(t, c) })
+			t.Logf("%v allocations per run", n)
+			if n > tc.max {
+				t.Errorf("%v allocations per run, want at most %v", n, tc.max)
+			}
+		})
+	}
+}
+
+func cycle(ctx context.Context, p lease.Policy) func(*testing.T, *lease.Client) {
+	return func(t *testing.T, c *lease.Client) {
+		h, err := c.TryAcquire(ctx, "k", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func renew(ctx context.Context, p lease.Policy) func(*testing.T, *lease.Client) {
+	var h *lease.Handle
+	return func(t *testing.T, c *lease.Client) {
+		if h == nil {
+			var err error
+			if h, err = c.TryAcquire(ctx, "k", p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func refused(ctx context.Context, p lease.Policy) func(*testing.T, *lease.Client) {
+	var held bool
+	return func(t *testing.T, c *lease.Client) {
+		if !held {
+			if _, err := c.TryAcquire(ctx, "k", p); err != nil {
+				t.Fatal(err)
+			}
+			held = true
+		}
+		if _, err := c.TryAcquire(ctx, "k", p); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a held key = %v, want ErrNotAcquired", err)
+		}
+	}
+}

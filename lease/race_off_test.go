@@ -1,0 +1,5 @@
+//go:build !race
+
+package lease_test
+
+const race = false
