@@ -33,6 +33,9 @@ type Client struct {
 	clock Clock
 	obs   Observer
 	quiet bool // obs is NopObserver: build no events
+	// sysClock: clock is SystemClock, so its readings can bound backend
+	// calls too, which are measured on real time (see realNow).
+	sysClock bool
 }
 
 // NewClient returns a Client that acquires leases from b. It fails if b is
@@ -53,7 +56,20 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 		c.obs = NopObserver
 	}
 	c.quiet = c.obs == NopObserver
+	_, c.sysClock = c.clock.(systemClock)
 	return c, nil
+}
+
+// realNow returns t, a reading of c's clock, if c's clock is the system
+// clock, and else the system clock's time: the start of a backend call,
+// from which its OperationTimeout runs on real time. Reading the clock
+// costs as much as the rest of the client's work on some machines (a
+// virtual one without a fast clock source), so a call reads it once.
+func (c *Client) realNow(t time.Time) time.Time {
+	if c.sysClock {
+		return t
+	}
+	return time.Now()
 }
 
 // Owner returns the client's owner string.
@@ -190,13 +206,16 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		var octx *opContext
 		if at.n == 1 {
-			octx = h.acquireCtx.begin(ctx, o.OperationTimeout)
+			octx = h.acquireCtx.begin(ctx, c.realNow(sent), o.OperationTimeout)
 		} else {
-			octx = newOp(ctx, o.OperationTimeout) // the first attempt's backend may still hold h's
+			// The first attempt's backend may still hold h's context.
+			octx = newOp(ctx, c.realNow(sent), o.OperationTimeout)
 		}
 		tok, err := c.b.Acquire(octx, req)
 		octx.end()
-		at.latency = c.clock.Now().Sub(sent)
+		if !c.quiet {
+			at.latency = c.clock.Now().Sub(sent) // for the event only
+		}
 		if err == nil {
 			if ctx.Err() != nil {
 				// Granted after the caller gave up: hand it back.

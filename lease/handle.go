@@ -102,7 +102,7 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 		// watchdog bounds one that does not return when its context ends.
 		watchdog.Reset(left)
 	}
-	octx := newOp(ctx, timeout)
+	octx := newOp(ctx, h.c.realNow(sent), timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
 	if watchdog != nil {
 		watchdog.Stop()
@@ -135,7 +135,7 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 // A nil result is already history when it returns: use a fence, not
 // Validate, to protect a write.
 func (h *Handle) Validate(ctx context.Context) error {
-	octx := newOp(ctx, h.policy.o.OperationTimeout)
+	octx := newOp(ctx, time.Now(), h.policy.o.OperationTimeout)
 	r, err := h.c.b.Inspect(octx, h.key)
 	octx.end()
 	if err != nil {
@@ -199,9 +199,15 @@ func (h *Handle) Release(ctx context.Context) error {
 	if already {
 		return wrapOp("release", h.key, h.releasedError())
 	}
-	clock := h.c.clock
-	start := clock.Now()
-	octx := h.releaseCtx.begin(ctx, h.policy.o.OperationTimeout)
+	// The client's clock is read for the event's latency only.
+	var start, real time.Time
+	if h.c.quiet {
+		real = time.Now()
+	} else {
+		start = h.c.clock.Now()
+		real = h.c.realNow(start)
+	}
+	octx := h.releaseCtx.begin(ctx, real, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
 	octx.end()
 	if err != nil {
@@ -210,7 +216,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	if h.c.quiet {
 		return err
 	}
-	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: clock.Now().Sub(start), Err: err}
+	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: h.c.clock.Now().Sub(start), Err: err}
 	if err != nil {
 		h.c.obs.Observe(&ReleaseFailed{info})
 		return err

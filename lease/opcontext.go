@@ -44,16 +44,18 @@ type opContext struct {
 	afters    []*func()
 }
 
-// begin prepares c for a call under parent, bounded by timeout from now.
-func (c *opContext) begin(parent context.Context, timeout time.Duration) *opContext {
-	c.parent, c.deadline = parent, time.Now().Add(timeout)
+// begin prepares c for a call under parent, bounded by timeout from
+// start, a reading of the system clock (Client.realNow) taken as the call
+// began.
+func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
+	c.parent, c.deadline = parent, start.Add(timeout)
 	return c
 }
 
 // newOp returns a fresh opContext for a call that has no Handle to live
 // in (one allocation, against context.WithTimeout's four).
-func newOp(parent context.Context, timeout time.Duration) *opContext {
-	return new(opContext).begin(parent, timeout)
+func newOp(parent context.Context, start time.Time, timeout time.Duration) *opContext {
+	return new(opContext).begin(parent, start, timeout)
 }
 
 // Deadline returns the earlier of the call's and the parent's deadline.

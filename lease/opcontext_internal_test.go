@@ -15,7 +15,7 @@ import (
 func TestOpContextEndIsCancel(t *testing.T) {
 	type key struct{}
 	parent := context.WithValue(context.Background(), key{}, "v")
-	c := newOp(parent, time.Hour)
+	c := newOp(parent, time.Now(), time.Hour)
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err before end = %v", err)
 	}
@@ -44,7 +44,7 @@ func TestOpContextEndIsCancel(t *testing.T) {
 
 func TestOpContextDeadline(t *testing.T) {
 	// With Done asked for, the timer closes it; without, Err notices.
-	c := newOp(context.Background(), 5*time.Millisecond)
+	c := newOp(context.Background(), time.Now(), 5*time.Millisecond)
 	select {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):
@@ -58,7 +58,7 @@ func TestOpContextDeadline(t *testing.T) {
 		t.Fatalf("Err after end = %v, want it to stay context.DeadlineExceeded", err)
 	}
 
-	c = newOp(context.Background(), time.Millisecond)
+	c = newOp(context.Background(), time.Now(), time.Millisecond)
 	time.Sleep(2 * time.Millisecond)
 	if err := c.Err(); err != context.DeadlineExceeded {
 		t.Fatalf("Err past the deadline without Done = %v, want context.DeadlineExceeded", err)
@@ -73,7 +73,7 @@ func TestOpContextDeadline(t *testing.T) {
 func TestOpContextParent(t *testing.T) {
 	cause := errors.New("shutting down")
 	parent, cancel := context.WithCancelCause(context.Background())
-	c := newOp(parent, time.Hour)
+	c := newOp(parent, time.Now(), time.Hour)
 	done := c.Done()
 	cancel(cause)
 	select {
@@ -87,7 +87,7 @@ func TestOpContextParent(t *testing.T) {
 	c.end()
 
 	// A parent that already ended: Err says so before any Done.
-	c = newOp(parent, time.Hour)
+	c = newOp(parent, time.Now(), time.Hour)
 	if err := c.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Err under an ended parent = %v", err)
 	}
@@ -96,7 +96,7 @@ func TestOpContextParent(t *testing.T) {
 	// The earlier deadline wins.
 	soon, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
-	c = newOp(soon, time.Hour)
+	c = newOp(soon, time.Now(), time.Hour)
 	pd, _ := soon.Deadline()
 	if d, ok := c.Deadline(); !ok || !d.Equal(pd) {
 		t.Fatalf("Deadline = %v, want the parent's %v", d, pd)
@@ -108,7 +108,7 @@ func TestOpContextConcurrent(t *testing.T) {
 	// Run under -race: Done, Err, the timer and end from many goroutines.
 	for range 50 {
 		parent, cancel := context.WithCancel(context.Background())
-		c := newOp(parent, time.Millisecond)
+		c := newOp(parent, time.Now(), time.Millisecond)
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Add(1)
@@ -138,7 +138,7 @@ func TestOpContextConcurrent(t *testing.T) {
 func TestOpContextAfterFunc(t *testing.T) {
 	// context.AfterFunc and WithCancel use opContext's AfterFunc: f runs
 	// once c ends, unless stopped first; a child ends with c.
-	c := newOp(context.Background(), time.Hour)
+	c := newOp(context.Background(), time.Now(), time.Hour)
 	ran := make(chan struct{})
 	context.AfterFunc(c, func() { close(ran) })
 	stopped := context.AfterFunc(c, func() { t.Error("a stopped AfterFunc ran") })
@@ -169,7 +169,7 @@ func TestOpContextAfterFunc(t *testing.T) {
 func TestOpContextAfterFuncMany(t *testing.T) {
 	// The first registration has a slot of its own: stopping it must not
 	// stop a later one, and every unstopped one runs.
-	c := newOp(context.Background(), time.Hour)
+	c := newOp(context.Background(), time.Now(), time.Hour)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	stop1 := c.AfterFunc(func() { t.Error("the stopped first function ran") })
@@ -192,11 +192,11 @@ func TestOpContextAfterFuncMany(t *testing.T) {
 // timer re-armed for a new context never fires for an old arming.
 func TestOpContextTimerReuse(t *testing.T) {
 	for range 100 {
-		c := newOp(context.Background(), time.Millisecond)
+		c := newOp(context.Background(), time.Now(), time.Millisecond)
 		c.Done()
 		c.end()
 	}
-	c := newOp(context.Background(), time.Hour)
+	c := newOp(context.Background(), time.Now(), time.Hour)
 	done := c.Done()
 	time.Sleep(20 * time.Millisecond) // well past the old deadlines
 	select {
