@@ -55,29 +55,41 @@ func TestAllocs(t *testing.T) {
 	if race {
 		t.Skip("allocation counts are not measured under the race detector; run go test without -race")
 	}
-	ctx := context.Background()
-	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second}) // OperationTimeout 3s
 	if err != nil {
 		t.Fatal(err)
 	}
+	bg := context.Background()
+	cancellable, cancel := context.WithCancel(bg)
+	defer cancel()
+	soon, cancelSoon := context.WithTimeout(bg, time.Second)
+	defer cancelSoon()
 	for _, tc := range []struct {
 		name    string
+		ctx     context.Context
 		watched bool // the backend asks for Done on every call
-		op      func(t *testing.T, c *lease.Client)
+		op      func(context.Context, lease.Policy) func(*testing.T, *lease.Client)
 		max     float64
 	}{
 		// The cycle allocates the Handle, which holds both calls' contexts.
-		{"cycle", false, cycle(ctx, p), 1},
-		// A watched call adds its Done channel, but no timer: those come
+		{"cycle", bg, false, cycle, 1},
+		// A watched call adds its Done channel, but no timer: that comes
 		// from a pool.
-		{"cycle/watched", true, cycle(ctx, p), 3},
+		{"cycle/watched", bg, true, cycle, 3},
+		// Under a parent that can be cancelled, context.AfterFunc's own
+		// two allocations per call come on top.
+		{"cycle/watched/cancellable", cancellable, true, cycle, 7},
+		// Under a parent whose deadline comes before OperationTimeout's,
+		// the calls run under the parent itself.
+		{"cycle/watched/deadline", soon, true, cycle, 1},
 		// Renew makes one context (a renewal may follow another before
 		// the backend dropped the last one's), plus its channel if watched.
-		{"renew", false, renew(ctx, p), 1},
-		{"renew/watched", true, renew(ctx, p), 2},
+		{"renew", bg, false, renew, 1},
+		{"renew/watched", bg, true, renew, 2},
+		{"renew/watched/cancellable", cancellable, true, renew, 4},
 		// A refused TryAcquire: the Handle it would have returned, the
 		// backend's *NotAcquiredError and the client's wrapping of it.
-		{"refused", false, refused(ctx, p), 3},
+		{"refused", bg, false, refused, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b lease.Backend = leasememory.New(leasememory.Options{})
@@ -88,7 +100,7 @@ func TestAllocs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			op := tc.op
+			op := tc.op(tc.ctx, p)
 			n := testing.AllocsPerRun(1000, func() { op(t, c) })
 			t.Logf("%v allocations per run", n)
 			if n > tc.max {

@@ -13,30 +13,38 @@ import (
 // context.WithTimeout costs four allocations and a timer per call, twice
 // per acquire→release cycle, whether or not the backend ever waits on
 // Done: an opContext is one value, embedded in the Handle for the
-// cycle's two calls, and it makes its Done channel, and takes a timer
-// from a pool, only when a backend asks for Done (valkey-go does for a
-// request that is pipelined with others). A backend that checks Err, or
-// bounds its I/O by Deadline as valkey-go does for a lone request, never
-// pays for them.
+// cycle's two calls, and it makes its Done channel, and takes a watch
+// (a timer and the parent's AfterFunc) from a pool, only when a backend
+// asks for Done (valkey-go does for a request that is pipelined with
+// others, pgx for every query). A backend that checks Err, or bounds its
+// I/O by Deadline as valkey-go does for a lone request, never pays for
+// them. When the parent's own deadline comes first, the parent bounds the
+// call already, and an opContext is only the parent (passThrough), so
+// that a caller who set a short deadline pays for no second one.
 //
 // It keeps context.Context's contract: Done returns the same channel on
 // every call, closed once Err is non-nil; Err is nil until the deadline
 // passes, the parent ends, or end is called, and then stays the same
 // value (DeadlineExceeded, the parent's error, or Canceled). end, called
-// once the backend returned, is the CancelFunc: it frees the timer and
-// the watch on the parent.
+// once the backend returned, is the CancelFunc: it frees the watch. A
+// passThrough opContext answers as its parent does, before and after
+// end.
 //
 // An opContext must not be copied after first use; begin re-arms one for
 // a new call only before any backend has seen it.
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
+	// passThrough: parent's own deadline comes no later than deadline, so
+	// parent bounds the call already; c is then parent and nothing more,
+	// and its end does nothing.
+	passThrough bool
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
 	err        error         // set once; done (if made) is closed with it
-	timer      *opTimer      // fires at deadline; taken by Done
-	stopParent func() bool   // ends the watch on parent; made by Done
+	watch      *opWatch      // ends c at deadline or with parent; taken by Done
+	stopParent func() bool   // ends the parent's AfterFunc for watch
 	// Functions registered by AfterFunc, run when c ends: the first in
 	// first (pgx registers one per query), the others in afters.
 	first     func()
@@ -49,6 +57,8 @@ type opContext struct {
 // began.
 func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
 	c.parent, c.deadline = parent, start.Add(timeout)
+	d, ok := parent.Deadline()
+	c.passThrough = ok && !d.After(c.deadline)
 	return c
 }
 
@@ -71,6 +81,9 @@ func (c *opContext) Value(key any) any { return c.parent.Value(key) }
 
 // Err returns nil while the call may go on, and then why it may not.
 func (c *opContext) Err() error {
+	if c.passThrough {
+		return c.parent.Err()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
@@ -84,8 +97,11 @@ func (c *opContext) Err() error {
 }
 
 // Done returns a channel that is closed when Err turns non-nil. The first
-// call starts a timer for the deadline and watches the parent.
+// call arms a watch: a timer for the deadline, and the parent's AfterFunc.
 func (c *opContext) Done() <-chan struct{} {
+	if c.passThrough {
+		return c.parent.Done()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done != nil {
@@ -105,59 +121,81 @@ func (c *opContext) Done() <-chan struct{} {
 		c.endLocked(context.DeadlineExceeded)
 		return c.done
 	}
-	c.timer = armOpTimer(c, d)
-	if c.parent.Done() != nil {
-		c.stopParent = context.AfterFunc(c.parent, c.parentEnded)
-	}
+	c.watch = armOpWatch(c, d)
 	return c.done
 }
 
-// An opTimer is a timer that ends the opContext it is armed for when the
-// context's deadline passes. Disarmed timers wait in opTimers for the next
-// opContext, so that a Done costs no timer (two allocations: the timer
-// and the method value it would call) per backend call.
-type opTimer struct {
-	t *time.Timer
-	c atomic.Pointer[opContext] // the context the timer is armed for
+// An opWatch ends the opContext it is armed for when the context's
+// deadline passes (its timer) or its parent ends (parentEnded, which Done
+// registers with context.AfterFunc). Disarmed watches wait in opWatches
+// for the next opContext, so that a Done costs neither a timer nor the
+// two method values the timer and the parent's AfterFunc would call: a
+// third of what it cost, one channel and context.AfterFunc's own two
+// allocations being left.
+type opWatch struct {
+	t           *time.Timer
+	parentEnded func() // w.fireParent, bound once
+	c           atomic.Pointer[opContext]
 }
 
-var opTimers sync.Pool
+var opWatches sync.Pool
 
-// init sets opTimers.New here, not in opTimers' declaration, whose
+// init sets opWatches.New here, not in opWatches' declaration, whose
 // initialization would otherwise refer to itself (through fire, which
-// ends a context, which puts its timer back).
+// ends a context, which puts its watch back).
 func init() {
-	opTimers.New = func() any {
-		t := new(opTimer)
-		t.t = time.AfterFunc(time.Hour, t.fire)
-		t.t.Stop()
-		return t
+	opWatches.New = func() any {
+		w := new(opWatch)
+		w.t = time.AfterFunc(time.Hour, w.fire)
+		w.t.Stop()
+		w.parentEnded = w.fireParent
+		return w
 	}
 }
 
-// armOpTimer returns a timer that ends c in d.
-func armOpTimer(c *opContext, d time.Duration) *opTimer {
-	t := opTimers.Get().(*opTimer)
-	t.c.Store(c)
-	t.t.Reset(d)
-	return t
+// armOpWatch returns a watch that ends c in d, and when c's parent ends
+// if the parent can end. c.mu is held.
+func armOpWatch(c *opContext, d time.Duration) *opWatch {
+	w := opWatches.Get().(*opWatch)
+	w.c.Store(c)
+	w.t.Reset(d)
+	if c.parent.Done() != nil {
+		c.stopParent = context.AfterFunc(c.parent, w.parentEnded)
+	}
+	return w
 }
 
-// fire ends the context t is armed for. It runs at most once per arming:
-// a timer goes back to opTimers only after Stop reported that this
-// arming's fire will never run.
-func (t *opTimer) fire() {
-	if c := t.c.Load(); c != nil {
-		c.expire()
+// fire and fireParent end the context w is armed for. Each runs at most
+// once per arming: a watch goes back to opWatches only after both the
+// timer's Stop and the parent watch's stop reported that this arming's
+// functions will never run. Each also checks its reason itself (the
+// deadline passed, the parent ended), so that even a stray call could
+// only end a context that should end.
+func (w *opWatch) fire() {
+	if c := w.c.Load(); c != nil && !time.Now().Before(c.deadline) {
+		c.endWith(context.DeadlineExceeded)
 	}
 }
 
-// disarm stops t. If fire may already be running, t is left to the
-// garbage collector rather than re-armed for another context.
-func (t *opTimer) disarm() {
-	if t.t.Stop() {
-		t.c.Store(nil)
-		opTimers.Put(t)
+func (w *opWatch) fireParent() {
+	if c := w.c.Load(); c != nil {
+		if err := c.parent.Err(); err != nil {
+			c.endWith(err)
+		}
+	}
+}
+
+// disarm stops w, and the watch on c's parent (stopParent, if any). If a
+// function of w may already be running, w is left to the garbage
+// collector rather than armed for another context.
+func (w *opWatch) disarm(stopParent func() bool) {
+	stopped := w.t.Stop()
+	if stopParent != nil && !stopParent() {
+		stopped = false
+	}
+	if stopped {
+		w.c.Store(nil)
+		opWatches.Put(w)
 	}
 }
 
@@ -167,6 +205,9 @@ func (t *opTimer) disarm() {
 // wait for Done (pgx watches every query's context with AfterFunc). stop
 // unregisters f; it reports whether it stopped f from being run.
 func (c *opContext) AfterFunc(f func()) (stop func() bool) {
+	if c.passThrough {
+		return context.AfterFunc(c.parent, f)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -203,12 +244,12 @@ func (c *opContext) stopFirst() bool {
 
 func (c *opContext) String() string { return "lease.opContext" }
 
-func (c *opContext) expire() { c.endWith(context.DeadlineExceeded) }
-
-func (c *opContext) parentEnded() { c.endWith(c.parent.Err()) }
-
 // end cancels c once the backend call returned, as a CancelFunc would.
-func (c *opContext) end() { c.endWith(context.Canceled) }
+func (c *opContext) end() {
+	if !c.passThrough {
+		c.endWith(context.Canceled)
+	}
+}
 
 func (c *opContext) endWith(err error) {
 	c.mu.Lock()
@@ -225,12 +266,9 @@ func (c *opContext) endLocked(err error) {
 	if c.done != nil {
 		close(c.done)
 	}
-	if c.timer != nil {
-		c.timer.disarm()
-		c.timer = nil
-	}
-	if c.stopParent != nil {
-		c.stopParent()
+	if c.watch != nil {
+		c.watch.disarm(c.stopParent)
+		c.watch, c.stopParent = nil, nil
 	}
 	if c.first != nil {
 		go c.first()

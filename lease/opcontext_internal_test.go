@@ -210,3 +210,80 @@ func TestOpContextTimerReuse(t *testing.T) {
 		t.Fatalf("Err = %v, want context.Canceled", err)
 	}
 }
+
+// TestOpContextParentWatchReuse ends contexts whose parents are still
+// live, so that their watches go back to the pool, then cancels those
+// parents while a later context uses one of the watches: the later
+// context must not end, because the watch was unregistered from the old
+// parents before it was reused.
+func TestOpContextParentWatchReuse(t *testing.T) {
+	var cancels []context.CancelFunc
+	for range 100 {
+		parent, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		c := newOp(parent, time.Now(), time.Hour)
+		c.Done()
+		c.end()
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newOp(parent, time.Now(), time.Hour)
+	done := c.Done()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	time.Sleep(20 * time.Millisecond) // time for a stray AfterFunc to run
+	select {
+	case <-done:
+		t.Fatalf("Done closed by another context's parent: %v", c.Err())
+	default:
+	}
+	cancel()
+	<-done
+	if err := c.Err(); err != context.Canceled {
+		t.Fatalf("Err = %v, want the parent's context.Canceled", err)
+	}
+}
+
+// TestOpContextPassThrough: under a parent whose deadline comes first, an
+// opContext is the parent: the same Done, the same Err, and end cancels
+// nothing.
+func TestOpContextPassThrough(t *testing.T) {
+	parent, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newOp(parent, time.Now(), time.Hour)
+	if c.Done() != parent.Done() {
+		t.Fatal("Done is not the parent's")
+	}
+	pd, _ := parent.Deadline()
+	if d, ok := c.Deadline(); !ok || !d.Equal(pd) {
+		t.Fatalf("Deadline = %v, want the parent's %v", d, pd)
+	}
+	c.end()
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err after end = %v, want the parent's nil", err)
+	}
+	ran := make(chan struct{})
+	c.AfterFunc(func() { close(ran) })
+	cancel()
+	<-ran
+	if err := c.Err(); err != context.Canceled {
+		t.Fatalf("Err = %v, want the parent's context.Canceled", err)
+	}
+
+	// A parent whose deadline is later than the call's: not passed
+	// through, the call's own deadline holds.
+	later, cancelLater := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLater()
+	c = newOp(later, time.Now(), time.Minute)
+	if c.Done() == later.Done() {
+		t.Fatal("Done is the parent's, whose deadline is later")
+	}
+	if d, _ := c.Deadline(); !d.Before(time.Now().Add(2 * time.Minute)) {
+		t.Fatalf("Deadline = %v, want about a minute from now", d)
+	}
+	c.end()
+	if err := c.Err(); err != context.Canceled {
+		t.Fatalf("Err after end = %v, want context.Canceled", err)
+	}
+}
