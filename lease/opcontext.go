@@ -89,7 +89,7 @@ func (c *opContext) Err() error {
 	if c.err == nil {
 		if err := c.parent.Err(); err != nil {
 			c.endLocked(err)
-		} else if !time.Now().Before(c.deadline) {
+		} else if time.Until(c.deadline) <= 0 { // one clock read; time.Now makes two
 			c.endLocked(context.DeadlineExceeded)
 		}
 	}
@@ -172,7 +172,7 @@ func armOpWatch(c *opContext, d time.Duration) *opWatch {
 // deadline passed, the parent ended), so that even a stray call could
 // only end a context that should end.
 func (w *opWatch) fire() {
-	if c := w.c.Load(); c != nil && !time.Now().Before(c.deadline) {
+	if c := w.c.Load(); c != nil && time.Until(c.deadline) <= 0 {
 		c.endWith(context.DeadlineExceeded)
 	}
 }
