@@ -170,11 +170,19 @@ func armOpWatch(c *opContext, d time.Duration) *opWatch {
 // timer's Stop and the parent watch's stop reported that this arming's
 // functions will never run. Each also checks its reason itself (the
 // deadline passed, the parent ended), so that even a stray call could
-// only end a context that should end.
+// only end a context that should end; a timer that finds the deadline
+// still ahead (it never should: both read the same monotonic clock) is
+// armed again for the rest, so the deadline always ends the context.
 func (w *opWatch) fire() {
-	if c := w.c.Load(); c != nil && time.Until(c.deadline) <= 0 {
-		c.endWith(context.DeadlineExceeded)
+	c := w.c.Load()
+	if c == nil {
+		return
 	}
+	if d := time.Until(c.deadline); d > 0 {
+		w.t.Reset(d)
+		return
+	}
+	c.endWith(context.DeadlineExceeded)
 }
 
 func (w *opWatch) fireParent() {
