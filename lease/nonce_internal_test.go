@@ -9,6 +9,9 @@ import (
 // TestNonces draws secrets from several goroutines, across many batches,
 // and checks that each has crypto/rand.Text's form and that none repeats.
 func TestNonces(t *testing.T) {
+	if n := len(newNonceBatch().text); n != noncesPerBatch*nonceLen {
+		t.Fatalf("a batch has %d characters, want %d secrets of %d", n, noncesPerBatch, nonceLen)
+	}
 	const goroutines, each = 8, 10 * noncesPerBatch
 	got := make([][]string, goroutines)
 	var wg sync.WaitGroup
