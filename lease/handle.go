@@ -200,14 +200,14 @@ func (h *Handle) Release(ctx context.Context) error {
 		return wrapOp("release", h.key, h.releasedError())
 	}
 	// The client's clock is read for the event's latency only.
-	var start, real time.Time
+	var start, now time.Time // on the client's clock, on real time
 	if h.c.quiet {
-		real = time.Now()
+		now = time.Now()
 	} else {
 		start = h.c.clock.Now()
-		real = h.c.realNow(start)
+		now = h.c.realNow(start)
 	}
-	octx := h.releaseCtx.begin(ctx, real, h.policy.o.OperationTimeout)
+	octx := h.releaseCtx.begin(ctx, now, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
 	octx.end()
 	if err != nil {
