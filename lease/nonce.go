@@ -66,7 +66,9 @@ func newNonce() string {
 func newNonceBatch() *nonceBatch {
 	var src [nonceBatchBytes]byte
 	rand.Read(src[:]) // never fails: crypto/rand crashes the program instead
-	return &nonceBatch{text: nonceEncoding.EncodeToString(src[:])}
+	var text [noncesPerBatch * nonceLen]byte
+	nonceEncoding.Encode(text[:], src[:])
+	return &nonceBatch{text: string(text[:])} // the batch's one copy
 }
 
 var nonceEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
