@@ -72,7 +72,7 @@ func startSharedPostgres() (*SharedPostgres, error) {
 		}
 		return &SharedPostgres{url: raw}, nil
 	}
-	pp, err := startPostgresProc(false, nil)
+	pp, err := startPostgresProc(false, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -108,12 +108,23 @@ type PostgresOptions struct {
 	// clock, for instance. Files it names must be readable by the
 	// postgres user when the tests run as root.
 	Env []string
+	// Settings are server settings, "name=value" each, passed with -c
+	// after the harness's own, so they override them: "fsync=on",
+	// "full_page_writes=on" for a server that survives a crash of the
+	// machine, as a benchmark of a durable configuration needs. Without
+	// them the server runs as [StartPostgres] describes.
+	Settings []string
 }
 
 // StartPostgresWith is [StartPostgres] with options.
 func StartPostgresWith(t testing.TB, opts PostgresOptions) *PostgresServer {
 	t.Helper()
-	pp, err := startPostgresProc(true, slices.Clone(opts.Env))
+	for _, kv := range opts.Settings {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			t.Fatalf("testserver: PostgreSQL setting %q is not name=value", kv)
+		}
+	}
+	pp, err := startPostgresProc(true, slices.Clone(opts.Env), slices.Clone(opts.Settings))
 	if err != nil {
 		unavailable(t, "can't start a dedicated PostgreSQL server", dedicatedErr(err, envPostgresURL))
 	}
@@ -285,7 +296,7 @@ type pgProc struct {
 // startPostgresProc creates a cluster with initdb in a new directory, starts
 // a server on it and waits until it accepts connections. Without syncCommit,
 // a commit returns before its WAL is written, so a crash can lose it.
-func startPostgresProc(syncCommit bool, env []string) (*pgProc, error) {
+func startPostgresProc(syncCommit bool, env, settings []string) (*pgProc, error) {
 	bin, err := pgBin.get(findPostgres)
 	if err != nil {
 		return nil, err
@@ -298,7 +309,7 @@ func startPostgresProc(syncCommit bool, env []string) (*pgProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	pp, err := initPostgres(bin, cred, dir, syncCommit, env)
+	pp, err := initPostgres(bin, cred, dir, syncCommit, env, settings)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -306,7 +317,7 @@ func startPostgresProc(syncCommit bool, env []string) (*pgProc, error) {
 	return pp, nil
 }
 
-func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncCommit bool, env []string) (*pgProc, error) {
+func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncCommit bool, env, settings []string) (*pgProc, error) {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
@@ -326,20 +337,24 @@ func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncComm
 		if pp.port, err = freePort(); err != nil {
 			return nil, err
 		}
+		args := []string{
+			"-D", data,
+			"-p", strconv.Itoa(pp.port),
+			"-c", "listen_addresses=127.0.0.1",
+			"-c", "unix_socket_directories=" + dir,
+			"-c", "max_connections=200",
+			"-c", "fsync=off",
+			"-c", "synchronous_commit=" + onOff(syncCommit),
+			"-c", "full_page_writes=off",
+			"-c", "logging_collector=off",
+		}
+		for _, kv := range settings {
+			args = append(args, "-c", kv)
+		}
 		pp.proc = &process{
-			name: "postgres",
-			path: filepath.Join(bin.dir, "postgres"),
-			args: []string{
-				"-D", data,
-				"-p", strconv.Itoa(pp.port),
-				"-c", "listen_addresses=127.0.0.1",
-				"-c", "unix_socket_directories=" + dir,
-				"-c", "max_connections=200",
-				"-c", "fsync=off",
-				"-c", "synchronous_commit=" + onOff(syncCommit),
-				"-c", "full_page_writes=off",
-				"-c", "logging_collector=off",
-			},
+			name:    "postgres",
+			path:    filepath.Join(bin.dir, "postgres"),
+			args:    args,
 			dir:     dir,
 			logPath: logPath,
 			cred:    cred,

@@ -153,3 +153,28 @@ func TestPostgresPauseResume(t *testing.T) {
 		t.Errorf("Ping after Resume: %v", err)
 	}
 }
+
+// TestStartPostgresWithSettings checks that Settings override the harness's
+// defaults and that a server without them keeps those defaults.
+func TestStartPostgresWithSettings(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	durable := testserver.StartPostgresWith(t, testserver.PostgresOptions{
+		Settings: []string{"fsync=on", "full_page_writes=on", "synchronous_commit=on"},
+	})
+	plain := testserver.StartPostgres(t)
+	for _, c := range []struct {
+		url  string
+		want map[string]string
+	}{
+		{durable.URL(), map[string]string{"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on"}},
+		{plain.URL(), map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "on"}},
+	} {
+		conn := connect(ctx, t, c.url)
+		for setting, want := range c.want {
+			if got := queryString(ctx, t, conn, "SHOW "+setting); got != want {
+				t.Errorf("%s: %s = %q; want %q", c.url, setting, got, want)
+			}
+		}
+	}
+}
