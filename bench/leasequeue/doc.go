@@ -1,7 +1,18 @@
-// Package leasequeue benchmarks package leasequeue's PostgreSQL source:
-// items per second through five workers, each item under its own lease,
-// against the same loop without leases (plain SELECT ... FOR UPDATE SKIP
-// LOCKED claiming on the same table), in one run on the same server. It
-// has no code of its own; see docs/performance.md ("Queues") for the
-// results and run.sh for the command that produces them.
+// Package leasequeue benchmarks package leasequeue's PostgreSQL source
+// against the loops users would write or pick instead, all on the same
+// PostgreSQL server in one run, at 1 and at 8 workers:
+//
+//   - plain: the baseline, the cheapest honest SKIP LOCKED queue: one
+//     statement claims an item (UPDATE ... WHERE id = (SELECT ... FOR
+//     UPDATE SKIP LOCKED LIMIT 1) RETURNING, hiding it for a visibility
+//     timeout so a crashed worker's item comes back) and one marks it done,
+//     on a table of its own with a partial index on the pending items;
+//   - leasequeue: leasequeue.New and Run with a PostgresSource, through the
+//     public API only, as a user would;
+//   - river: github.com/riverqueue/river with riverpgxv5, its own
+//     migrations (rivermigrate) and a no-op worker.
+//
+// Every worker runs a no-op handler, so items/s is the queue's own cost.
+// run.sh runs the rounds and prints the ratios to plain; see
+// docs/performance.md for the results.
 package leasequeue

@@ -3,8 +3,9 @@ package leasequeue_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/internal/testserver"
@@ -21,122 +25,145 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
-// workers is the number of workers of every run; each processes one item
-// at a time.
-const workers = 5
+// workerCounts are the worker counts of every impl; each worker processes
+// one item at a time.
+var workerCounts = []int{1, 8}
 
-// phases is a pgx tracer that adds up, by phase, the statements sent and
-// the time they took (round trip included).
-type phases struct {
-	mu sync.Mutex
-	n  map[string]int64
-	d  map[string]time.Duration
+// pollEvery is how long every impl waits before it looks again when it
+// found no item (leasequeue's PollEvery, River's fetch cooldown and poll
+// interval, the plain loop's sleep). The items are all there before the
+// clock starts, so it matters only at the end of a run.
+const pollEvery = time.Millisecond
+
+// hide is the visibility timeout of a claimed item: the lease TTL of
+// leasequeue, the plain loop's hide. Items finish long before it.
+const hide = 30 * time.Second
+
+// An impl is one queue under test. setup prepares a fresh database once;
+// enqueue adds the items to queue before the clock starts; run processes
+// every item of queue with workers workers and returns when all are done.
+type impl struct {
+	name    string
+	setup   func(b *testing.B, pool *pgxpool.Pool)
+	enqueue func(b *testing.B, pool *pgxpool.Pool, queue string, items int)
+	run     func(b *testing.B, pool *pgxpool.Pool, queue string, items, workers int)
 }
 
-type started struct {
-	at    time.Time
-	phase string
+var impls = []impl{
+	{"plain", plainSetup, plainEnqueue, plainRun},
+	{"leasequeue", leasedSetup, leasedEnqueue, leasedRun},
+	{"river", riverSetup, riverEnqueue, riverRun},
 }
 
-type startKey struct{}
+// The plain loop's table and statements. The claim hides the item for hide
+// (visible_at), so an item whose worker died is claimed again after it;
+// the done statement needs no condition but the id, as a plain loop has no
+// fence.
+const (
+	plainTable = `CREATE TABLE plain_jobs (
+    id         bigserial   PRIMARY KEY,
+    queue      text        NOT NULL,
+    state      text        NOT NULL DEFAULT 'pending',
+    attempts   integer     NOT NULL DEFAULT 0,
+    visible_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX plain_jobs_due ON plain_jobs (queue, visible_at) WHERE state IN ('pending', 'running')`
+	plainEnqueueSQL = `INSERT INTO plain_jobs (queue) SELECT $1 FROM generate_series(1, $2)`
+	plainClaim      = `UPDATE plain_jobs SET state = 'running', attempts = attempts + 1, visible_at = now() + $2::interval
+WHERE id = (
+    SELECT id FROM plain_jobs
+    WHERE queue = $1 AND state IN ('pending', 'running') AND visible_at <= now()
+    ORDER BY visible_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id`
+	plainDone = `UPDATE plain_jobs SET state = 'done' WHERE id = $1`
+)
 
-func (p *phases) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	return context.WithValue(ctx, startKey{}, started{time.Now(), phaseOf(data.SQL)})
+func plainSetup(b *testing.B, pool *pgxpool.Pool) { exec(b, pool, plainTable) }
+
+func plainEnqueue(b *testing.B, pool *pgxpool.Pool, queue string, items int) {
+	exec(b, pool, plainEnqueueSQL, queue, items)
 }
 
-func (p *phases) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
-	s, ok := ctx.Value(startKey{}).(started)
-	if !ok {
-		return
-	}
-	d := time.Since(s.at)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n[s.phase]++
-	p.d[s.phase] += d
-}
-
-func (p *phases) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n, p.d = map[string]int64{}, map[string]time.Duration{}
-}
-
-// phaseOf names the phase of a statement by what only it contains.
-func phaseOf(sql string) string {
-	switch {
-	case strings.Contains(sql, "SKIP LOCKED"):
-		return "next"
-	case strings.Contains(sql, "pg_notify"):
-		return "release"
-	case strings.Contains(sql, `"leases"`) && strings.Contains(sql, "INSERT"):
-		return "acquire"
-	case strings.Contains(sql, `"leases"`):
-		return "renew"
-	case strings.Contains(sql, "attempts + 1"):
-		return "begin"
-	case strings.Contains(sql, "'done'"):
-		return "complete"
-	}
-	return "other"
-}
-
-// report adds the phases' metrics to b: statements per item, and for each
-// phase the statement time per item, summed over the workers.
-func (p *phases) report(b *testing.B, items int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n int64
-	for ph, c := range p.n {
-		n += c
-		b.ReportMetric(float64(p.d[ph].Microseconds())/float64(items), ph+"-µs/item")
-	}
-	b.ReportMetric(float64(n)/float64(items), "stmts/item")
-}
-
-// env is one database with the lease and queue tables, and a pool per
-// worker, as if each worker were a process of its own.
-type env struct {
-	pools  []*pgxpool.Pool
-	phases *phases
-}
-
-func newEnv(b *testing.B) *env {
-	url := testserver.Postgres(b).NewDatabase(b)
-	e := &env{phases: &phases{}}
-	e.phases.reset()
+// plainRun runs workers goroutines, each claiming one item at a time and
+// marking it done: two statements per item.
+func plainRun(b *testing.B, pool *pgxpool.Pool, queue string, items, workers int) {
 	ctx := context.Background()
+	var done atomic.Int64
+	var wg sync.WaitGroup
 	for range workers {
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.ConnConfig.Tracer = e.phases
-		cfg.MaxConns, cfg.MinConns = 4, 2
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(p.Close)
-		e.pools = append(e.pools, p)
+		wg.Go(func() {
+			for done.Load() < int64(items) {
+				var id int64
+				err := pool.QueryRow(ctx, plainClaim, queue, hide).Scan(&id)
+				if err == pgx.ErrNoRows {
+					time.Sleep(pollEvery)
+					continue
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				tag, err := pool.Exec(ctx, plainDone, id)
+				if err != nil || tag.RowsAffected() != 1 {
+					b.Errorf("done %d: %v, %v", id, tag, err)
+					return
+				}
+				done.Add(1)
+			}
+		})
 	}
-	if err := leasepostgres.Migrate(ctx, e.pools[0], leasepostgres.Options{}); err != nil {
-		b.Fatal(err)
-	}
-	if err := leasequeue.MigratePostgres(ctx, e.pools[0], leasequeue.PostgresOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	return e
+	wg.Wait()
 }
 
-// impl processes every item of queue with the workers until none is left.
-type impl func(b *testing.B, e *env, queue string, items int)
+// leasedSetup, leasedEnqueue and leasedRun use only leasequeue's public
+// API: MigratePostgres, NewPostgresSource, Enqueue, New, Run.
+func leasedSetup(b *testing.B, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := leasequeue.MigratePostgres(ctx, pool, leasequeue.PostgresOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
 
-// leased is package leasequeue: one Queue per worker, each item claimed
-// under its own lease, begun and completed with fenced writes, and its
-// lease released.
-func leased(b *testing.B, e *env, queue string, items int) {
-	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+func leasedEnqueue(b *testing.B, pool *pgxpool.Pool, queue string, items int) {
+	src := leasedSource(b, pool, queue)
+	ids := make([]string, items)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("item-%07d", i)
+	}
+	for i := 0; i < len(ids); i += 10000 {
+		if _, err := src.Enqueue(context.Background(), ids[i:min(i+10000, len(ids))]...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func leasedSource(b *testing.B, pool *pgxpool.Pool, queue string) *leasequeue.PostgresSource {
+	src, err := leasequeue.NewPostgresSource(pool, queue, leasequeue.PostgresOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return src
+}
+
+// leasedRun runs one Queue with Concurrency workers, as one process of a
+// service would, and stops it once every item's completion is reported.
+func leasedRun(b *testing.B, pool *pgxpool.Pool, queue string, items, workers int) {
+	store, err := leasepostgres.New(pool, leasepostgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	client, err := lease.NewClient(store, lease.ClientOptions{Owner: "bench-worker"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: hide})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,163 +175,132 @@ func leased(b *testing.B, e *env, queue string, items int) {
 			cancel()
 		}
 	})
-	var wg sync.WaitGroup
-	for w, pool := range e.pools {
-		store, err := leasepostgres.New(pool, leasepostgres.Options{DisableNotify: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		client, err := lease.NewClient(store, lease.ClientOptions{Owner: fmt.Sprint("worker-", w)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		src, err := leasequeue.NewPostgresSource(pool, queue, leasequeue.PostgresOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		q, err := leasequeue.New(client, src, leasequeue.Options{Name: queue, Policy: policy, PollEvery: time.Millisecond, Observer: obs})
-		if err != nil {
-			b.Fatal(err)
-		}
-		wg.Go(func() {
-			_ = q.Run(ctx, func(context.Context, *leasequeue.Claim) error { return nil })
-		})
+	q, err := leasequeue.New(client, leasedSource(b, pool, queue), leasequeue.Options{
+		Name: queue, Policy: policy, Concurrency: workers, PollEvery: pollEvery, Observer: obs,
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
+	_ = q.Run(ctx, func(context.Context, *leasequeue.Claim) error { return nil })
 	if n := done.Load(); n != int64(items) {
-		b.Fatalf("%d of %d items completed", n, items)
+		b.Fatalf("leasequeue: %d of %d items completed", n, items)
 	}
 }
 
-// The plain loop's statements: claim one due item with SKIP LOCKED and
-// mark it running (hidden for the same 30s), then mark it done.
-const (
-	plainClaim = `UPDATE public.leasequeue_jobs AS j
-SET state = 'running', attempts = j.attempts + 1, visible_at = now() + interval '30 seconds', updated_at = now()
-FROM (
-    SELECT queue, id FROM public.leasequeue_jobs
-    WHERE queue = $1 AND state = 'pending' AND visible_at <= now()
-    ORDER BY visible_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-) AS due
-WHERE j.queue = due.queue AND j.id = due.id
-RETURNING j.id`
-	plainComplete = `UPDATE public.leasequeue_jobs SET state = 'done', updated_at = now()
-WHERE queue = $1 AND id = $2 AND state = 'running'`
-)
+// riverArgs is the River job of the benchmark; riverWorker does nothing
+// with it.
+type riverArgs struct{}
 
-// plain is the same loop without leases: five goroutines, each claiming
-// one item at a time with SKIP LOCKED and marking it done.
-func plain(b *testing.B, e *env, queue string, items int) {
+func (riverArgs) Kind() string { return "bench_noop" }
+
+type riverWorker struct{ river.WorkerDefaults[riverArgs] }
+
+func (riverWorker) Work(context.Context, *river.Job[riverArgs]) error { return nil }
+
+func riverSetup(b *testing.B, pool *pgxpool.Pool) {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Migrate(context.Background(), rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func riverEnqueue(b *testing.B, pool *pgxpool.Pool, queue string, items int) {
+	// An insert-only client (no Queues) inserts the jobs before the
+	// working client starts.
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	params := make([]river.InsertManyParams, 0, 10000)
+	for i := 0; i < items; i += cap(params) {
+		params = params[:0]
+		for range min(cap(params), items-i) {
+			params = append(params, river.InsertManyParams{Args: riverArgs{}, InsertOpts: &river.InsertOpts{Queue: queue}})
+		}
+		if _, err := c.InsertManyFast(context.Background(), params); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// riverRun runs one River client with MaxWorkers workers on queue and
+// stops it once every job's completion is reported (River reports a
+// completion after its completer wrote it).
+func riverRun(b *testing.B, pool *pgxpool.Pool, queue string, items, workers int) {
+	ws := river.NewWorkers()
+	river.AddWorker(ws, riverWorker{})
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:            quiet,
+		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: workers}},
+		Workers:           ws,
+		FetchCooldown:     pollEvery,
+		FetchPollInterval: pollEvery,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: items + 1, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	defer cancel()
 	ctx := context.Background()
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	for _, pool := range e.pools {
-		wg.Go(func() {
-			for done.Load() < int64(items) {
-				var id string
-				err := pool.QueryRow(ctx, plainClaim, queue).Scan(&id)
-				if err == pgx.ErrNoRows {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				tag, err := pool.Exec(ctx, plainComplete, queue, id)
-				if err != nil || tag.RowsAffected() != 1 {
-					b.Errorf("complete %s: %v, %v", id, tag, err)
-					return
-				}
-				done.Add(1)
-			}
-		})
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
+	timeout := time.After(5 * time.Minute)
+	for n := 0; n < items; n++ {
+		select {
+		case <-events:
+		case <-timeout:
+			b.Fatalf("river: %d of %d jobs completed", n, items)
+		}
+	}
+	if err := c.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
 }
 
-var impls = []struct {
-	name string
-	run  impl
-}{
-	{"leases", leased},
-	{"plain", plain},
+func exec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		b.Fatal(err)
+	}
 }
 
 var runs atomic.Int64
 
-// BenchmarkQueue processes b.N items with five workers; ns/op is the wall
-// time per item, items/s the throughput, and the phase metrics say where
-// the statements' time goes.
+// BenchmarkQueue processes b.N items with each impl at each worker count,
+// each on a fresh database of one PostgreSQL server; ns/op is the wall
+// time per item and items/s the throughput. The items are enqueued and the
+// table vacuumed before the clock starts.
 func BenchmarkQueue(b *testing.B) {
-	for _, im := range impls {
-		b.Run("impl="+im.name, func(b *testing.B) {
-			e := newEnv(b)
-			queue := fmt.Sprintf("bench-%d", runs.Add(1))
-			src, err := leasequeue.NewPostgresSource(e.pools[0], queue, leasequeue.PostgresOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids := make([]string, b.N)
-			for i := range ids {
-				ids[i] = fmt.Sprintf("item-%07d", i)
-			}
-			ctx := context.Background()
-			for i := 0; i < len(ids); i += 10000 {
-				if _, err := src.Enqueue(ctx, ids[i:min(i+10000, len(ids))]...); err != nil {
+	srv := testserver.Postgres(b)
+	for _, w := range workerCounts {
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("workers=%d/impl=%s", w, im.name), func(b *testing.B) {
+				cfg, err := pgxpool.ParseConfig(srv.NewDatabase(b))
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			if _, err := e.pools[0].Exec(ctx, "VACUUM ANALYZE leasequeue_jobs"); err != nil {
-				b.Fatal(err)
-			}
-			e.phases.reset()
-			b.ResetTimer()
-			start := time.Now()
-			im.run(b, e, queue, b.N)
-			elapsed := time.Since(start)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "items/s")
-			e.phases.report(b, b.N)
-		})
-	}
-}
-
-// pairedBatch is the number of items each loop processes in one iteration
-// of BenchmarkPaired.
-const pairedBatch = 400
-
-// BenchmarkPaired runs both loops in every iteration, one batch of
-// pairedBatch items each, one after the other, so that load from other
-// processes hits both alike; x-plain is the plain loop's throughput over
-// the leased loop's.
-func BenchmarkPaired(b *testing.B) {
-	e := newEnv(b)
-	ctx := context.Background()
-	var took [2]time.Duration
-	for i := range b.N {
-		for k, im := range impls {
-			queue := fmt.Sprintf("paired-%d-%s-%d", runs.Add(1), im.name, i)
-			src, err := leasequeue.NewPostgresSource(e.pools[0], queue, leasequeue.PostgresOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids := make([]string, pairedBatch)
-			for j := range ids {
-				ids[j] = fmt.Sprintf("item-%04d", j)
-			}
-			if _, err := src.Enqueue(ctx, ids...); err != nil {
-				b.Fatal(err)
-			}
-			start := time.Now()
-			im.run(b, e, queue, pairedBatch)
-			took[k] += time.Since(start)
+				cfg.MaxConns = int32(2*w + 4)
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				im.setup(b, pool)
+				queue := fmt.Sprintf("bench-%d", runs.Add(1))
+				im.enqueue(b, pool, queue, b.N)
+				exec(b, pool, "VACUUM ANALYZE")
+				b.ResetTimer()
+				start := time.Now()
+				im.run(b, pool, queue, b.N, w)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "items/s")
+			})
 		}
 	}
-	items := float64(b.N * pairedBatch)
-	b.ReportMetric(items/took[0].Seconds(), "leases-items/s")
-	b.ReportMetric(items/took[1].Seconds(), "plain-items/s")
-	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "x-plain")
 }
