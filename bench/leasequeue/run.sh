@@ -1,23 +1,21 @@
 #!/bin/sh
-# Runs BenchmarkQueue and BenchmarkPaired ROUNDS times (default 6): each
-# round runs the leased and the plain loop one after the other, and the
-# paired benchmark alternates them batch by batch, so that a change in the
-# machine's load hits both alike. Prints benchstat's comparison. The
-# PostgreSQL server is started by the test harness (initdb/postgres) or
-# named by LEASE_POSTGRES_URL. Raw results go to $OUT (default a temporary
-# file, named at the end).
+# Runs BenchmarkQueue ROUNDS times (default 6): each round runs every impl
+# (plain SKIP LOCKED, leasequeue, River) at 1 and at 8 workers, one after
+# the other, so that a change in the machine's load hits them all alike.
+# Prints benchstat's items/s with confidence intervals and the ratio of
+# each impl to plain at each worker count. The PostgreSQL server is started
+# by the test harness (fsync off) or named by LEASE_POSTGRES_URL.
+#
+#   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
+#   BENCHTIME=3000x                      items per impl and round
 set -eu
 cd "$(dirname "$0")"
-rounds=${ROUNDS:-6}
-out=${OUT:-$(mktemp)}
-bin=$(mktemp)
-trap 'rm -f "$bin"' EXIT
-go test -c -o "$bin" .
-: >"$out"
-for i in $(seq "$rounds"); do
-	"$bin" -test.run '^$' -test.bench Queue -test.benchtime "${BENCHTIME:-3000x}" >>"$out"
-	"$bin" -test.run '^$' -test.bench Paired -test.benchtime "${PAIRS:-8}x" >>"$out"
-done
-benchstat -filter .name:Queue -col /impl "$out"
-benchstat -filter .name:Paired "$out"
-echo "raw results: $out"
+baseline=plain
+round() {
+	bench -test.bench Queue -test.benchtime "${BENCHTIME:-3000x}"
+}
+layout="-col /impl -row /workers"
+tables() {
+	stat -filter .unit:items/s
+}
+. ../lib.sh

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,16 @@ const ttl = time.Minute
 
 // parallelGoroutines is the number of goroutines of the parallel runs.
 const parallelGoroutines = 16
+
+// baseline is the cycler every other one is compared with: the plain
+// one-statement upsert lease.
+const baseline = "plain-upsert"
+
+// durable reports whether LEASE_BENCH_DURABLE=1 asks for a server that
+// survives a crash of the machine (fsync, synchronous_commit and
+// full_page_writes on), as users run it, instead of the harness's
+// fsync=off.
+func durable() bool { return os.Getenv("LEASE_BENCH_DURABLE") == "1" }
 
 // A cycler runs acquire→release cycles. setup prepares the database once;
 // newCycle returns one worker's cycle function, called with that worker's
@@ -214,10 +225,14 @@ WHERE l.expires_at <= now() RETURNING l.token`, key).Scan(&token)
 }
 
 // newPool starts a dedicated PostgreSQL server (fsync off, synchronous_commit
-// on, as the harness starts them) and returns a pool on a fresh database,
-// and the postmaster's process ID.
+// on, as the harness starts them; durable with LEASE_BENCH_DURABLE=1) and
+// returns a pool on a fresh database, and the postmaster's process ID.
 func newPool(b *testing.B) (*pgxpool.Pool, int) {
-	srv := testserver.StartPostgres(b)
+	var o testserver.PostgresOptions
+	if durable() {
+		o.Settings = []string{"fsync=on", "synchronous_commit=on", "full_page_writes=on"}
+	}
+	srv := testserver.StartPostgresWith(b, o)
 	cfg, err := pgxpool.ParseConfig(srv.NewDatabase(b))
 	if err != nil {
 		b.Fatal(err)
@@ -288,31 +303,42 @@ func BenchmarkCycle(b *testing.B) {
 	}
 }
 
-// BenchmarkSerialPaired runs each implementation's cycle and the floor's
-// cycle alternately on one goroutine and reports the ratio of their total
-// times (x-floor). Pairing them cycle by cycle cancels the drift of a shared
-// machine's load, which swamps serial latencies measured one after the
-// other. ns/op is per pair.
+// BenchmarkSerialPaired runs each implementation's cycle and the
+// baseline's cycle alternately on one goroutine and reports the ratio of
+// their total times (x-plain). Pairing them cycle by cycle cancels the
+// drift of a shared machine's load, which swamps serial latencies measured
+// one after the other. ns/op is per pair.
 func BenchmarkSerialPaired(b *testing.B) {
 	pool, _ := newPool(b)
-	for _, c := range cyclers[1:] {
+	i := slices.IndexFunc(cyclers, func(c cycler) bool { return c.name == baseline })
+	if i < 0 {
+		b.Fatalf("no cycler %q", baseline)
+	}
+	base := cyclers[i]
+	for _, c := range cyclers {
+		if c.name == baseline {
+			continue
+		}
 		b.Run("impl="+c.name, func(b *testing.B) {
-			floor := cyclers[0].newCycle(b, pool)
+			plain := base.newCycle(b, pool)
 			cycle := c.newCycle(b, pool)
 			ctx := context.Background()
-			floorKey, key := newKey(), newKey()
+			plainKey, key := newKey(), newKey()
 			if err := cycle(ctx, key); err != nil {
 				b.Fatal(err)
 			}
-			var floorTime, implTime time.Duration
+			if err := plain(ctx, plainKey); err != nil {
+				b.Fatal(err)
+			}
+			var plainTime, implTime time.Duration
 			b.ResetTimer()
 			for i := range b.N {
 				// Alternate which goes first, so that neither always
 				// follows the other.
-				first, second := floor, cycle
-				firstKey, secondKey := floorKey, key
+				first, second := plain, cycle
+				firstKey, secondKey := plainKey, key
 				if i%2 == 1 {
-					first, second, firstKey, secondKey = cycle, floor, key, floorKey
+					first, second, firstKey, secondKey = cycle, plain, key, plainKey
 				}
 				t0 := time.Now()
 				if err := first(ctx, firstKey); err != nil {
@@ -324,14 +350,14 @@ func BenchmarkSerialPaired(b *testing.B) {
 				}
 				t2 := time.Now()
 				if i%2 == 0 {
-					floorTime, implTime = floorTime+t1.Sub(t0), implTime+t2.Sub(t1)
+					plainTime, implTime = plainTime+t1.Sub(t0), implTime+t2.Sub(t1)
 				} else {
-					implTime, floorTime = implTime+t1.Sub(t0), floorTime+t2.Sub(t1)
+					implTime, plainTime = implTime+t1.Sub(t0), plainTime+t2.Sub(t1)
 				}
 			}
-			b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/cycle")
+			b.ReportMetric(float64(plainTime.Nanoseconds())/float64(b.N), "plain-ns/cycle")
 			b.ReportMetric(float64(implTime.Nanoseconds())/float64(b.N), "impl-ns/cycle")
-			b.ReportMetric(float64(implTime)/float64(floorTime), "x-floor")
+			b.ReportMetric(float64(implTime)/float64(plainTime), "x-plain")
 		})
 	}
 }

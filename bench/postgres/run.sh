@@ -1,23 +1,34 @@
 #!/bin/sh
-# Runs the PostgreSQL benchmarks ROUNDS times (default 6), interleaving the
-# implementations in every round so that a change in the machine's load
-# hits them all alike, and prints benchstat's comparison with the floor.
-# Each round starts its own PostgreSQL server through the test harness
-# (fsync off, synchronous_commit on). Raw results go to $OUT (default a
-# temporary file, named at the end).
+# Runs the PostgreSQL benchmarks ROUNDS times (default 6), every impl in
+# every round, so that a change in the machine's load hits them all alike,
+# and prints benchstat's tables and the ratio of each impl to plain-upsert:
+# serial (a time ratio, from the cycles measured one after the other and
+# from BenchmarkSerialPaired's cycle-by-cycle pairing, x-plain), at 16
+# goroutines (a throughput ratio), and the allocations per cycle. Each
+# benchmark starts its own PostgreSQL server through the test harness
+# (fsync off, synchronous_commit on).
+#
+#   DURABLE=1                            the server runs with fsync,
+#                                        synchronous_commit and
+#                                        full_page_writes on, as users run
+#                                        it; the summary's per op column is
+#                                        the latency of one lease operation
+#   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
+#   BENCHTIME=1s                         per benchmark and round
 set -eu
 cd "$(dirname "$0")"
-rounds=${ROUNDS:-6}
-out=${OUT:-$(mktemp)}
-bin=$(mktemp)
-trap 'rm -f "$bin"' EXIT
-go test -c -o "$bin" .
-: >"$out"
-for i in $(seq "$rounds"); do
-	"$bin" -test.run '^$' -test.bench 'Cycle|SerialPaired' -test.benchtime 1s >>"$out"
-done
-"$bin" -test.run '^$' -test.bench 'HandOver' -test.benchtime 30x -test.count 6 >>"$out"
-benchstat -col /impl -row /mode -filter '.name:Cycle' "$out"
-benchstat -filter '.name:SerialPaired' -col /impl "$out"
-benchstat -filter '.name:HandOver' "$out"
-echo "raw results: $out"
+if [ "${DURABLE:-0}" = 1 ]; then
+	export LEASE_BENCH_DURABLE=1
+	echo "==> durable server: fsync=on synchronous_commit=on full_page_writes=on"
+fi
+baseline=plain-upsert
+ops=2 # an acquire→release cycle is two lease operations
+round() {
+	bench -test.bench 'Cycle|SerialPaired' -test.benchtime "${BENCHTIME:-1s}"
+}
+layout="-col /impl -row /mode"
+tables() {
+	stat -filter '.name:Cycle .unit:(sec/op OR allocs/op)'
+	stat -filter '.name:SerialPaired .unit:x-plain'
+}
+. ../lib.sh

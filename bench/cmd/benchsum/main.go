@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	benchsum -baseline plain-upsert results.txt
+//	benchsum -baseline plain-upsert -ops 2 results.txt
 //
 // Benchmark names carry their sub-benchmark parts as key=value
 // (Cycle/impl=leasepostgres/mode=serial). impl names the implementation;
@@ -17,8 +17,10 @@
 // (lower is better, the serial goal); elsewhere it is one of
 // throughputs (higher is better). A metric whose unit begins with "x-" is
 // a ratio the benchmark measured itself (a paired benchmark): its median
-// and range are printed as they are. The input's "rev: NAME" lines (BASE=
-// runs) split everything by revision.
+// and range are printed as they are. In a mode=serial group, per op is
+// the median time divided by -ops: the latency of one lease operation.
+// The input's "rev: NAME" lines (BASE= runs) split everything by
+// revision.
 package main
 
 import (
@@ -44,12 +46,13 @@ type sample struct {
 
 func main() {
 	baseline := flag.String("baseline", "", "the impl every other impl of a group is compared with")
+	ops := flag.Int("ops", 1, "operations per op of a mode=serial benchmark, for the per op column (an acquire→release cycle is 2)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: benchsum -baseline IMPL [file ...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if *baseline == "" {
+	if *baseline == "" || *ops < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -79,7 +82,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchsum: no benchmark results in the input")
 		os.Exit(1)
 	}
-	report(os.Stdout, samples, *baseline)
+	report(os.Stdout, samples, *baseline, *ops)
 }
 
 // parse reads go test -bench output: configuration lines "key: value"
@@ -171,7 +174,7 @@ func (s *series) add(round string, v float64) {
 
 type key struct{ rev, group, impl, unit string }
 
-func report(w io.Writer, samples []sample, baseline string) {
+func report(w io.Writer, samples []sample, baseline string, ops int) {
 	data := map[key]*series{}
 	var revs, groups []string
 	impls := map[string][]string{} // by group, in input order
@@ -201,14 +204,14 @@ func report(w io.Writer, samples []sample, baseline string) {
 	fmt.Fprintf(w, "(time: lower is better; thrpt: higher is better); paired: median (min–max) of the per-round ratios\n")
 	for _, rev := range revs {
 		fmt.Fprintln(w)
-		if rev != "" {
+		if len(revs) > 1 {
 			fmt.Fprintf(w, "rev: %s\n", rev)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "group\timpl\tmedian\tratio\tpaired\tallocs/op")
+		fmt.Fprintln(tw, "group\timpl\tmedian\tratio\tpaired\tallocs/op\tper op")
 		for _, g := range groups {
 			for _, impl := range impls[g] {
-				row(tw, data, rev, g, impl, baseline)
+				row(tw, data, rev, g, impl, baseline, ops)
 			}
 		}
 		tw.Flush()
@@ -216,7 +219,7 @@ func report(w io.Writer, samples []sample, baseline string) {
 }
 
 // row prints one impl of one group.
-func row(w io.Writer, data map[key]*series, rev, group, impl, baseline string) {
+func row(w io.Writer, data map[key]*series, rev, group, impl, baseline string, ops int) {
 	get := func(impl, unit string) *series { return data[key{rev, group, impl, unit}] }
 	// Ratios the benchmark measured itself.
 	var selfUnits []string
@@ -235,7 +238,8 @@ func row(w io.Writer, data map[key]*series, rev, group, impl, baseline string) {
 		unit, higher = "ns/op", false
 	}
 	s := get(impl, unit)
-	if s == nil {
+	if s == nil || len(selfUnits) > 0 && get(baseline, unit) == nil {
+		// A paired benchmark's own time is of both impls together.
 		return
 	}
 	timeRatio := strings.Contains("/"+group+"/", "/mode=serial/")
@@ -267,7 +271,11 @@ func row(w io.Writer, data map[key]*series, rev, group, impl, baseline string) {
 	if a := get(impl, "allocs/op"); a != nil {
 		allocs = strconv.FormatFloat(median(a.all), 'f', -1, 64)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", group, impl, format(median(s.all), unit), ratio, paired, allocs)
+	perOp := ""
+	if timeRatio && unit == "ns/op" {
+		perOp = format(median(s.all)/float64(ops), unit)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", group, impl, format(median(s.all), unit), ratio, paired, allocs, perOp)
 }
 
 func spread(v []float64) string {
