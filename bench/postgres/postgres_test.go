@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/bench/internal/paired"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -303,61 +305,54 @@ func BenchmarkCycle(b *testing.B) {
 	}
 }
 
-// BenchmarkSerialPaired runs each implementation's cycle and the
-// baseline's cycle alternately on one goroutine and reports the ratio of
-// their total times (x-plain). Pairing them cycle by cycle cancels the
-// drift of a shared machine's load, which swamps serial latencies measured
-// one after the other. ns/op is per pair.
-func BenchmarkSerialPaired(b *testing.B) {
-	pool, _ := newPool(b)
+// product reports whether c is this module's PostgreSQL store, which the
+// paired benchmarks compare with the baseline.
+func product(c cycler) bool { return strings.HasPrefix(c.name, "leasepostgres") }
+
+func baselineCycler(b *testing.B) cycler {
 	i := slices.IndexFunc(cyclers, func(c cycler) bool { return c.name == baseline })
 	if i < 0 {
 		b.Fatalf("no cycler %q", baseline)
 	}
-	base := cyclers[i]
+	return cyclers[i]
+}
+
+// BenchmarkSerialPaired runs each leasepostgres cycle and the baseline's
+// alternately on one goroutine and reports impl's time over the
+// baseline's (x-plain, lower is better). Pairing them cycle by cycle
+// cancels the drift of a shared machine's load, which swamps serial
+// latencies measured one after the other. ns/op is per pair.
+func BenchmarkSerialPaired(b *testing.B) {
+	pool, _ := newPool(b)
+	base := baselineCycler(b)
 	for _, c := range cyclers {
-		if c.name == baseline {
+		if !product(c) {
 			continue
 		}
 		b.Run("impl="+c.name, func(b *testing.B) {
-			plain := base.newCycle(b, pool)
-			cycle := c.newCycle(b, pool)
-			ctx := context.Background()
-			plainKey, key := newKey(), newKey()
-			if err := cycle(ctx, key); err != nil {
-				b.Fatal(err)
+			paired.Serial(b, "plain", paired.Op(base.newCycle(b, pool)), paired.Op(c.newCycle(b, pool)))
+		})
+	}
+}
+
+// BenchmarkParallelPaired runs each leasepostgres cycle and the
+// baseline's in alternating batches on parallelGoroutines goroutines each
+// and reports impl's throughput over the baseline's (x-plain, higher is
+// better). ns/op is per pair.
+func BenchmarkParallelPaired(b *testing.B) {
+	pool, _ := newPool(b)
+	base := baselineCycler(b)
+	for _, c := range cyclers {
+		if !product(c) {
+			continue
+		}
+		b.Run("impl="+c.name, func(b *testing.B) {
+			var baseOps, implOps []paired.Op
+			for range parallelGoroutines {
+				baseOps = append(baseOps, base.newCycle(b, pool))
+				implOps = append(implOps, c.newCycle(b, pool))
 			}
-			if err := plain(ctx, plainKey); err != nil {
-				b.Fatal(err)
-			}
-			var plainTime, implTime time.Duration
-			b.ResetTimer()
-			for i := range b.N {
-				// Alternate which goes first, so that neither always
-				// follows the other.
-				first, second := plain, cycle
-				firstKey, secondKey := plainKey, key
-				if i%2 == 1 {
-					first, second, firstKey, secondKey = cycle, plain, key, plainKey
-				}
-				t0 := time.Now()
-				if err := first(ctx, firstKey); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := second(ctx, secondKey); err != nil {
-					b.Fatal(err)
-				}
-				t2 := time.Now()
-				if i%2 == 0 {
-					plainTime, implTime = plainTime+t1.Sub(t0), implTime+t2.Sub(t1)
-				} else {
-					implTime, plainTime = implTime+t1.Sub(t0), plainTime+t2.Sub(t1)
-				}
-			}
-			b.ReportMetric(float64(plainTime.Nanoseconds())/float64(b.N), "plain-ns/cycle")
-			b.ReportMetric(float64(implTime.Nanoseconds())/float64(b.N), "impl-ns/cycle")
-			b.ReportMetric(float64(implTime)/float64(plainTime), "x-plain")
+			paired.Parallel(b, "plain", 4*parallelGoroutines, baseOps, implOps)
 		})
 	}
 }

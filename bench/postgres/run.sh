@@ -2,9 +2,11 @@
 # Runs the PostgreSQL benchmarks ROUNDS times (default 6), every impl in
 # every round, so that a change in the machine's load hits them all alike,
 # and prints benchstat's tables and the ratio of each impl to plain-upsert:
-# serial (a time ratio, from the cycles measured one after the other and
-# from BenchmarkSerialPaired's cycle-by-cycle pairing, x-plain), at 16
-# goroutines (a throughput ratio), and the allocations per cycle. Each
+# serial (a time ratio: of the cycles measured one after the other, and
+# x-plain of BenchmarkSerialPaired, which alternates them cycle by cycle),
+# at 16 goroutines (a throughput ratio: of Cycle's parallel16 runs, and
+# x-plain of BenchmarkParallelPaired, which alternates batches), and the
+# allocations per cycle. Each
 # benchmark starts its own PostgreSQL server through the test harness
 # (fsync off, synchronous_commit on).
 #
@@ -24,11 +26,11 @@ fi
 baseline=plain-upsert
 ops=2 # an acquire→release cycle is two lease operations
 round() {
-	bench -test.bench 'Cycle|SerialPaired' -test.benchtime "${BENCHTIME:-1s}"
+	bench -test.bench 'Cycle|Paired' -test.benchtime "${BENCHTIME:-1s}"
 }
 layout="-col /impl -row /mode"
 tables() {
 	stat -filter '.name:Cycle .unit:(sec/op OR allocs/op)'
-	stat -filter '.name:SerialPaired .unit:x-plain'
+	stat -filter '.name:(SerialPaired OR ParallelPaired) .unit:x-plain' -row .name
 }
 . ../lib.sh
