@@ -22,6 +22,7 @@
 #                 with BASE, the table has a column per revision and a row
 #                 per benchmark, without it the layout is $layout)
 #   layout        benchstat's -col and -row without BASE
+#   after         (optional) a function run once after the rounds, like round
 #   ops           (optional) the operations per op of a serial benchmark,
 #                 for benchsum's per op column
 set -eu
@@ -78,6 +79,11 @@ for i in $(seq "$rounds"); do
 		round
 	done
 done
+
+if command -v after >/dev/null 2>&1; then
+	echo "==> after the rounds"
+	after
+fi
 
 stat() {
 	if [ -n "${BASE:-}" ]; then

@@ -352,7 +352,7 @@ func BenchmarkParallelPaired(b *testing.B) {
 				baseOps = append(baseOps, base.newCycle(b, pool))
 				implOps = append(implOps, c.newCycle(b, pool))
 			}
-			paired.Parallel(b, "plain", 4*parallelGoroutines, baseOps, implOps)
+			paired.Parallel(b, "plain", 32*parallelGoroutines, baseOps, implOps)
 		})
 	}
 }

@@ -1,25 +1,40 @@
 #!/bin/sh
-# Runs the Valkey benchmarks ROUNDS times (default 6), interleaving the
-# implementations in every round so that a change in the machine's load
-# hits them all alike, and prints benchstat's comparison with the floor.
-# The server is started by the test harness (valkey-server on PATH), or
-# named by LEASE_VALKEY_ADDR. Raw results go to $OUT (default a temporary
-# file, named at the end).
+# Runs the Valkey benchmarks ROUNDS times (default 6), every impl in every
+# round, so that a change in the machine's load hits them all alike, and
+# prints benchstat's tables and the ratio of each impl to the bare backend
+# (leasevalkey-backend) at 64 goroutines: lease.Client (leasevalkey) and
+# the peers (valkeylock, redislock, redsync), of Cycle's parallel64 runs
+# and x-backend of BenchmarkParallelPaired, which alternates batches with
+# the backend; and the allocations per cycle. The server is started by the
+# test harness (valkey-server on PATH) or named by LEASE_VALKEY_ADDR.
+#
+#   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
+#   BENCHTIME=1s                         per benchmark and round
+#   EXTRAS=1                             also BenchmarkManagedRenewal (10,000
+#                                        managed leases), 3 times at the end
 set -eu
 cd "$(dirname "$0")"
-rounds=${ROUNDS:-6}
-out=${OUT:-$(mktemp)}
-bin=$(mktemp)
-trap 'rm -f "$bin"' EXIT
-go test -c -o "$bin" .
-: >"$out"
-for i in $(seq "$rounds"); do
-	# A failed benchmark (a timeout on an overloaded machine) loses its own
-	# sample, not the round's.
-	"$bin" -test.run '^$' -test.bench 'Cycle|SerialPaired' -test.benchtime 2s >>"$out" || true
-done
-"$bin" -test.run '^$' -test.bench 'ManagedRenewal' -test.benchtime 1x -test.count 3 >>"$out"
-benchstat -col /impl -row /mode -filter '.name:Cycle' "$out"
-benchstat -filter '.name:SerialPaired' -col /impl "$out"
-benchstat -filter '.name:ManagedRenewal' "$out"
-echo "raw results: $out"
+baseline=leasevalkey-backend
+ops=2 # an acquire→release cycle is two lease operations
+round() {
+	# A failed benchmark (a timeout on an overloaded machine) loses its
+	# own sample, not the round's.
+	bench -test.bench 'Cycle|ParallelPaired' -test.benchtime "${BENCHTIME:-1s}" || true
+}
+layout="-col /impl -row /mode"
+tables() {
+	stat -filter '.name:Cycle .unit:(sec/op OR allocs/op)'
+	stat -filter '.name:ParallelPaired .unit:x-backend' -row .name
+	if [ "${EXTRAS:-0}" = 1 ]; then
+		stat -filter '.name:ManagedRenewal'
+	fi
+}
+after() {
+	if [ "${EXTRAS:-0}" = 1 ]; then
+		i=extra
+		for rev in $revs; do
+			bench -test.bench ManagedRenewal -test.benchtime 1x -test.count 3
+		done
+	fi
+}
+. ../lib.sh

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylock"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/bench/internal/paired"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -314,53 +316,33 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkSerialPaired runs each implementation's cycle and the floor's
-// cycle alternately on one goroutine and reports the ratio of their total
-// times (x-floor). Pairing them cycle by cycle cancels the drift of a shared
-// machine's load, which swamps serial latencies measured one after the
-// other. ns/op is per pair.
-func BenchmarkSerialPaired(b *testing.B) {
+// baseline is the cycler every other one is compared with: the bare
+// backend, without lease.Client.
+const baseline = "leasevalkey-backend"
+
+// BenchmarkParallelPaired runs each cycler but the floor and the baseline
+// in alternating batches with the baseline, parallelGoroutines goroutines
+// each, and reports its throughput over the baseline's (x-backend, higher
+// is better): lease.Client's cost over the bare backend, and each peer's
+// throughput in the same units. ns/op is per pair.
+func BenchmarkParallelPaired(b *testing.B) {
 	addr := testserver.Valkey(b).Addr()
-	for _, c := range cyclers[1:] {
+	i := slices.IndexFunc(cyclers, func(c cycler) bool { return c.name == baseline })
+	if i < 0 {
+		b.Fatalf("no cycler %q", baseline)
+	}
+	base := cyclers[i]
+	for _, c := range cyclers {
+		if c.name == baseline || c.name == "floor" {
+			continue
+		}
 		b.Run("impl="+c.name, func(b *testing.B) {
-			floor := cyclers[0].newCycle(b, addr)
-			cycle := c.newCycle(b, addr)
-			ctx := context.Background()
-			floorKey, key := "bench-paired-floor", "bench-paired-"+c.name
-			if err := floor(ctx, floorKey); err != nil {
-				b.Fatal(err)
+			baseOp, implOp := paired.Op(base.newCycle(b, addr)), paired.Op(c.newCycle(b, addr))
+			baseOps, implOps := make([]paired.Op, parallelGoroutines), make([]paired.Op, parallelGoroutines)
+			for g := range parallelGoroutines {
+				baseOps[g], implOps[g] = baseOp, implOp
 			}
-			if err := cycle(ctx, key); err != nil {
-				b.Fatal(err)
-			}
-			var floorTime, implTime time.Duration
-			b.ResetTimer()
-			for i := range b.N {
-				// Alternate which goes first, so that neither always
-				// follows the other.
-				first, second := floor, cycle
-				firstKey, secondKey := floorKey, key
-				if i%2 == 1 {
-					first, second, firstKey, secondKey = cycle, floor, key, floorKey
-				}
-				t0 := time.Now()
-				if err := first(ctx, firstKey); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := second(ctx, secondKey); err != nil {
-					b.Fatal(err)
-				}
-				t2 := time.Now()
-				if i%2 == 0 {
-					floorTime, implTime = floorTime+t1.Sub(t0), implTime+t2.Sub(t1)
-				} else {
-					implTime, floorTime = implTime+t1.Sub(t0), floorTime+t2.Sub(t1)
-				}
-			}
-			b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/cycle")
-			b.ReportMetric(float64(implTime.Nanoseconds())/float64(b.N), "impl-ns/cycle")
-			b.ReportMetric(float64(implTime)/float64(floorTime), "x-floor")
+			paired.Parallel(b, "backend", 32*parallelGoroutines, baseOps, implOps)
 		})
 	}
 }
