@@ -3,7 +3,13 @@
 #   make test   install the test servers if needed, go vet, then every test with
 #               the race detector against real Valkey and PostgreSQL servers
 #               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips)
-#   make bench  the benchmarks, once each, with allocations
+#   make bench  the comparison benchmarks of bench/ (PostgreSQL, leasequeue,
+#               Valkey), each in ROUNDS interleaved rounds (default 6), with
+#               benchstat's tables and the ratios to each baseline;
+#               `make bench ROUNDS=10 BASE=main` adds a before/after column
+#               for that revision, DURABLE=1 runs PostgreSQL durably
+#   make bench-micro  the product module's own benchmarks, once each, with
+#               allocations
 #   make chaos  the fault matrix of internal/chaos in its long form: the fault
 #               rows share DURATION (default 10m; `make chaos DURATION=2m`),
 #               against real servers with the race detector; the output goes
@@ -25,7 +31,7 @@ GO ?= go
 GOBIN_DIR := $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin)
 STATICCHECK := $(GOBIN_DIR)/staticcheck
 
-.PHONY: test bench lint deps chaos
+.PHONY: test bench bench-micro lint deps chaos
 
 DURATION ?= 10m
 CHAOS_OUT := internal/chaos/testdata/out
@@ -53,6 +59,12 @@ test: deps
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
 
 bench: deps
+	@bash scripts/install-deps.sh bench
+	@for area in postgres leasequeue valkey; do \
+		echo "==> bench/$$area/run.sh"; sh bench/$$area/run.sh || exit 1; \
+	done
+
+bench-micro: deps
 	@echo "==> go test -bench"; time $(GO) test -run '^$$' -bench . -benchmem ./...
 
 chaos: deps

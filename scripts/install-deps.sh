@@ -7,7 +7,8 @@
 #                                      libfaketime (the fault matrix's server clock steps) and the
 #                                      ru_RU.UTF-8 locale (for the localized fault rows)
 #   scripts/install-deps.sh lint       staticcheck, into GOBIN (or GOPATH/bin)
-#   scripts/install-deps.sh all        both
+#   scripts/install-deps.sh bench      benchstat (for bench/*/run.sh), into GOBIN (or GOPATH/bin)
+#   scripts/install-deps.sh all        all three
 #
 # The servers come from Debian: PostgreSQL from the release itself, valkey-server
 # from bookworm-backports on bookworm (the suite is added to the existing apt
@@ -224,16 +225,31 @@ install_lint() {
 	log "staticcheck: $("$gobin/staticcheck" -version)"
 }
 
+install_bench() {
+	local gobin
+	gobin=$(go env GOBIN)
+	[[ -n $gobin ]] || gobin="$(go env GOPATH)/bin"
+	if [[ -x $gobin/benchstat ]]; then
+		log "benchstat: found"
+		return 0
+	fi
+	log "+ go install golang.org/x/perf/cmd/benchstat@latest (into $gobin)"
+	GOBIN=$gobin go install golang.org/x/perf/cmd/benchstat@latest
+	log "benchstat: installed"
+}
+
 case ${1:-servers} in
 servers)
 	install_servers
 	install_locale
 	;;
 lint) install_lint ;;
+bench) install_bench ;;
 all)
 	install_servers
 	install_locale
 	install_lint
+	install_bench
 	;;
-*) die "usage: $0 [servers|lint|all]" ;;
+*) die "usage: $0 [servers|lint|bench|all]" ;;
 esac
