@@ -193,7 +193,9 @@ type riverArgs struct{}
 
 func (riverArgs) Kind() string { return "bench_noop" }
 
-type riverWorker struct{ river.WorkerDefaults[riverArgs] }
+type riverWorker struct {
+	river.WorkerDefaults[riverArgs]
+}
 
 func (riverWorker) Work(context.Context, *river.Job[riverArgs]) error { return nil }
 
