@@ -309,12 +309,19 @@ func BenchmarkCycle(b *testing.B) {
 // paired benchmarks compare with the baseline.
 func product(c cycler) bool { return strings.HasPrefix(c.name, "leasepostgres") }
 
-func baselineCycler(b *testing.B) cycler {
+// eachProduct starts a server and runs pair as a sub-benchmark
+// impl=<name> for each leasepostgres cycler, with the baseline cycler.
+func eachProduct(b *testing.B, pair func(b *testing.B, pool *pgxpool.Pool, base, c cycler)) {
+	pool, _ := newPool(b)
 	i := slices.IndexFunc(cyclers, func(c cycler) bool { return c.name == baseline })
 	if i < 0 {
 		b.Fatalf("no cycler %q", baseline)
 	}
-	return cyclers[i]
+	for _, c := range cyclers {
+		if product(c) {
+			b.Run("impl="+c.name, func(b *testing.B) { pair(b, pool, cyclers[i], c) })
+		}
+	}
 }
 
 // BenchmarkSerialPaired runs each leasepostgres cycle and the baseline's
@@ -323,16 +330,9 @@ func baselineCycler(b *testing.B) cycler {
 // cancels the drift of a shared machine's load, which swamps serial
 // latencies measured one after the other. ns/op is per pair.
 func BenchmarkSerialPaired(b *testing.B) {
-	pool, _ := newPool(b)
-	base := baselineCycler(b)
-	for _, c := range cyclers {
-		if !product(c) {
-			continue
-		}
-		b.Run("impl="+c.name, func(b *testing.B) {
-			paired.Serial(b, "plain", paired.Op(base.newCycle(b, pool)), paired.Op(c.newCycle(b, pool)))
-		})
-	}
+	eachProduct(b, func(b *testing.B, pool *pgxpool.Pool, base, c cycler) {
+		paired.Serial(b, "plain", paired.Op(base.newCycle(b, pool)), paired.Op(c.newCycle(b, pool)))
+	})
 }
 
 // BenchmarkParallelPaired runs each leasepostgres cycle and the
@@ -340,19 +340,12 @@ func BenchmarkSerialPaired(b *testing.B) {
 // and reports impl's throughput over the baseline's (x-plain, higher is
 // better). ns/op is per pair.
 func BenchmarkParallelPaired(b *testing.B) {
-	pool, _ := newPool(b)
-	base := baselineCycler(b)
-	for _, c := range cyclers {
-		if !product(c) {
-			continue
+	eachProduct(b, func(b *testing.B, pool *pgxpool.Pool, base, c cycler) {
+		var baseOps, implOps []paired.Op
+		for range parallelGoroutines {
+			baseOps = append(baseOps, base.newCycle(b, pool))
+			implOps = append(implOps, c.newCycle(b, pool))
 		}
-		b.Run("impl="+c.name, func(b *testing.B) {
-			var baseOps, implOps []paired.Op
-			for range parallelGoroutines {
-				baseOps = append(baseOps, base.newCycle(b, pool))
-				implOps = append(implOps, c.newCycle(b, pool))
-			}
-			paired.Parallel(b, "plain", 32*parallelGoroutines, baseOps, implOps)
-		})
-	}
+		paired.Parallel(b, "plain", 32*parallelGoroutines, baseOps, implOps)
+	})
 }
