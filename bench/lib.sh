@@ -63,12 +63,18 @@ fi
 bench() {
 	dir=$here
 	[ "$rev" = base ] && dir=$tmp/base/$sub
+	# A failed run (a timeout on an overloaded machine) loses its own
+	# samples, not the whole run; benchsum pairs what is left by round.
 	{
 		echo "rev: $rev"
 		echo "round: $i"
 		(cd "$dir" && "$tmp/$rev.test" -test.run '^$' -test.benchmem "$@")
-	} >>"$out"
+	} >>"$out" || {
+		failed=$((failed + 1))
+		echo "run.sh: round $i ($rev) failed: $*" >&2
+	}
 }
+failed=0
 
 for i in $(seq "$rounds"); do
 	order=$revs
@@ -99,7 +105,11 @@ echo "==> benchstat (95% confidence intervals over the rounds)"
 tables
 echo
 echo "==> summary"
-"$tmp/benchsum" -baseline "$baseline" -ops "${ops:-1}" "$out"
+"$tmp/benchsum" -baseline "$baseline" -ops "${ops:-1}" "$out" || true # it says what it lacks
 echo
 echo "raw results: $out"
 echo "wall time: $(($(date +%s) - start))s for $rounds rounds"
+if [ "$failed" -gt 0 ]; then
+	echo "run.sh: $failed benchmark runs failed; their samples are missing (see the raw results)" >&2
+	exit 1
+fi
