@@ -164,16 +164,17 @@ func TestStartPostgresWithSettings(t *testing.T) {
 	})
 	plain := testserver.StartPostgres(t)
 	for _, c := range []struct {
+		name string
 		url  string
 		want map[string]string
 	}{
-		{durable.URL(), map[string]string{"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on"}},
-		{plain.URL(), map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "on"}},
+		{"with Settings", durable.URL(), map[string]string{"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on"}},
+		{"without", plain.URL(), map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "on"}},
 	} {
 		conn := connect(ctx, t, c.url)
 		for setting, want := range c.want {
 			if got := queryString(ctx, t, conn, "SHOW "+setting); got != want {
-				t.Errorf("%s: %s = %q; want %q", c.url, setting, got, want)
+				t.Errorf("%s: %s = %q; want %q", c.name, setting, got, want)
 			}
 		}
 	}
