@@ -2,8 +2,8 @@
 # Runs BenchmarkQueue ROUNDS times (default 6): each round runs every impl
 # (plain SKIP LOCKED, leasequeue, River) at 1 and at 8 workers, one after
 # the other, so that a change in the machine's load hits them all alike.
-# Prints benchstat's items/s with confidence intervals and the ratio of
-# each impl to plain at each worker count. The PostgreSQL server is started
+# Prints benchstat's items/s and statements per item with confidence
+# intervals, and the ratio of each impl to plain at each worker count. The PostgreSQL server is started
 # by the test harness (fsync off) or named by LEASE_POSTGRES_URL.
 #
 #   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
@@ -17,5 +17,6 @@ round() {
 layout="-col /impl -row /workers"
 tables() {
 	stat -filter .unit:items/s
+	stat -filter .unit:stmts/item
 }
 . ../lib.sh
