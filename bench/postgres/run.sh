@@ -17,6 +17,9 @@
 #                                        the latency of one lease operation
 #   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
 #   BENCHTIME=1s                         per benchmark and round
+#   EXTRAS=1                             also BenchmarkHandOver (release to a
+#                                        waiter's grant, with and without
+#                                        notifications), 3 times at the end
 set -eu
 cd "$(dirname "$0")"
 if [ "${DURABLE:-0}" = 1 ]; then
@@ -32,5 +35,16 @@ layout="-col /impl -row /mode"
 tables() {
 	stat -filter '.name:Cycle .unit:(sec/op OR allocs/op)'
 	stat -filter '.name:(SerialPaired OR ParallelPaired) .unit:x-plain' -row .name
+	if [ "${EXTRAS:-0}" = 1 ]; then
+		stat -filter '.name:HandOver .unit:(median-ms OR p90-ms)' -row .fullname
+	fi
+}
+after() {
+	if [ "${EXTRAS:-0}" = 1 ]; then
+		i=extra
+		for rev in $revs; do
+			bench -test.bench HandOver -test.benchtime 30x -test.count 3
+		done
+	fi
 }
 . ../lib.sh

@@ -7,8 +7,9 @@
 //	benchsum -baseline plain-upsert -ops 2 results.txt
 //
 // Benchmark names carry their sub-benchmark parts as key=value
-// (Cycle/impl=leasepostgres/mode=serial). impl names the implementation;
-// the other parts name the row's group, whose impls are compared with the
+// (Cycle/impl=leasepostgres/mode=serial). impl names the implementation
+// (benchmarks without one are left out); the other parts name the row's
+// group, whose impls are compared with the
 // baseline impl of the same group. For each group and impl it prints the
 // median of the main metric (items/s when reported, else ns/op), its ratio
 // to the baseline's median, the median of the per-round ratios with their
@@ -111,7 +112,9 @@ func parse(r io.Reader) ([]sample, error) {
 			continue
 		}
 		s := sample{rev: rev, round: round, values: map[string]float64{}}
-		s.group, s.impl = splitName(f[0])
+		if s.group, s.impl = splitName(f[0]); s.impl == "" {
+			continue // not a comparison
+		}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
