@@ -9,8 +9,8 @@
 // Benchmark names carry their sub-benchmark parts as key=value
 // (Cycle/impl=leasepostgres/mode=serial). impl names the implementation
 // (benchmarks without one are left out); the other parts name the row's
-// group, whose impls are compared with the
-// baseline impl of the same group. For each group and impl it prints the
+// group, whose impls are compared with the baseline impl of the same
+// group. For each group and impl it prints the
 // median of the main metric (items/s when reported, else ns/op), its ratio
 // to the baseline's median, the median of the per-round ratios with their
 // range (rounds are paired by the "round: N" lines of the input), and the
