@@ -11,6 +11,7 @@
 #                 before and after side by side; <rev>'s bench directory
 #                 must have the same benchmarks
 #   OUT=<file>    where the raw results go (default a temporary file)
+#   EXTRAS=1      also run the run.sh's extra benchmarks once at the end
 #
 # A run.sh sets these before sourcing:
 #   round         a function that runs one round: it calls "bench ARGS..."
@@ -22,7 +23,8 @@
 #                 with BASE, the table has a column per revision and a row
 #                 per benchmark, without it the layout is $layout)
 #   layout        benchstat's -col and -row without BASE
-#   after         (optional) a function run once after the rounds, like round
+#   extras        (optional) the arguments of a benchmark run once for each
+#                 revision after the rounds when EXTRAS=1
 #   ops           (optional) the operations per op of a serial benchmark,
 #                 for benchsum's per op column
 set -eu
@@ -86,9 +88,13 @@ for i in $(seq "$rounds"); do
 	done
 done
 
-if command -v after >/dev/null 2>&1; then
-	echo "==> after the rounds"
-	after
+if [ "${EXTRAS:-0}" = 1 ] && [ -n "${extras:-}" ]; then
+	i=extra
+	for rev in $revs; do
+		echo "==> extras${BASE:+ ($rev)}"
+		# shellcheck disable=SC2086 # extras is a list of arguments
+		bench $extras
+	done
 fi
 
 stat() {

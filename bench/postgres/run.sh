@@ -39,12 +39,5 @@ tables() {
 		stat -filter '.name:HandOver .unit:(median-ms OR p90-ms)' -row .fullname
 	fi
 }
-after() {
-	if [ "${EXTRAS:-0}" = 1 ]; then
-		i=extra
-		for rev in $revs; do
-			bench -test.bench HandOver -test.benchtime 30x -test.count 3
-		done
-	fi
-}
+extras="-test.bench HandOver -test.benchtime 30x -test.count 3"
 . ../lib.sh

@@ -27,12 +27,5 @@ tables() {
 		stat -filter '.name:ManagedRenewal'
 	fi
 }
-after() {
-	if [ "${EXTRAS:-0}" = 1 ]; then
-		i=extra
-		for rev in $revs; do
-			bench -test.bench ManagedRenewal -test.benchtime 1x -test.count 3
-		done
-	fi
-}
+extras="-test.bench ManagedRenewal -test.benchtime 1x -test.count 3"
 . ../lib.sh
