@@ -19,7 +19,7 @@
 #   BENCHTIME=1s                         per benchmark and round
 #   EXTRAS=1                             also BenchmarkHandOver (release to a
 #                                        waiter's grant, with and without
-#                                        notifications), 3 times at the end
+#                                        notifications), 6 times at the end
 set -eu
 cd "$(dirname "$0")"
 if [ "${DURABLE:-0}" = 1 ]; then
@@ -39,5 +39,5 @@ tables() {
 		stat -filter '.name:HandOver .unit:(median-ms OR p90-ms)' -row .fullname
 	fi
 }
-extras="-test.bench HandOver -test.benchtime 30x -test.count 3"
+extras="-test.bench HandOver -test.benchtime 30x -test.count 6"
 . ../lib.sh

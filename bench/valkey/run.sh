@@ -11,7 +11,7 @@
 #   ROUNDS=6 BASE=<git rev> OUT=<file>   see ../lib.sh
 #   BENCHTIME=1s                         per benchmark and round
 #   EXTRAS=1                             also BenchmarkManagedRenewal (10,000
-#                                        managed leases), 3 times at the end
+#                                        managed leases), 6 times at the end
 set -eu
 cd "$(dirname "$0")"
 baseline=leasevalkey-backend
@@ -27,5 +27,5 @@ tables() {
 		stat -filter '.name:ManagedRenewal'
 	fi
 }
-extras="-test.bench ManagedRenewal -test.benchtime 1x -test.count 3"
+extras="-test.bench ManagedRenewal -test.benchtime 1x -test.count 6"
 . ../lib.sh
