@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,34 @@ func TestValkeyCompleteClaimWith(t *testing.T) {
 	}
 	if it := mustItem(ctx, t, src, "b"); it.State != leasequeue.Running {
 		t.Fatalf("after a refused CompleteClaimWith: %+v; want it still running", it)
+	}
+}
+
+// TestValkeyClaimNextKeys: the claim script names the items it picks
+// itself, escaping IDs as package keyspace does, and records the lease
+// key Queue.Key gives, for IDs holding every reserved byte; on a cluster
+// too, where a key outside the queue's slot would be refused.
+func TestValkeyClaimNextKeys(t *testing.T) {
+	for _, mk := range []func(testing.TB) *store{valkeyStore, valkeyClusterStore} {
+		s := mk(t)
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			src := s.source(t, "k/{eys}%").(*leasequeue.ValkeySource)
+			ids := []string{"plain", "a/b", "{x}", "100%", "%2F", "/{%}/", "a:b"}
+			mustEnqueue(ctx, t, src, ids...)
+			q := newQueue(t, s, src, "w", leasequeue.Options{Name: "k/{eys}%", Policy: loadedPolicy(t, time.Minute)})
+			gs, err := src.ClaimNext(ctx, leasequeue.ClaimRequest{
+				KeyPrefix: strings.TrimSuffix(q.Key("x"), "x"), Owner: "w", Nonce: "n", TTL: time.Minute}, len(ids))
+			if err != nil || len(gs) != len(ids) {
+				t.Fatalf("ClaimNext = %+v, %v; want %d items", gs, err, len(ids))
+			}
+			for _, g := range gs {
+				if it := mustItem(ctx, t, src, g.ID); it.FenceKey != q.Key(g.ID) || it.Token != g.Token || it.State != leasequeue.Running || it.Attempts != 1 {
+					t.Errorf("item %q: %+v; want running under %q, token %d, attempt 1", g.ID, it, q.Key(g.ID), g.Token)
+				}
+			}
+		})
 	}
 }
