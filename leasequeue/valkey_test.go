@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	valkey "github.com/valkey-io/valkey-go"
+
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )
 
@@ -102,5 +105,53 @@ func TestValkeyClaimNextKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestValkeyCompleteClaimWithIsFenced: the writes of CompleteWith under a
+// claim that was taken over apply neither the completion nor the user's
+// commands.
+func TestValkeyCompleteClaimWithIsFenced(t *testing.T) {
+	t.Parallel()
+	s := valkeyStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := s.source(t, "fenced").(*leasequeue.ValkeySource)
+	mustEnqueue(ctx, t, src, "a")
+	r := func(nonce string) leasequeue.ClaimRequest {
+		return leasequeue.ClaimRequest{KeyPrefix: "fenced/items/", Owner: "w-" + nonce, Nonce: nonce, TTL: time.Minute}
+	}
+	old, err := src.ClaimItem(ctx, r("1"), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.ReleaseClaim(ctx, "a", lease.Acquisition{Key: "fenced/items/a", Owner: "w-1", Nonce: "1", Token: old.Token}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := src.ClaimItem(ctx, r("2"), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receipt := src.ItemKey("a", "receipt")
+	err = src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-1", Token: old.Token}, "a", fence.Set(receipt, "stale", fence.SetOptions{}))
+	var stale *fence.StaleError
+	if !errors.As(err, &stale) || stale.Current != cur.Token {
+		t.Fatalf("CompleteWith under the taken-over claim = %v; want a *fence.StaleError at token %d", err, cur.Token)
+	}
+	shared := valkeyClient(t, []string{testserver.Valkey(t).Addr()})
+	if err := shared.Do(ctx, shared.B().Get().Key(receipt).Build()).Error(); !valkey.IsValkeyNil(err) {
+		t.Errorf("receipt after the refused CompleteWith: %v; want none", err)
+	}
+	if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Running || it.Owner != "w-2" {
+		t.Errorf("after the refused CompleteWith: %+v; want it running under w-2", it)
+	}
+	if err := src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-2", Token: cur.Token}, "a", fence.Set(receipt, "sent", fence.SetOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Done {
+		t.Errorf("after CompleteWith: %+v; want done", it)
+	}
+	if err := src.RenewClaim(ctx, "a", lease.Acquisition{Key: "fenced/items/a", Owner: "w-2", Nonce: "2", Token: cur.Token}, time.Minute); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("RenewClaim after CompleteWith = %v; want ErrLost", err)
 	}
 }
