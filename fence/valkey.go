@@ -134,6 +134,36 @@ func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, c
 	return outcome(resource, snap, msg)
 }
 
+// DoAt is Do with a fence key that the caller names instead of
+// FenceKey(resource): for a package whose fences must live in the hash
+// slot of its own keys (leasequeue keeps each item's fence next to the
+// queue's keys, so that one script claims an item and writes its fence).
+// The fence key must be a hash in the format of the fence script (fields
+// key, token and owner, see FenceKey) that only fenced writes and its own
+// package write; resource only names the write in errors. Every command's
+// key must be in the hash slot of fenceKey and must not be fenceKey; the
+// errors are those of Do.
+func (v *Valkey) DoAt(ctx context.Context, snap lease.Snapshot, resource, fenceKey string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
+	if err := validSnapshot(snap); err != nil {
+		return nil, err
+	}
+	if fenceKey == "" {
+		return nil, invalid("resource %q: empty fence key", resource)
+	}
+	keys, args, err := v.encodeAt(snap, resource, fenceKey, cmds)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("fence: resource %q: not sent: %w", resource, context.Cause(ctx))
+	}
+	msg, err := fenceScript.Exec(ctx, v.client, keys, args).ToMessage()
+	if err != nil {
+		return nil, classify(resource, err)
+	}
+	return outcome(resource, snap, msg)
+}
+
 // encode checks a fenced write and returns the script's KEYS and ARGV.
 func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (keys, args []string, err error) {
 	if err := validSnapshot(snap); err != nil {
@@ -145,7 +175,12 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 	if strings.ContainsAny(resource, "{}") {
 		return nil, nil, invalid("Valkey resource %q must not contain '{' or '}': it is the hash tag of its keys", resource)
 	}
-	fk := v.FenceKey(resource)
+	return v.encodeAt(snap, resource, v.FenceKey(resource), cmds)
+}
+
+// encodeAt checks the commands of a fenced write on the fence key fk, of
+// a checked snapshot, and returns the script's KEYS and ARGV.
+func (v *Valkey) encodeAt(snap lease.Snapshot, resource, fk string, cmds []Command) (keys, args []string, err error) {
 	slot := keySlot(fk)
 	n := 4
 	for _, c := range cmds {

@@ -68,6 +68,10 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 	if err := claim("a").Complete(ctx); err != nil {
 		t.Fatalf("Complete as the ACL user: %v", err)
 	}
+	// An INCRBY of an existing key: the fence script reads it (GET).
+	if err := admin.Do(ctx, admin.B().Set().Key(src.ItemKey("b", "receipts")).Value("1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	if err := src.CompleteClaimWith(ctx, claim("b"), fence.IncrBy(src.ItemKey("b", "receipts"), 1)); err != nil {
 		t.Fatalf("CompleteClaimWith as the ACL user: %v", err)
 	}

@@ -18,11 +18,11 @@ import (
 // source's clock, and the item's Complete and Fail (see Source) end the
 // claim in the request that writes the outcome. So an item costs one
 // request to claim (or a share of one, claiming several at once) and one
-// to finish, and no lease backend is involved. PostgresSource and
-// MemorySource are Claimers; a Queue on a Claimer uses it instead of Next,
-// Begin and its client's lease backend, and renews its claims in the
-// background through RenewClaim with the lease package's rules (see
-// lease.Client.Adopt).
+// to finish, and no lease backend is involved. PostgresSource,
+// ValkeySource and MemorySource are Claimers; a Queue on a Claimer uses
+// it instead of Next, Begin and its client's lease backend, and renews
+// its claims in the background through RenewClaim with the lease
+// package's rules (see lease.Client.Adopt).
 //
 // The rules of lease.Backend hold for the claim of each item, under the
 // item's lease key (Queue.Key): a token strictly greater than every token

@@ -22,6 +22,8 @@ func TestClaimerContract(t *testing.T) {
 	}{
 		{"memory", func(testing.TB) *store { return memoryStore(nil) }},
 		{"postgres", postgresStore},
+		{"valkey", valkeyStore},
+		{"valkey-cluster", valkeyClusterStore},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {

@@ -10,14 +10,14 @@
 //
 // A Queue claims the items of a Source for one worker, each under the
 // lease Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
-// escaped, see Queue.Key). On a Claimer (PostgresSource, MemorySource)
-// the item is its own lease: Claim takes one item in one request that
-// makes it running, counts the attempt and records the claim's holder,
-// secret, token and expiry on the item. On ValkeySource Claim acquires the
-// item's lease on the client's backend, then records the start of the
-// attempt with a write fenced by the new token. Either way the claim is
-// renewed in the background, by the lease package's renewer, until it is
-// completed, failed or released:
+// escaped, see Queue.Key). On a Claimer (PostgresSource, ValkeySource,
+// MemorySource) the item is its own lease: Claim takes one item in one
+// request that makes it running, counts the attempt and records the
+// claim's holder, secret, token and expiry on the item. On another Source
+// Claim acquires the item's lease on the client's backend, then records
+// the start of the attempt with a write fenced by the new token. Either
+// way the claim is renewed in the background, by the lease package's
+// renewer, until it is completed, failed or released:
 //
 //	c, err := q.Claim(ctx, "invoice-42")
 //	...
@@ -49,23 +49,19 @@
 // fence (a pair of columns) and ending the claim in the statement that
 // writes the row.
 // ValkeySource keeps the IDs in a list (producers can RPUSH to it) and a
-// sorted set of handed-out items, with each item's state fenced with
-// package fence. MemorySource is the in-process reference.
+// sorted set of handed-out items, all in the queue's hash slot: one Lua
+// script claims, one completes or fails an item under its token.
+// MemorySource is the in-process reference.
 //
 // On a Claimer the item of a worker that died is claimable as soon as its
-// claim expires on the source's clock. On ValkeySource an item a worker
-// holds is hidden from the pollers until its lease would expire: a poller
-// that finds the lease held asks the source to hide the item for the
-// holder's remaining time, and tries again then. So the item of a worker
-// that died is claimed within a poll of its lease's expiry, while a live
-// worker's items cost one probe per lease period.
+// claim expires on the source's clock.
 //
 // ACL rules apply to the commands inside scripts too. The least a Valkey
 // user of ValkeySource and ValkeyRoster needs, with the leases on the
 // Valkey lease backend and the default prefixes (SECURITY.md explains each
 // grant, and what a cluster needs):
 //
-//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +hget +hsetnx +hdel +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
 //
 // # Partitions
 //

@@ -22,14 +22,11 @@ func (s *ValkeySource) DueKey() string   { return s.due }
 func (s *ValkeySource) DeadKey() string  { return s.dead }
 func (s *ValkeySource) SinceKey() string { return s.since }
 
-// Resource returns the fence resource of item id.
+// Resource returns the name of item id in errors.
 func (s *ValkeySource) Resource(id string) (string, error) { return s.resource(id) }
 
 // FenceKey returns the name of item id's fence key.
-func (s *ValkeySource) FenceKey(id string) string {
-	r, _ := s.resource(id)
-	return s.fence.FenceKey(r)
-}
+func (s *ValkeySource) FenceKey(id string) string { return s.ItemKey(id, "fence") }
 
 // Key returns the name of group's member set.
 func (r *ValkeyRoster) Key(group string) string { return r.key(group) }

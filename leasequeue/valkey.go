@@ -24,20 +24,32 @@ const DefaultValkeyPrefix = "leasequeue:"
 // valkey-go must not resend a request whose outcome is unknown. They are
 // loaded with SCRIPT LOAD, so that the server computes their hash, then
 // run with EVALSHA. The short defer script is sent with EVAL instead, so
-// that it can share a pipeline with other commands.
+// that it can share a pipeline with other commands. inspect only reads.
 var (
 	//go:embed lua/next.lua
 	nextLua string
 	//go:embed lua/defer.lua
 	deferLua string
-	//go:embed lua/finish.lua
-	finishLua string
 	//go:embed lua/enqueue.lua
 	enqueueLua string
+	//go:embed lua/begin.lua
+	beginLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/claimop.lua
+	claimOpLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
+	//go:embed lua/end.lua
+	endLua string
 
 	nextScript    = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
-	finishScript  = valkey.NewLuaScript(finishLua, valkey.WithLoadSHA1(true))
 	enqueueScript = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
+	beginScript   = valkey.NewLuaScript(beginLua, valkey.WithLoadSHA1(true))
+	claimScript   = valkey.NewLuaScript(claimLua, valkey.WithLoadSHA1(true))
+	claimOpScript = valkey.NewLuaScript(claimOpLua, valkey.WithLoadSHA1(true))
+	inspectScript = valkey.NewLuaScriptReadOnly(inspectLua, valkey.WithLoadSHA1(true))
+	endScript     = valkey.NewLuaScript(endLua, valkey.WithLoadSHA1(true))
 )
 
 // ValkeyOptions configure the Valkey source and roster. The zero value is
@@ -61,40 +73,42 @@ func (o ValkeyOptions) prefix() (string, error) {
 	return o.Prefix, nil
 }
 
-// ValkeySource is a Source on Valkey (standalone, sentinel or cluster)
-// for one queue. Producers push item IDs to a list; handed-out items wait
-// in a sorted set scored by when to look at them again; each item's state
-// is a hash fenced, with package fence, by the item's resource Q/I, where
-// Q and I are the queue name and the item ID with '%', '{', '}' and '/'
-// written as %25, %7B, %7D and %2F (so queue "orders" item "eu/1" is
-// orders/eu%2F1 and queue "orders/eu" item "1" is orders%2Feu/1: no two
-// items share a name). With the prefix P:
+// ValkeySource is a Source and a Claimer on Valkey (standalone, sentinel
+// or cluster) for one queue. Producers push item IDs to a list; handed-out
+// items wait in a sorted set scored by when to look at them again. Every
+// key of a queue is in the queue's hash slot, so that one script can claim
+// items it picks: with the prefix P, Q the queue name and I an item ID,
+// each with '%', '{', '}' and '/' written as %25, %7B, %7D and %2F (so no
+// two queues or items share a name):
 //
-//	P{Q}:ready       list of IDs not handed out yet (Enqueue, or RPUSH)
-//	P{Q}:due         sorted set of handed-out, unfinished IDs, by the time
-//	                 to look at them again (ms on the server's clock)
-//	P{Q}:dead        sorted set of dead IDs, by the time they died
-//	P{Q}:since       hash of unfinished IDs to when each became ready
-//	                 (enqueued, or its retry delay over; ms on the
-//	                 server's clock), for the claims' ages
-//	P{Q/I}:item      hash: state, owner, error
-//	P{Q/I}:attempts  the attempt count
-//	Pfence:{Q/I}     the item's fence (see fence.Valkey)
+//	P{Q}:ready          list of IDs not handed out yet (Enqueue, or RPUSH)
+//	P{Q}:due            sorted set of handed-out, unfinished IDs, by the
+//	                    time to look at them again (ms on the server's
+//	                    clock): a claimed item by its claim's expiry
+//	P{Q}:dead           sorted set of dead IDs, by the time they died
+//	P{Q}:since          hash of unfinished IDs to when each became ready
+//	                    (enqueued, or its retry delay over; ms on the
+//	                    server's clock), for the claims' ages
+//	P{Q}:item/I/item    hash: state, owner, error, attempts, and the
+//	                    current claim's secret and expiry (µs on the
+//	                    server's clock)
+//	P{Q}:item/I/fence   the item's fence, in the format of fence.Valkey:
+//	                    its lease key and last token
 //
-// Next is one script on the queue's keys. Begin advances the item's fence
-// first, then reads the item, then writes it under the fence; Complete
-// and Fail are one fenced script on the item's keys, followed by an
-// unfenced update of the due set (a lost update only makes a poller look
-// at the item again, and find it finished). Queue names and IDs may hold
-// any character but control characters. It is safe for concurrent use and
-// never closes the client.
+// ClaimNext and ClaimItem are one script each, RenewClaim, ReleaseClaim
+// and InspectClaim too, and so are Complete, Fail and CompleteClaimWith,
+// fenced by the claim's token. A claim's token is max(previous token + 1,
+// the server's time in µs), like the Valkey lease backend's. Next is one
+// script on the queue's keys and Begin one on the item's, under the
+// caller's lease. Queue names and IDs may hold any character but control
+// characters. It is safe for concurrent use and never closes the client.
 type ValkeySource struct {
 	client valkey.Client
 	fence  *fence.Valkey
 	prefix string
 	queue  string
 
-	ready, due, dead, since string
+	ready, due, dead, since, items string
 }
 
 var _ Source = (*ValkeySource)(nil)
@@ -120,7 +134,8 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 		ready: keyspace.Name(prefix, tag, ":ready"),
 		due:   keyspace.Name(prefix, tag, ":due"),
 		dead:  keyspace.Name(prefix, tag, ":dead"),
-		since: keyspace.Name(prefix, tag, ":since")}, nil
+		since: keyspace.Name(prefix, tag, ":since"),
+		items: keyspace.Name(prefix, tag, ":item/")}, nil
 }
 
 // ReadyKey returns the name of the queue's ready list: producers that are
@@ -129,8 +144,7 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 // have no ready time, so their first claim reports an Age of zero.
 func (s *ValkeySource) ReadyKey() string { return s.ready }
 
-// resource returns the fence resource of item id, checking id: the hash
-// tag of the item's keys.
+// resource returns the name of item id in errors, checking id.
 func (s *ValkeySource) resource(id string) (string, error) {
 	r := keyspace.Tag(s.queue, id)
 	if err := fence.ValidateResource(r); err != nil {
@@ -139,13 +153,13 @@ func (s *ValkeySource) resource(id string) (string, error) {
 	return r, nil
 }
 
-// ItemKey returns the name of a key in the hash slot of item id, with the
-// given suffix: P{Q/I}:suffix (see ValkeySource). The item's own keys are
-// ItemKey(id, "item") and ItemKey(id, "attempts"). Keys of your own
-// written by CompleteWith must be made with it, and must not use those
-// two suffixes.
+// ItemKey returns the name of a key of item id, in the queue's hash slot,
+// with the given suffix: P{Q}:item/I/suffix (see ValkeySource). The
+// item's own keys are ItemKey(id, "item") and ItemKey(id, "fence"). Keys
+// of your own written by CompleteWith must be made with it (or be in the
+// queue's slot otherwise), and must not use those two suffixes.
 func (s *ValkeySource) ItemKey(id, suffix string) string {
-	return keyspace.Name(s.prefix, keyspace.Tag(s.queue, id), ":"+suffix)
+	return s.items + keyspace.Escape(id) + "/" + suffix
 }
 
 // Enqueue adds pending items with the given IDs and pushes them to the
@@ -179,14 +193,12 @@ func (s *ValkeySource) Enqueue(ctx context.Context, ids ...string) (int, error) 
 
 // Item returns the state of item id, or an error matching ErrNotFound.
 func (s *ValkeySource) Item(ctx context.Context, id string) (Item, error) {
-	res, err := s.resource(id)
-	if err != nil {
+	if _, err := s.resource(id); err != nil {
 		return Item{}, err
 	}
 	rs := s.client.DoMulti(ctx,
-		s.client.B().Hmget().Key(s.ItemKey(id, "item")).Field("state", "owner", "error").Build(),
-		s.client.B().Get().Key(s.ItemKey(id, "attempts")).Build(),
-		s.client.B().Hmget().Key(s.fence.FenceKey(res)).Field("key", "token").Build())
+		s.client.B().Hmget().Key(s.ItemKey(id, "item")).Field("state", "owner", "error", "attempts").Build(),
+		s.client.B().Hmget().Key(s.ItemKey(id, "fence")).Field("key", "token").Build())
 	f, err := rs[0].ToArray()
 	if err != nil {
 		return Item{}, valkeyError("read item", id, err)
@@ -199,16 +211,16 @@ func (s *ValkeySource) Item(ctx context.Context, id string) (Item, error) {
 	it.State = State(state)
 	it.Owner, _ = f[1].ToString()
 	it.LastError, _ = f[2].ToString()
-	if n, err := rs[1].AsInt64(); err == nil {
+	if n, err := f[3].AsInt64(); err == nil {
 		it.Attempts = int(n)
-	} else if !valkey.IsValkeyNil(err) {
-		return Item{}, valkeyError("read item", id, err)
 	}
-	if m, err := rs[2].ToArray(); err == nil && len(m) == 2 {
+	if m, err := rs[1].ToArray(); err == nil && len(m) == 2 {
 		it.FenceKey, _ = m[0].ToString()
 		tok, _ := m[1].ToString()
 		t, _ := strconv.ParseUint(tok, 10, 64)
 		it.Token = lease.Token(t)
+	} else if err != nil {
+		return Item{}, valkeyError("read item", id, err)
 	}
 	return it, nil
 }
@@ -223,74 +235,103 @@ func (s *ValkeySource) Next(ctx context.Context, n int, hide time.Duration) ([]s
 	return ids, nil
 }
 
-// Begin implements Source.
+// Begin implements Source, in one script: it advances the item's fence to
+// snap and records the attempt (see lua/begin.lua).
 func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
 	res, err := s.resource(id)
 	if err != nil {
 		return Begun{}, err
 	}
-	// Advance the fence first: from then on no older claim can write the
-	// item, so what is read next stays true until this claim writes.
-	if err := s.fence.Claim(ctx, snap, res); err != nil {
-		return Begun{}, err
+	if snap.Token == 0 || snap.Key == "" {
+		return Begun{}, fmt.Errorf("%w: leasequeue: begin %q: snapshot without a key or token", fence.ErrInvalid, id)
 	}
-	rs := s.client.DoMulti(ctx,
-		s.client.B().Hget().Key(s.ItemKey(id, "item")).Field("state").Build(),
-		s.deferCmd(id, hide, "BEGIN"))
-	state, err := rs[0].ToString()
-	switch {
-	case valkey.IsValkeyNil(err):
-		_ = s.forget(ctx, id, false)
-		return Begun{}, notFound(id)
-	case err != nil:
+	arr, err := beginScript.Exec(ctx, s.client,
+		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.since},
+		[]string{id, snap.Key, snap.Token.String(), snap.Owner, strconv.FormatInt(millis(hide), 10)}).ToArray()
+	if err != nil {
 		return Begun{}, valkeyError("begin", id, err)
-	case State(state) == Done || State(state) == Dead:
-		_ = s.forget(ctx, id, false)
+	}
+	verdict, _ := arr[0].ToString()
+	switch verdict {
+	case "ok":
+		n, _ := arr[1].AsInt64()
+		b := Begun{Attempt: int(n)}
+		if ms, _ := arr[2].AsInt64(); ms > 0 {
+			b.Age = time.Duration(ms) * time.Millisecond
+		}
+		return b, nil
+	case "none":
+		return Begun{}, notFound(id)
+	case "state":
+		state, _ := arr[1].ToString()
 		return Begun{}, finished(id, State(state))
 	}
-	replies, err := s.fence.Do(ctx, snap, res,
-		fence.HSet(s.ItemKey(id, "item"), "state", string(Running), "owner", snap.Owner),
-		fence.IncrBy(s.ItemKey(id, "attempts"), 1))
-	if err != nil {
-		return Begun{}, err
-	}
-	n, err := replies[1].AsInt64()
-	if err != nil {
-		return Begun{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: begin %q: unexpected reply: %w", id, err))
-	}
-	b := Begun{Attempt: int(n)}
-	// The age is only a measurement: an error here (the defer script's
-	// reply lost) leaves it zero.
-	if ms, err := rs[1].AsInt64(); err == nil && ms > 0 {
-		b.Age = time.Duration(ms) * time.Millisecond
-	}
-	return b, nil
+	return Begun{}, fenceRefusal(res, snap, arr)
 }
 
-// deferCmd returns the defer script's command for id, d and mode (see
-// lua/defer.lua): "XX" to hide an item handed out, "RETRY" to hide it and
-// record when it is ready again, "BEGIN" to hide it, adding it to the due
-// set if it is not there, and read its age.
+// fenceRefusal returns the error of a script that refused snap by the
+// item's fence: {'stale', token} or {'foreign', key, token}.
+func fenceRefusal(res string, snap lease.Snapshot, arr []valkey.ValkeyMessage) error {
+	verdict, _ := arr[0].ToString()
+	switch {
+	case verdict == "stale" && len(arr) == 2:
+		tok, _ := arr[1].ToString()
+		cur, _ := strconv.ParseUint(tok, 10, 64)
+		return &fence.StaleError{Resource: res, Key: snap.Key, Token: snap.Token, Current: lease.Token(cur)}
+	case verdict == "foreign" && len(arr) == 3:
+		key, _ := arr[1].ToString()
+		tok, _ := arr[2].ToString()
+		cur, _ := strconv.ParseUint(tok, 10, 64)
+		return &fence.ForeignLeaseError{Resource: res, Key: snap.Key, Token: snap.Token, FencedBy: key, Current: lease.Token(cur)}
+	}
+	return lease.Indeterminate(fmt.Errorf("leasequeue: valkey: item %q: unexpected reply %v", res, arr))
+}
+
+// deferCmd returns the defer script's command for id, d and mode "XX"
+// (see lua/defer.lua): hide an item handed out.
 func (s *ValkeySource) deferCmd(id string, d time.Duration, mode string) valkey.Completed {
 	return s.client.B().Eval().Script(deferLua).Numkeys(2).Key(s.due, s.since).Arg(id, strconv.FormatInt(millis(d), 10), mode).Build()
 }
 
-// Complete implements Source.
+// Complete implements Source, in one script.
 func (s *ValkeySource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
-	return s.CompleteWith(ctx, snap, id)
+	return s.end(ctx, snap, id, Done, "", 0)
 }
 
 // CompleteWith marks the running item id done and applies cmds, in one
-// fenced script (see fence.Valkey.Do): the item is done exactly when the
-// commands are applied, and a claim that was taken over can do neither.
-// The commands' keys must be in the item's hash slot: make them with
-// ItemKey. It returns the errors of Source.Complete, or an error wrapping
-// fence.ErrInvalid, before any I/O, for a command that breaks
-// fence.Valkey's rules. From a Handler, use CompleteClaimWith.
+// fenced script (see fence.Valkey.DoAt): the item is done exactly when
+// the commands are applied, and a claim that was taken over can do
+// neither. The commands' keys must be in the queue's hash slot: make them
+// with ItemKey. It returns the errors of Source.Complete, or an error
+// wrapping fence.ErrInvalid, before any I/O, for a command that breaks
+// fence.Valkey's rules. Without commands it is Complete. From a Handler,
+// use CompleteClaimWith.
+//
+// With commands it takes two requests: the fenced script, which does not
+// read the item's state first (the current claim's completion applies
+// even if that claim already ended the item), then an unfenced removal
+// of the item from the due set and ready-time hash; should that be lost,
+// a claim that looks at the item later finds it done and drops it.
 func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
-	return s.finish(ctx, snap, id, Done, append([]fence.Command{
-		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", ""),
-	}, cmds...))
+	if len(cmds) == 0 {
+		return s.Complete(ctx, snap, id)
+	}
+	res, err := s.resource(id)
+	if err != nil {
+		return err
+	}
+	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fence.Command{
+		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0"),
+	}, cmds...)...)
+	if err != nil {
+		return err
+	}
+	// Only after the fenced write, and unfenced: a lost update only makes
+	// a claimer look at the item again, and find it done.
+	s.client.DoMulti(ctx,
+		s.client.B().Zrem().Key(s.due).Member(id).Build(),
+		s.client.B().Hdel().Key(s.since).Field(id).Build())
+	return nil
 }
 
 // CompleteClaimWith completes claim c as Claim.Complete does, with cmds
@@ -301,7 +342,7 @@ func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...
 	})
 }
 
-// Fail implements Source.
+// Fail implements Source, in one script.
 func (s *ValkeySource) Fail(ctx context.Context, snap lease.Snapshot, id string, f Failure) error {
 	state, text := Pending, ""
 	if f.Dead {
@@ -310,56 +351,33 @@ func (s *ValkeySource) Fail(ctx context.Context, snap lease.Snapshot, id string,
 	if f.Err != nil {
 		text = f.Err.Error()
 	}
-	err := s.finish(ctx, snap, id, state, []fence.Command{
-		fence.HSet(s.ItemKey(id, "item"), "state", string(state), "owner", snap.Owner, "error", text),
-	})
-	if err == nil && !f.Dead {
-		_ = s.client.Do(ctx, s.deferCmd(id, f.RetryAfter, "RETRY")).Error()
-	}
-	return err
+	return s.end(ctx, snap, id, state, text, f.RetryAfter)
 }
 
-// finish writes the end of an attempt at the running item id under the
-// fence (cmds, which set the state to end), then updates the queue's
-// sets.
-func (s *ValkeySource) finish(ctx context.Context, snap lease.Snapshot, id string, end State, cmds []fence.Command) error {
+// end writes the end of an attempt at the running item id under snap's
+// token, in one script (see lua/end.lua).
+func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, state State, text string, retry time.Duration) error {
 	res, err := s.resource(id)
 	if err != nil {
 		return err
 	}
-	// While the fence shows snap, only snap may change the state, so the
-	// state read here holds until the fenced write below.
-	state, err := s.client.Do(ctx, s.client.B().Hget().Key(s.ItemKey(id, "item")).Field("state").Build()).ToString()
-	switch {
-	case valkey.IsValkeyNil(err):
-		return notFound(id)
-	case err != nil:
+	arr, err := endScript.Exec(ctx, s.client,
+		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.dead, s.since},
+		[]string{id, snap.Token.String(), snap.Owner, string(state), text, strconv.FormatInt(millis(retry), 10)}).ToArray()
+	if err != nil {
 		return valkeyError("finish", id, err)
-	case State(state) != Running:
-		// Let the fence speak first: a newer claim may have finished it.
-		if err := s.fence.Claim(ctx, snap, res); err != nil {
-			return err
-		}
+	}
+	verdict, _ := arr[0].ToString()
+	switch verdict {
+	case "ok":
+		return nil
+	case "none":
+		return notFound(id)
+	case "state":
+		state, _ := arr[1].ToString()
 		return notRunning(id, State(state))
 	}
-	if _, err := s.fence.Do(ctx, snap, res, cmds...); err != nil {
-		return err
-	}
-	if end == Done || end == Dead {
-		// Only after the fenced write: an item taken over by another
-		// claim must stay in the due set, or nobody would rescue it.
-		_ = s.forget(ctx, id, end == Dead)
-	}
-	return nil
-}
-
-// forget removes id from the due set, and adds it to the dead set if dead.
-func (s *ValkeySource) forget(ctx context.Context, id string, dead bool) error {
-	d := "0"
-	if dead {
-		d = "1"
-	}
-	return finishScript.Exec(ctx, s.client, []string{s.due, s.dead, s.since}, []string{id, d}).Error()
+	return fenceRefusal(res, snap, arr)
 }
 
 // Defer implements Source.

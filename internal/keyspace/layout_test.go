@@ -28,9 +28,9 @@ type prefixes struct{ lease, fence, cache, queue string }
 // defaults are the packages' default prefixes.
 var defaults = prefixes{leasevalkey.DefaultPrefix, fence.DefaultPrefix, cache.DefaultPrefix, leasequeue.DefaultValkeyPrefix}
 
-// all returns every prefix names start with, leasequeue's fences included.
+// all returns every prefix names start with.
 func (p prefixes) all() []string {
-	return []string{p.lease, p.fence, p.cache, p.queue, p.queue + "fence:"}
+	return []string{p.lease, p.fence, p.cache, p.queue}
 }
 
 // A kind builds one kind of Valkey name from drawn inputs, through the
@@ -82,21 +82,17 @@ var kinds = []kind{
 	}},
 	{"queue set", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		src := must(leasequeue.NewValkeySource(noServer{}, draw("queue"), leasequeue.ValkeyOptions{Prefix: p.queue}))
-		set := rapid.SampledFrom([]string{":ready", ":due", ":dead"}).Draw(t, "set")
+		set := rapid.SampledFrom([]string{":ready", ":due", ":dead", ":since"}).Draw(t, "set")
 		name := strings.TrimSuffix(src.ReadyKey(), ":ready") + set
 		return name, []string{src.ReadyKey()}
 	}},
 	{"queue item key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		src := must(leasequeue.NewValkeySource(noServer{}, draw("queue"), leasequeue.ValkeyOptions{Prefix: p.queue}))
 		id := draw("id")
-		suffix := rapid.SampledFrom([]string{"item", "attempts", "ready", "members", "released", "x:y"}).Draw(t, "suffix")
-		return src.ItemKey(id, suffix), []string{src.ItemKey(id, "item"), strings.Replace(src.ItemKey(id, "item"), p.queue+"{", p.queue+"fence:{", 1)}
-	}},
-	{"queue item fence", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
-		q, id := draw("queue"), draw("id")
-		src := must(leasequeue.NewValkeySource(noServer{}, q, leasequeue.ValkeyOptions{Prefix: p.queue}))
-		f := must(fence.NewValkey(noServer{}, fence.ValkeyOptions{Prefix: p.queue + "fence:"}))
-		return f.FenceKey(keyspace.Tag(q, id)), []string{src.ItemKey(id, "item")}
+		suffix := rapid.SampledFrom([]string{"item", "fence", "ready", "members", "released", "x:y", "a/b"}).Draw(t, "suffix")
+		// The claim script touches the queue's keys and the items it
+		// picks: all in the queue's slot.
+		return src.ItemKey(id, suffix), []string{src.ItemKey(id, "item"), src.ItemKey(id, "fence"), src.ReadyKey()}
 	}},
 	{"group member set", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		return keyspace.Name(p.queue, keyspace.Tag(draw("group")), ":members"), nil

@@ -54,7 +54,7 @@ const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 // script with the commands items are written with (HSET, INCRBY).
 const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +hget +hsetnx +hdel +get +type +incrby +rpush +lpop " +
+	"+hmget +hset +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
 	"+zadd +zrange +zscore +zrem +sadd +smembers +srem +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 

@@ -1,0 +1,33 @@
+#!lua
+-- end: write the end of an attempt under its claim's token.
+--
+-- KEYS[1]  the item's hash, KEYS[2] its fence (see claim.lua), KEYS[3]
+--          the due set, KEYS[4] the dead set, KEYS[5] the ready-time hash
+-- ARGV[1]  the item's ID, ARGV[2] the claim's token, ARGV[3] the owner,
+--          ARGV[4] the end state ('done', 'pending' for a retry, 'dead'),
+--          ARGV[5] the error text, ARGV[6] the retry delay in ms
+--
+-- Applies only if ARGV[2] is the item's current token and the item is
+-- running: then it sets the state and ends the claim. A done or dead item
+-- leaves the due set and the ready-time hash (a dead one joins the dead
+-- set, scored by the time it died); a retried one is scored by its retry
+-- time, which becomes its ready time. Returns {'ok'}, {'stale', token}
+-- if the item carries another token, {'state', state} if it is not
+-- running, or {'none'} if the item is unknown.
+local h = {redis.call('HGET', KEYS[1], 'state'), redis.call('HGET', KEYS[2], 'token')}
+if not h[1] then return {'none'} end
+if h[2] ~= ARGV[2] then return {'stale', h[2] or '0'} end
+if h[1] ~= 'running' then return {'state', h[1]} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'state', ARGV[4], 'owner', ARGV[3], 'error', ARGV[5], 'nonce', '', 'exp', '0')
+if ARGV[4] == 'pending' then
+  local at = now + tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], at, ARGV[1])
+  redis.call('HSET', KEYS[5], ARGV[1], at)
+  return {'ok'}
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[4] == 'dead' then redis.call('ZADD', KEYS[4], now, ARGV[1]) end
+redis.call('HDEL', KEYS[5], ARGV[1])
+return {'ok'}
