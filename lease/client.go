@@ -82,6 +82,12 @@ func (c *Client) Clock() Clock { return c.clock }
 // Backend returns the backend the client was built with.
 func (c *Client) Backend() Backend { return c.b }
 
+// Observer returns the observer the client reports to (NopObserver if
+// ClientOptions.Observer was nil), so that code built on the client can
+// make a client of the same owner, clock and observer over a wrapped
+// backend.
+func (c *Client) Observer() Observer { return c.obs }
+
 // Acquire acquires the lease on key, waiting for it as sync.Mutex.Lock and
 // semaphore.Acquire do: while the lease is held by someone else, on a
 // backend that reports releases (lease.ReleaseWatcher) it sleeps until the
@@ -188,9 +194,12 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: h.nonce, TTL: o.TTL}
 	at := attempts{start: c.clock.Now()}
 	var (
-		lastErr    error
-		released   <-chan struct{} // from a ReleaseWatcher, if any
-		watchTried bool
+		lastErr  error
+		released <-chan struct{} // from a ReleaseWatcher, if any
+		// watchAt is when to set up a watch: at the first refusal, and
+		// after a watch that failed no sooner than Poll later, so that a
+		// long wait is not left polling every Retry by one failed setup.
+		watchAt time.Time
 		// seen is the holder the last attempt found: its token, and the
 		// latest instant its lease could end by that attempt's answer.
 		seen struct {
@@ -241,10 +250,10 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		var na *NotAcquiredError
 		held := errors.As(err, &na)
-		if !watchTried && held {
-			// One watch per call: a watch that failed is not set up again
-			// before every attempt; the waiter polls every Retry instead.
-			watchTried = true
+		if released == nil && held && (watchAt.IsZero() || !c.clock.Now().Before(watchAt)) {
+			// At most one watch per call, set up again after a failure
+			// only once Poll has passed; until then the waiter polls
+			// every Retry.
 			if w, ok := c.b.(ReleaseWatcher); ok {
 				wctx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 				ch, stop, werr := w.WatchReleases(wctx, key)
@@ -252,6 +261,8 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 				if werr == nil {
 					released = ch
 					defer stop()
+				} else {
+					watchAt = c.clock.Now().Add(o.Poll)
 				}
 			}
 		}

@@ -718,3 +718,55 @@ func TestAcquirePollOnlyAfterRenewal(t *testing.T) {
 		t.Fatalf("took the key %v after the holder had 100ms left, want within the holder's time and a fifth of Retry", waited)
 	}
 }
+
+// failingWatch fails its first fail release-watch setups.
+type failingWatch struct {
+	*memory.Store
+	fail    int64
+	watches atomic.Int64
+}
+
+func (b *failingWatch) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if b.watches.Add(1) <= b.fail {
+		return nil, nil, errors.New("connection refused")
+	}
+	return b.Store.WatchReleases(ctx, key)
+}
+
+func TestAcquireSetsUpAFailedWatchAgainAfterPoll(t *testing.T) {
+	// The first watch fails: the waiter polls every Retry (1s), and sets
+	// up a watch again once Poll (5s) has passed, not before every attempt
+	// and not never; then it is quiet, and the release wakes it.
+	f := newFixture(t)
+	holder := f.acquire(t) // 30s, never renewed
+	b := &failingWatch{Store: f.store, fail: 1}
+	c, _ := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Poll: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+	for f.clock.Now().Sub(epoch) < 10*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := f.clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatalf("the waiter did not sleep: %v", err)
+		}
+		cancel()
+		f.clock.Advance(100 * time.Millisecond)
+	}
+	if n := b.watches.Load(); n != 2 {
+		t.Fatalf("%d watch setups in 10s after a failed one, want 2 (the failed one, and one more after Poll)", n)
+	}
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Acquire after the release = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the release did not wake the waiter: its second watch does not work")
+	}
+}
