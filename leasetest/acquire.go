@@ -156,7 +156,7 @@ func acquireCases() []testCase {
 			}
 		}},
 		{"Acquire/InvalidKeysRejectedBeforeIO", func(e *env) {
-			cb := &countingBackend{Backend: e.b}
+			cb, calls := CountCalls(e.b)
 			c := e.clientOn(cb, "owner", e.clock())
 			for _, k := range []string{"", "nul\x00byte", "new\nline", "tab\tbed", "bad utf8 \xff", strings.Repeat("x", lease.MaxKeyLen+1)} {
 				if _, err := c.Acquire(e.ctx(), k, e.policy()); !errors.Is(err, lease.ErrInvalidKey) {
@@ -169,7 +169,7 @@ func acquireCases() []testCase {
 					e.t.Errorf("Inspect(%q) = %v, want ErrInvalidKey", k, err)
 				}
 			}
-			if n := cb.calls.Load(); n != 0 {
+			if n := calls.Total(); n != 0 {
 				e.t.Fatalf("%d backend calls for invalid keys, want 0", n)
 			}
 		}},

@@ -3,36 +3,10 @@ package leasetest
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/golib/lease/lease"
 )
-
-// watchingCounter is a countingBackend that passes lease.ReleaseWatcher
-// on, so that a Client sees the backend's capability, and counts the
-// watches set up.
-type watchingCounter struct {
-	*countingBackend
-	w       lease.ReleaseWatcher
-	watches atomic.Int64
-}
-
-func (c *watchingCounter) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	c.watches.Add(1)
-	return c.w.WatchReleases(ctx, key)
-}
-
-// counted returns b wrapped to count its calls, still a
-// lease.ReleaseWatcher if b is one.
-func counted(b lease.Backend) (lease.Backend, *countingBackend, *atomic.Int64) {
-	cb := &countingBackend{Backend: b}
-	if w, ok := b.(lease.ReleaseWatcher); ok {
-		wc := &watchingCounter{countingBackend: cb, w: w}
-		return wc, cb, &wc.watches
-	}
-	return cb, cb, new(atomic.Int64)
-}
 
 // standbyRounds is how many TTLs the idle-waiter subtest counts calls over.
 const standbyRounds = 4
@@ -52,7 +26,7 @@ func standbyCases() []testCase {
 			ttl := e.s.TTL
 			key := e.key("k")
 			holder := e.acquireTTL(key, "holder", ttl)
-			b, cb, _ := counted(e.b)
+			b, calls := CountCalls(e.b)
 			p := e.policyWith(lease.PolicyOptions{TTL: ttl})
 			ctx, cancel := context.WithCancel(e.ctx())
 			defer cancel()
@@ -73,7 +47,7 @@ func standbyCases() []testCase {
 			)
 			for i := range 3 * (1 + standbyRounds) {
 				if i == 3 {
-					before, from = cb.acquires.Load(), e.clock().Now()
+					before, from = calls.Acquire.Load(), e.clock().Now()
 				}
 				if e.s.Clock != nil {
 					if err := e.s.Clock.WaitForTimers(e.ctx(), 1); err != nil {
@@ -85,7 +59,7 @@ func standbyCases() []testCase {
 					e.t.Fatalf("holder's renewal %d: %v", i, err)
 				}
 			}
-			n := cb.acquires.Load() - before
+			n := calls.Acquire.Load() - before
 			// One call per TTL, and one more at the window's edge. The
 			// window is a little longer than the rounds, by the renewals'
 			// own latency.
@@ -112,7 +86,7 @@ func standbyCases() []testCase {
 			}
 			key := e.key("k")
 			holder := e.acquire(key, "holder")
-			b, cb, watches := counted(e.b)
+			b, calls := CountCalls(e.b)
 			ctx, cancel := context.WithTimeout(e.ctx(), longTTL*2/3)
 			defer cancel()
 			type result struct {
@@ -135,20 +109,20 @@ func standbyCases() []testCase {
 				last, quiet := int64(-1), 0
 				for i := 0; quiet < 10; i++ {
 					if i == 100 {
-						e.t.Fatalf("the waiter never went quiet for a second in 10s: %d Acquire calls", cb.acquires.Load())
+						e.t.Fatalf("the waiter never went quiet for a second in 10s: %d Acquire calls", calls.Acquire.Load())
 					}
 					time.Sleep(100 * time.Millisecond)
-					if n := cb.acquires.Load(); n == last && watches.Load() > 0 {
+					if n := calls.Acquire.Load(); n == last && calls.WatchReleases.Load() > 0 {
 						quiet++
 					} else {
 						last, quiet = n, 0
 					}
 				}
 			}
-			if watches.Load() == 0 {
+			if calls.WatchReleases.Load() == 0 {
 				e.t.Fatal("the waiter set up no release watch")
 			}
-			before := cb.acquires.Load()
+			before := calls.Acquire.Load()
 			if err := e.b.Release(e.ctx(), holder); err != nil {
 				e.t.Fatal(err)
 			}
@@ -157,7 +131,7 @@ func standbyCases() []testCase {
 				e.t.Fatalf("waiter's Acquire after the release = %v; the release notification did not arrive", r.err)
 			}
 			defer r.h.Release(context.WithoutCancel(ctx))
-			if n := cb.acquires.Load() - before; n > 1 {
+			if n := calls.Acquire.Load() - before; n > 1 {
 				e.t.Fatalf("the waiter made %d Acquire calls after the release, want 1 (woken by the notification)", n)
 			}
 		}},

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,32 +213,4 @@ func (e *env) mustLose(what string, err error, reason lease.LostReason) {
 	if le.Reason != reason {
 		e.t.Fatalf("%s: got reason %v (%v), want %v", what, le.Reason, err, reason)
 	}
-}
-
-// countingBackend counts the calls that reach the backend.
-type countingBackend struct {
-	lease.Backend
-	calls    atomic.Int64 // every call
-	acquires atomic.Int64 // calls of Acquire
-}
-
-func (c *countingBackend) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
-	c.calls.Add(1)
-	c.acquires.Add(1)
-	return c.Backend.Acquire(ctx, r)
-}
-
-func (c *countingBackend) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duration) error {
-	c.calls.Add(1)
-	return c.Backend.Renew(ctx, a, ttl)
-}
-
-func (c *countingBackend) Release(ctx context.Context, a lease.Acquisition) error {
-	c.calls.Add(1)
-	return c.Backend.Release(ctx, a)
-}
-
-func (c *countingBackend) Inspect(ctx context.Context, key string) (lease.Record, error) {
-	c.calls.Add(1)
-	return c.Backend.Inspect(ctx, key)
 }
