@@ -19,17 +19,18 @@ import (
 //     and the function has not returned: renewals have failed past the
 //     deadline and the function does not step down (it ignores its
 //     context), so it may act without a lease.
-//   - A campaign attempt has been in flight for more than its bound (the
-//     policy's Wait plus two OperationTimeouts) plus HealthGrace: a
-//     backend call that does not return.
+//   - A backend call of the campaign (an acquire attempt, or the setup of
+//     a release watch) has been in flight for more than its bound, the
+//     policy's OperationTimeout, plus HealthGrace: a backend call that
+//     does not return.
 //
-// A replica that waits for another's lease is healthy: only the leader
-// runs the function. Check reads local state on the client's clock and
+// A replica that waits for another's lease is healthy, however long it
+// waits: only the leader runs the function. Check reads local state on the client's clock and
 // does no I/O; it is safe for concurrent use. Use it as a func() error
 // wherever a health check takes one, or serve it with HealthHandler.
 func (s *Service) Check() error {
 	s.mu.Lock()
-	st, h, since, runErr := s.state, s.handle, s.since, s.runErr
+	st, h, runErr := s.state, s.handle, s.runErr
 	s.mu.Unlock()
 	now := s.client.Clock().Now()
 	switch st {
@@ -41,10 +42,13 @@ func (s *Service) Check() error {
 		}
 		return fmt.Errorf("leaseservice: %q: not campaigning: Run returned", s.key)
 	case campaigning:
-		o := s.policy.Options()
-		bound := o.Wait + 2*o.OperationTimeout
+		op, since := s.b.inFlight()
+		if op == "" {
+			return nil // waiting for the holder: healthy however long
+		}
+		bound := s.policy.Options().OperationTimeout
 		if late := now.Sub(since) - bound; late > s.o.HealthGrace {
-			return fmt.Errorf("leaseservice: %q: campaign stuck: an acquire attempt began %v ago, %v past its bound", s.key, now.Sub(since).Round(time.Millisecond), late.Round(time.Millisecond))
+			return fmt.Errorf("leaseservice: %q: campaign stuck: %s began %v ago, %v past its bound", s.key, op, now.Sub(since).Round(time.Millisecond), late.Round(time.Millisecond))
 		}
 	case holding:
 		if h == nil {

@@ -15,11 +15,15 @@
 //
 // Cancelling Run's context cancels the function's context; renewal goes on
 // until the function has returned, then the lease is released and Run
-// returns the release's error, if any. Waiting replicas campaign with
-// Acquire calls that wait at least a TTL, so on backends that announce
-// releases (lease.ReleaseWatcher: the Valkey, PostgreSQL and memory backends) one
-// of them takes over within a round trip or two instead of at its next
-// retry.
+// returns the release's error, if any. A waiting replica campaigns with
+// one Client.Acquire call that goes on until it gets the lease or Run's
+// context ends, so it waits as any Acquire does: on backends that announce
+// releases (lease.ReleaseWatcher: the Valkey, PostgreSQL and memory
+// backends) it sleeps until the holder's lease would end, at least the
+// policy's Poll once it saw the holder renew, and a release wakes it at
+// once, so one standby takes over within a round trip or two and an idle
+// standby makes about one backend call per TTL. Without release
+// notifications (leasepostgres with DisableNotify) it asks every Retry.
 //
 // # Failures
 //
@@ -37,8 +41,9 @@
 //
 // Service.Check is a func() error for health checks, and HealthHandler
 // serves such checks over HTTP, as client-go's leader-election healthz
-// adaptor does: unhealthy when Run is not campaigning, a campaign attempt
-// hangs, or the function keeps running past the lease's local deadline.
+// adaptor does: unhealthy when Run is not campaigning, a backend call of
+// the campaign hangs, or the function keeps running past the lease's local
+// deadline.
 //
 // # Fencing
 //
@@ -119,9 +124,10 @@ type Options struct {
 	// OperationTimeout.
 	ReleaseTimeout time.Duration
 
-	// HealthGrace is how far past its bound a campaign attempt, and past
-	// the lease's local deadline a term whose function has not returned,
-	// may go before Check reports the service unhealthy (client-go's
+	// HealthGrace is how far past its bound (the policy's
+	// OperationTimeout) a backend call of the campaign, and past the
+	// lease's local deadline a term whose function has not returned, may
+	// go before Check reports the service unhealthy (client-go's
 	// maxTolerableExpiredLease). Default the policy's TTL.
 	HealthGrace time.Duration
 
@@ -182,9 +188,10 @@ type Transition struct {
 // A Service campaigns for one lease and runs a function while holding it.
 // Create it with New; its methods are safe for concurrent use.
 type Service struct {
-	client *lease.Client
+	client *lease.Client // the caller's client over b
+	b      *tracked      // the caller's client's backend
 	key    string
-	policy lease.Policy // with Wait of at least one TTL, for campaigning
+	policy lease.Policy // without Wait and MaxAttempts, for campaigning
 	fn     Func
 	o      Options
 
@@ -194,8 +201,7 @@ type Service struct {
 	mu     sync.Mutex
 	handle *lease.Handle // the current term's, or nil
 	state  state
-	since  time.Time // when the current campaign attempt began
-	runErr error     // what Run returned, in state returned
+	runErr error // what Run returned, in state returned
 }
 
 // state is what Run is doing, for Check.
@@ -203,7 +209,7 @@ type state int
 
 const (
 	idle        state = iota // Run has not been called
-	campaigning              // an Acquire call is in flight
+	campaigning              // the campaign's Acquire call is in flight
 	holding                  // a term: the function runs, or its lease is being released
 	pausing                  // between terms
 	returned                 // Run returned
@@ -211,6 +217,12 @@ const (
 
 // New returns a Service that runs fn while client holds the lease on key
 // under policy. It validates its arguments; it does no I/O.
+//
+// The policy's Wait and MaxAttempts do not apply: the campaign waits for
+// the lease until Run's context ends (see Run). The service makes its
+// backend calls through a client of its own with client's owner, clock
+// and observer, over client's backend, so that Check can see a backend
+// call that hangs.
 func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Options) (*Service, error) {
 	switch {
 	case client == nil:
@@ -236,12 +248,17 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if po.TTL == 0 {
 		return nil, fmt.Errorf("leaseservice: %w: the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
 	}
-	// Campaign with Acquire calls that wait at least a TTL, so that they
-	// are woken by releases where the backend can tell.
-	// Each Acquire keeps going until Wait: no cap on attempts, which would
-	// make the campaign loop try again without a pause.
-	po.Wait, po.MaxAttempts = max(po.Wait, po.TTL), 0
+	// Campaign with one Acquire call that waits until it gets the lease
+	// or ctx ends: a call that ended at Wait would be followed by one that
+	// asks at once and sets up a new watch, about two calls per TTL
+	// instead of one.
+	po.Wait, po.MaxAttempts = 0, 0
 	campaign, err := lease.NewPolicy(po)
+	if err != nil {
+		return nil, fmt.Errorf("leaseservice: %w", err)
+	}
+	b, tb := track(client.Backend(), client.Clock())
+	client, err = lease.NewClient(b, lease.ClientOptions{Owner: client.Owner(), Clock: client.Clock(), Observer: client.Observer()})
 	if err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
 	}
@@ -257,7 +274,7 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if o.HealthGrace == 0 {
 		o.HealthGrace = po.TTL
 	}
-	return &Service{client: client, key: key, policy: campaign, fn: fn, o: o}, nil
+	return &Service{client: client, b: tb, key: key, policy: campaign, fn: fn, o: o}, nil
 }
 
 // Run is New followed by Service.Run.
@@ -342,15 +359,14 @@ func (s *Service) set(st state, h *lease.Handle, runErr error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state, s.handle, s.runErr = st, h, runErr
-	if st == campaigning {
-		s.since = s.client.Clock().Now()
-	}
 }
 
-// campaign acquires the lease, retrying until ctx ends.
+// campaign acquires the lease, waiting until ctx ends.
 func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
+	s.set(campaigning, nil, nil)
 	for {
-		s.set(campaigning, nil, nil)
+		// Without Wait and MaxAttempts, Acquire returns only with the
+		// lease or when ctx ends; it pauses between its attempts itself.
 		h, err := s.client.Acquire(ctx, s.key, s.policy)
 		switch {
 		case err == nil:
@@ -360,8 +376,15 @@ func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
 		case errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidPolicy):
 			return nil, err
 		}
-		// Not acquired within Wait, or the backend kept failing: Acquire
-		// has already paused between its attempts, so go again.
+		// Any other error is one Acquire should not have returned; pause
+		// a Retry so as never to spin, and go again.
+		t := s.client.Clock().NewTimer(s.policy.Options().Retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C():
+		}
 	}
 }
 

@@ -40,6 +40,10 @@ type Env struct {
 	// connection(s) to addr (Addr, or a proxy's address), closed when t
 	// ends.
 	NewBackend func(t testing.TB, addr string) lease.Backend
+	// NewPollingBackend, if not nil, is NewBackend without release
+	// notifications (leasepostgres with DisableNotify), whose waiters
+	// must ask to see a release.
+	NewPollingBackend func(t testing.TB, addr string) lease.Backend
 	// Fence is a fenced resource on the same server, reached on a
 	// connection of its own.
 	Fence Fence
@@ -170,21 +174,25 @@ func postgresEnv(t testing.TB, dbURL string) *Env {
 	if _, err := admin.Exec(ctx, `CREATE TABLE writes (resource text NOT NULL, token bigint NOT NULL)`); err != nil {
 		t.Fatalf("create the writes table: %v", err)
 	}
-	return &Env{
-		Name: "postgres",
-		Addr: u.Host,
-		NewBackend: func(t testing.TB, addr string) lease.Backend {
+	newBackend := func(o leasepostgres.Options) func(t testing.TB, addr string) lease.Backend {
+		return func(t testing.TB, addr string) lease.Backend {
 			t.Helper()
 			v := *u
 			v.Host = addr
-			s, err := leasepostgres.New(pool(t, v.String(), 4), leasepostgres.Options{})
+			s, err := leasepostgres.New(pool(t, v.String(), 4), o)
 			if err != nil {
 				t.Fatalf("leasepostgres.New: %v", err)
 			}
 			t.Cleanup(func() { s.Close() }) // before the pool closes
 			return s
-		},
-		Fence: &postgresFence{pool: admin},
+		}
+	}
+	return &Env{
+		Name:              "postgres",
+		Addr:              u.Host,
+		NewBackend:        newBackend(leasepostgres.Options{}),
+		NewPollingBackend: newBackend(leasepostgres.Options{DisableNotify: true}),
+		Fence:             &postgresFence{pool: admin},
 	}
 }
 
