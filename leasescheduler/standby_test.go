@@ -39,12 +39,14 @@ func elector(ctx context.Context, c *lease.Client, key string, p lease.Policy, e
 func TestIdleElectorIsQuiet(t *testing.T) {
 	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
-		backendenv.MemoryStandby().CountIdle(t, lease.PolicyOptions{}, elector)
+		s := backendenv.MemoryStandby()
+		s.CountIdle(t, lease.PolicyOptions{}, s.On(elector))
 	})
 	for _, kind := range backendenv.Kinds {
 		t.Run(kind.Name, func(t *testing.T) {
 			t.Parallel()
-			kind.Env(t).Standby(t).CountIdle(t, lease.PolicyOptions{}, elector)
+			s := kind.Env(t).Standby(t)
+			s.CountIdle(t, lease.PolicyOptions{}, s.On(elector))
 		})
 	}
 }
@@ -54,12 +56,14 @@ func TestIdleElectorIsQuiet(t *testing.T) {
 func TestElectorTakesOverByNotification(t *testing.T) {
 	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
-		backendenv.MemoryStandby().HandOver(t, true, elector)
+		s := backendenv.MemoryStandby()
+		s.HandOver(t, true, s.On(elector))
 	})
 	for _, kind := range backendenv.Kinds {
 		t.Run(kind.Name, func(t *testing.T) {
 			t.Parallel()
-			kind.Env(t).Standby(t).HandOver(t, true, elector)
+			s := kind.Env(t).Standby(t)
+			s.HandOver(t, true, s.On(elector))
 		})
 	}
 }

@@ -32,12 +32,14 @@ func standby(ctx context.Context, c *lease.Client, key string, p lease.Policy, e
 func TestIdleStandbyIsQuiet(t *testing.T) {
 	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
-		backendenv.MemoryStandby().CountIdle(t, lease.PolicyOptions{}, standby)
+		s := backendenv.MemoryStandby()
+		s.CountIdle(t, lease.PolicyOptions{}, s.On(standby))
 	})
 	for _, kind := range backendenv.Kinds {
 		t.Run(kind.Name, func(t *testing.T) {
 			t.Parallel()
-			kind.Env(t).Standby(t).CountIdle(t, lease.PolicyOptions{}, standby)
+			s := kind.Env(t).Standby(t)
+			s.CountIdle(t, lease.PolicyOptions{}, s.On(standby))
 		})
 	}
 }
@@ -48,15 +50,17 @@ func TestIdleStandbyIsQuiet(t *testing.T) {
 func TestStandbyTakesOverByNotification(t *testing.T) {
 	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
-		backendenv.MemoryStandby().HandOver(t, true, standby)
+		s := backendenv.MemoryStandby()
+		s.HandOver(t, true, s.On(standby))
 	})
 	for _, kind := range backendenv.Kinds {
 		t.Run(kind.Name, func(t *testing.T) {
 			t.Parallel()
 			env := kind.Env(t)
-			env.Standby(t).HandOver(t, true, standby)
+			s := env.Standby(t)
+			s.HandOver(t, true, s.On(standby))
 			if s := env.PollingStandby(t); s != nil {
-				t.Run("polling", func(t *testing.T) { s.HandOver(t, false, standby) })
+				t.Run("polling", func(t *testing.T) { s.HandOver(t, false, s.On(standby)) })
 			}
 		})
 	}

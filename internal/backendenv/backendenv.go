@@ -44,6 +44,12 @@ type Env struct {
 	// notifications (leasepostgres with DisableNotify), whose waiters
 	// must ask to see a release.
 	NewPollingBackend func(t testing.TB, addr string) lease.Backend
+	// SetupWakes is how often the backend may wake a new release watch
+	// without a release, by design, while the watch is set up: the
+	// PostgreSQL backend wakes it once its LISTEN is in place and once the
+	// key is marked for notification, in case a release committed before
+	// either; Valkey waits for its SUBSCRIBE instead.
+	SetupWakes int
 	// Fence is a fenced resource on the same server, reached on a
 	// connection of its own.
 	Fence Fence
@@ -141,6 +147,9 @@ func (w *valkeyWriter) Write(ctx context.Context, snap lease.Snapshot, resource 
 	return stale(err)
 }
 
+// PostgresSetupWakes is Env.SetupWakes of the PostgreSQL backend.
+const PostgresSetupWakes = 2
+
 // Postgres returns an Env on a fresh database of the shared PostgreSQL
 // server.
 func Postgres(t testing.TB) *Env {
@@ -192,6 +201,7 @@ func postgresEnv(t testing.TB, dbURL string) *Env {
 		Addr:              u.Host,
 		NewBackend:        newBackend(leasepostgres.Options{}),
 		NewPollingBackend: newBackend(leasepostgres.Options{DisableNotify: true}),
+		SetupWakes:        PostgresSetupWakes,
 		Fence:             &postgresFence{pool: admin},
 	}
 }

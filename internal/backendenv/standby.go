@@ -18,6 +18,28 @@ import (
 // a channel that receives its result once it has stopped.
 type Contender func(ctx context.Context, c *lease.Client, key string, p lease.Policy, elected func()) (check func() error, done <-chan error)
 
+// A Waiter is a contender that a Start began.
+type Waiter struct {
+	// Calls returns how many Acquire calls the contender made so far:
+	// counted as they are made if Live, else from events, which arrive
+	// when a Client.Acquire returns, complete once Done delivered.
+	Calls func() int64
+	Live  bool
+	// Watches returns how many release watches the contender set up, if
+	// Live.
+	Watches func() int64
+	// Elected is closed when the contender holds the lease.
+	Elected <-chan struct{}
+	// Check is the contender's health check, or nil.
+	Check func() error
+	// Done receives the contender's result once ctx ended.
+	Done <-chan error
+}
+
+// A Start begins a contender for key under p, on the Standby's clock,
+// running until ctx ends.
+type Start func(ctx context.Context, key string, p lease.Policy) Waiter
+
 // Standby is where a contender waits for a key that a holder holds: the
 // holder's backend, the contender's (on a connection of its own), and the
 // contender's clock, a FakeClock that only the test moves, so that what
@@ -28,17 +50,22 @@ type Contender func(ctx context.Context, c *lease.Client, key string, p lease.Po
 type Standby struct {
 	Holder, Contender lease.Backend
 	Clock             *leasetest.FakeClock
+	// SetupWakes is how often the backend may wake a new release watch
+	// without a release, by design, while the watch is set up (see
+	// Env.SetupWakes); each such wake costs the contender one call.
+	SetupWakes int
 }
 
-// standbyTTL is the TTL of the holder's lease and of the contender's
+// StandbyTTL is the TTL of the holder's lease and of the contender's
 // policy: long enough that real time, which the holder's lease expires
-// on, never runs it out during a test.
-const standbyTTL = time.Minute
+// on, never runs it out during a test. A contender whose policy is not
+// the one CountIdle gives it must use this TTL and default Poll.
+const StandbyTTL = time.Minute
 
 // MemoryStandby returns a Standby on one memory backend, whose expiry runs
 // on the contender's FakeClock.
 func MemoryStandby() Standby {
-	clock := leasetest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	clock := NewClock()
 	mem := leasememory.New(leasememory.Options{Clock: clock})
 	return Standby{Holder: mem, Contender: mem, Clock: clock}
 }
@@ -46,7 +73,7 @@ func MemoryStandby() Standby {
 // Standby returns a Standby on e's server, each side on a backend of its
 // own.
 func (e *Env) Standby(t testing.TB) Standby {
-	return Standby{Holder: e.NewBackend(t, e.Addr), Contender: e.NewBackend(t, e.Addr), Clock: newClock()}
+	return Standby{Holder: e.NewBackend(t, e.Addr), Contender: e.NewBackend(t, e.Addr), Clock: NewClock(), SetupWakes: e.SetupWakes}
 }
 
 // PollingStandby is Standby with a contender's backend without release
@@ -55,10 +82,11 @@ func (e *Env) PollingStandby(t testing.TB) *Standby {
 	if e.NewPollingBackend == nil {
 		return nil
 	}
-	return &Standby{Holder: e.NewBackend(t, e.Addr), Contender: e.NewPollingBackend(t, e.Addr), Clock: newClock()}
+	return &Standby{Holder: e.NewBackend(t, e.Addr), Contender: e.NewPollingBackend(t, e.Addr), Clock: NewClock()}
 }
 
-func newClock() *leasetest.FakeClock {
+// NewClock returns a FakeClock for a Standby's contender.
+func NewClock() *leasetest.FakeClock {
 	return leasetest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 }
 
@@ -71,7 +99,7 @@ type holder struct {
 
 func (s Standby) hold(t testing.TB, ctx context.Context, key string) *holder {
 	t.Helper()
-	r := lease.AcquireRequest{Key: key, Owner: "holder", Nonce: rand.Text(), TTL: standbyTTL}
+	r := lease.AcquireRequest{Key: key, Owner: "holder", Nonce: rand.Text(), TTL: StandbyTTL}
 	tok, err := s.Holder.Acquire(ctx, r)
 	if err != nil {
 		t.Fatalf("the holder's Acquire: %v", err)
@@ -79,21 +107,26 @@ func (s Standby) hold(t testing.TB, ctx context.Context, key string) *holder {
 	return &holder{t: t, b: s.Holder, a: lease.Acquisition{Key: key, Owner: r.Owner, Nonce: r.Nonce, Token: tok}}
 }
 
-// start runs the contender with a client of its own on s.Contender,
-// counted, and returns the counts and the contender's parts.
-func (s Standby) start(t testing.TB, ctx context.Context, key string, p lease.Policy, run Contender) (*leasetest.Calls, <-chan struct{}, func() error, <-chan error) {
-	t.Helper()
+// On returns a Start that runs the contender with a client of its own on
+// s.Contender and s.Clock, whose calls leasetest.CountCalls counts as
+// they are made.
+func (s Standby) On(run Contender) Start {
+	return func(ctx context.Context, key string, p lease.Policy) Waiter {
+		return s.counted(ctx, key, p, run)
+	}
+}
+
+func (s Standby) counted(ctx context.Context, key string, p lease.Policy, run Contender) Waiter {
 	b, calls := leasetest.CountCalls(s.Contender)
 	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "contender", Clock: s.Clock})
 	if err != nil {
-		t.Fatal(err)
+		done := make(chan error, 1)
+		done <- err
+		return Waiter{Calls: calls.Acquire.Load, Live: true, Watches: calls.WatchReleases.Load, Done: done}
 	}
 	elected := make(chan struct{})
 	check, done := run(ctx, c, key, p, sync.OnceFunc(func() { close(elected) }))
-	if check == nil {
-		check = func() error { return nil }
-	}
-	return calls, elected, check, done
+	return Waiter{Calls: calls.Acquire.Load, Live: true, Watches: calls.WatchReleases.Load, Elected: elected, Check: check, Done: done}
 }
 
 // standbyRounds is how many TTLs CountIdle counts over, after one to
@@ -103,49 +136,50 @@ const standbyRounds = 5
 // CountIdle checks that a contender waiting for a key whose holder keeps
 // renewing is quiet: over 1+standbyRounds TTLs of its clock, while the
 // holder renews every TTL/3, it makes at most one Acquire call to start
-// with and one per TTL (the goal: at most one backend call per
-// TTL while the holder renews), and its check reports it healthy
-// throughout. The policy is p's options with TTL one minute.
-func (s Standby) CountIdle(t testing.TB, o lease.PolicyOptions, run Contender) {
+// with and one per TTL (the goal: at most one backend call per TTL while
+// the holder renews), plus s.SetupWakes, and its check reports it healthy
+// throughout. The policy is o with TTL StandbyTTL.
+func (s Standby) CountIdle(t testing.TB, o lease.PolicyOptions, start Start) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := "standby/" + rand.Text()[:8]
 	h := s.hold(t, ctx, key)
-	o.TTL = standbyTTL
+	o.TTL = StandbyTTL
 	p, err := lease.NewPolicy(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
-	calls, elected, check, done := s.start(t, cctx, key, p, run)
+	w := start(cctx, key, p)
 	ttls := 1 + standbyRounds
 	for i := range 3 * ttls {
 		if err := s.Clock.WaitForTimers(ctx, 1); err != nil {
-			t.Fatalf("the contender never slept: %v (%d Acquire calls)", err, calls.Acquire.Load())
+			t.Fatalf("the contender never slept: %v (%d Acquire calls)", err, w.Calls())
 		}
 		select {
-		case <-elected:
+		case <-w.Elected:
 			t.Fatal("the contender was elected while the holder renewed")
 		default:
 		}
-		if err := check(); err != nil {
-			t.Errorf("the contender's check after %v of waiting: %v", time.Duration(i)*standbyTTL/3, err)
+		if w.Check == nil {
+		} else if err := w.Check(); err != nil {
+			t.Errorf("the contender's check after %v of waiting: %v", time.Duration(i)*StandbyTTL/3, err)
 		}
-		s.Clock.Advance(standbyTTL / 3)
-		if err := h.b.Renew(ctx, h.a, standbyTTL); err != nil {
+		s.Clock.Advance(StandbyTTL / 3)
+		if err := h.b.Renew(ctx, h.a, StandbyTTL); err != nil {
 			t.Fatalf("the holder's renewal %d: %v", i, err)
 		}
 	}
-	n := calls.Acquire.Load()
 	stop()
-	if err := <-done; err != nil {
+	if err := <-w.Done; err != nil {
 		t.Errorf("the contender, stopped: %v", err)
 	}
-	t.Logf("%d Acquire calls and %d release-watch setups over %d TTLs of %v", n, calls.WatchReleases.Load(), ttls, standbyTTL)
-	if limit := int64(1 + ttls); n > limit {
-		t.Errorf("an idle contender made %d Acquire calls over %d TTLs, want at most %d: the first, and one per TTL", n, ttls, limit)
+	n := w.Calls()
+	t.Logf("%d Acquire calls over %d TTLs of %v", n, ttls, StandbyTTL)
+	if limit := int64(1 + ttls + s.SetupWakes); n > limit {
+		t.Errorf("an idle contender made %d Acquire calls over %d TTLs, want at most %d: the first, one per TTL, and %d for the backend's wakes of a new watch", n, ttls, limit, s.SetupWakes)
 	}
 	if n < int64(ttls)-1 {
 		t.Errorf("an idle contender made %d Acquire calls over %d TTLs: it no longer checks about once per TTL for a holder that stopped renewing", n, ttls)
@@ -156,26 +190,27 @@ func (s Standby) CountIdle(t testing.TB, o lease.PolicyOptions, run Contender) {
 // contender's clock never moves by itself, and the holder's lease and the
 // policy's Poll are a minute long, so the contender cannot take the key
 // unless something wakes it. With notify, the holder's release must: the
-// contender is elected within 10s of real time, with one Acquire call
-// after the release. Without (a backend without release notifications),
-// the contender makes no call and is not elected until its clock passes
-// Retry; then it asks once and is elected.
-func (s Standby) HandOver(t testing.TB, notify bool, run Contender) {
+// contender is elected within 10s of real time, and if its calls are
+// counted as they are made, with one Acquire call after the release.
+// Without (a backend without release notifications; it needs a Live
+// count), the contender makes no call and is not elected until its clock
+// passes Retry; then it asks once and is elected.
+func (s Standby) HandOver(t testing.TB, notify bool, start Start) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := "handover/" + rand.Text()[:8]
 	h := s.hold(t, ctx, key)
-	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: standbyTTL})
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: StandbyTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
-	calls, elected, _, done := s.start(t, cctx, key, p, run)
+	w := start(cctx, key, p)
 	defer func() {
 		stop()
-		if err := <-done; err != nil {
+		if err := <-w.Done; err != nil {
 			t.Errorf("the contender, stopped: %v", err)
 		}
 	}()
@@ -184,40 +219,43 @@ func (s Standby) HandOver(t testing.TB, notify bool, run Contender) {
 	if err := s.Clock.WaitForTimers(ctx, 1); err != nil {
 		t.Fatalf("the contender never slept: %v", err)
 	}
-	if notify && calls.WatchReleases.Load() == 0 {
+	if notify && w.Live && w.Watches() == 0 {
 		t.Fatal("the contender set up no release watch")
 	}
-	before := calls.Acquire.Load()
+	before := w.Calls()
 	if err := h.b.Release(ctx, h.a); err != nil {
 		t.Fatalf("the holder's Release: %v", err)
 	}
 	if notify {
 		select {
-		case <-elected:
+		case <-w.Elected:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the contender was not elected within 10s of the release (%d Acquire calls since): the release notification did not wake it", calls.Acquire.Load()-before)
+			t.Fatalf("the contender was not elected within 10s of the release: the release notification did not wake it")
 		}
-		if n := calls.Acquire.Load() - before; n != 1 {
+		if n := w.Calls() - before; w.Live && n != 1 {
 			t.Errorf("the contender made %d Acquire calls after the release, want 1 (woken by the notification)", n)
 		}
 		return
 	}
+	if !w.Live {
+		t.Fatal("HandOver without notifications needs a Live count")
+	}
 	// Give a notification, if there were one, a second to arrive.
 	select {
-	case <-elected:
+	case <-w.Elected:
 		t.Fatal("a contender without release notifications was elected without asking")
 	case <-time.After(time.Second):
 	}
-	if n := calls.Acquire.Load() - before; n != 0 {
+	if n := w.Calls() - before; n != 0 {
 		t.Fatalf("the contender made %d Acquire calls after the release while its clock stood still, want 0", n)
 	}
 	s.Clock.Advance(p.Options().Retry)
 	select {
-	case <-elected:
+	case <-w.Elected:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the contender was not elected within 10s of its clock passing Retry (%d Acquire calls since the release)", calls.Acquire.Load()-before)
+		t.Fatalf("the contender was not elected within 10s of its clock passing Retry (%d Acquire calls since the release)", w.Calls()-before)
 	}
-	if n := calls.Acquire.Load() - before; n != 1 {
+	if n := w.Calls() - before; n != 1 {
 		t.Errorf("the contender made %d Acquire calls to take the released key, want 1", n)
 	}
 }
