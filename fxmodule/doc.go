@@ -39,7 +39,9 @@
 //
 // [Leases.Go] runs a function only while this process holds a lease, for the
 // app's lifetime, on package leaseservice: exactly one replica runs it at a
-// time, and another takes over after it stops or loses the lease. With
+// time, and another takes over after it stops or loses the lease, woken by
+// the release where the backend announces releases; while it waits it
+// makes about one backend call per TTL. With
 // [RunOptions].ShutdownOnLoss, a loss shuts the app down through
 // fx.Shutdowner with a non-zero exit code. A function that fails is
 // logged at Error and run again after a pause that grows from 1s to 1m
