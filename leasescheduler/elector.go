@@ -111,7 +111,8 @@ func (t electorTask) run(ctx context.Context) error {
 
 // Check reports whether the Elector campaigns or leads as it should, as
 // leaseservice.Service.Check does: an error if Run is not running, a
-// campaign attempt hangs, or the leader's term goes on past its lease's
-// local deadline. A replica that waits for the leader is healthy. Serve it
-// with leaseservice.HealthHandler.
+// backend call of the campaign hangs, or the leader's term goes on past
+// its lease's local deadline. A replica that waits for the leader is
+// healthy, however long it waits. Serve it with
+// leaseservice.HealthHandler.
 func (e *Elector) Check() error { return e.svc.Check() }
