@@ -18,3 +18,10 @@ func ListenerRunning(s *Store) bool {
 	defer s.mu.Unlock()
 	return s.w.running
 }
+
+// Rearm marks the watched keys of s again, as the listener does every
+// rearmEvery, and waits until it is done.
+func Rearm(s *Store) {
+	s.rearm()
+	s.w.arms.Wait()
+}

@@ -98,7 +98,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		s.w.wg.Add(1)
 		go s.listen(lctx)
 	}
-	s.armLocked([]string{key})
+	s.armLocked([]string{key}, true)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -116,15 +116,16 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	return w.c, stop, nil
 }
 
-// armLocked marks keys as waited for, in a goroutine of its own, and then
-// wakes their watches. The caller holds s.mu and has checked that the
-// Store is not closed.
-func (s *Store) armLocked(keys []string) {
+// armLocked marks keys as waited for, in a goroutine of its own, and then,
+// if wake is set, wakes their watches: a key's release may have committed
+// before its mark, unannounced. The caller holds s.mu and has checked
+// that the Store is not closed.
+func (s *Store) armLocked(keys []string, wake bool) {
 	s.w.arms.Add(1)
 	go func() {
 		defer s.w.arms.Done()
 		for _, key := range keys {
-			if s.arm(key) == nil {
+			if s.arm(key) == nil && wake {
 				s.wakeKey(key)
 			}
 		}
@@ -145,7 +146,13 @@ func (s *Store) arm(key string) error {
 	return err
 }
 
-// rearm marks every watched key again.
+// rearm marks every watched key again. It wakes no watch: each key was
+// marked when its first watch began (and woken then), and a mark lasts
+// five minutes, renewed every rearmEvery, so no release of a watched key
+// went unannounced; waking them would cost every waiter a backend call
+// per rearmEvery for nothing. Should a mark lapse all the same (the
+// database unreachable for minutes), a missed release only delays the
+// hand-over until the waiter asks again, as any missed notification does.
 func (s *Store) rearm() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -156,7 +163,7 @@ func (s *Store) rearm() {
 	for key := range s.w.byKey {
 		keys = append(keys, key)
 	}
-	s.armLocked(keys)
+	s.armLocked(keys, false)
 }
 
 // wakeKey wakes the watches of key; wakeAll wakes every watch.
