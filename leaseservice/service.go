@@ -188,8 +188,8 @@ type Transition struct {
 // A Service campaigns for one lease and runs a function while holding it.
 // Create it with New; its methods are safe for concurrent use.
 type Service struct {
-	client *lease.Client // the caller's client over b
-	b      *tracked      // the caller's client's backend
+	client *lease.Client // the caller's owner, clock and observer, over b
+	b      *tracked      // the caller's client's backend, tracked for Check
 	key    string
 	policy lease.Policy // without Wait and MaxAttempts, for campaigning
 	fn     Func
