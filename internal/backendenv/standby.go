@@ -92,7 +92,6 @@ func NewClock() *leasetest.FakeClock {
 
 // holder holds key on s.Holder directly, as another replica would.
 type holder struct {
-	t testing.TB
 	b lease.Backend
 	a lease.Acquisition
 }
@@ -104,7 +103,7 @@ func (s Standby) hold(t testing.TB, ctx context.Context, key string) *holder {
 	if err != nil {
 		t.Fatalf("the holder's Acquire: %v", err)
 	}
-	return &holder{t: t, b: s.Holder, a: lease.Acquisition{Key: key, Owner: r.Owner, Nonce: r.Nonce, Token: tok}}
+	return &holder{b: s.Holder, a: lease.Acquisition{Key: key, Owner: r.Owner, Nonce: r.Nonce, Token: tok}}
 }
 
 // On returns a Start that runs the contender with a client of its own on
@@ -112,25 +111,23 @@ func (s Standby) hold(t testing.TB, ctx context.Context, key string) *holder {
 // they are made.
 func (s Standby) On(run Contender) Start {
 	return func(ctx context.Context, key string, p lease.Policy) Waiter {
-		return s.counted(ctx, key, p, run)
+		b, calls := leasetest.CountCalls(s.Contender)
+		w := Waiter{Calls: calls.Acquire.Load, Live: true, Watches: calls.WatchReleases.Load}
+		c, err := lease.NewClient(b, lease.ClientOptions{Owner: "contender", Clock: s.Clock})
+		if err != nil {
+			done := make(chan error, 1)
+			done <- err
+			w.Done = done
+			return w
+		}
+		elected := make(chan struct{})
+		w.Elected = elected
+		w.Check, w.Done = run(ctx, c, key, p, sync.OnceFunc(func() { close(elected) }))
+		return w
 	}
 }
 
-func (s Standby) counted(ctx context.Context, key string, p lease.Policy, run Contender) Waiter {
-	b, calls := leasetest.CountCalls(s.Contender)
-	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "contender", Clock: s.Clock})
-	if err != nil {
-		done := make(chan error, 1)
-		done <- err
-		return Waiter{Calls: calls.Acquire.Load, Live: true, Watches: calls.WatchReleases.Load, Done: done}
-	}
-	elected := make(chan struct{})
-	check, done := run(ctx, c, key, p, sync.OnceFunc(func() { close(elected) }))
-	return Waiter{Calls: calls.Acquire.Load, Live: true, Watches: calls.WatchReleases.Load, Elected: elected, Check: check, Done: done}
-}
-
-// standbyRounds is how many TTLs CountIdle counts over, after one to
-// settle.
+// standbyRounds is how many TTLs CountIdle counts over after the first.
 const standbyRounds = 5
 
 // CountIdle checks that a contender waiting for a key whose holder keeps
@@ -215,9 +212,22 @@ func (s Standby) HandOver(t testing.TB, notify bool, start Start) {
 		}
 	}()
 	// The contender has asked, found the key held, set up its watch (or
-	// failed to) and sleeps.
+	// failed to) and sleeps; the backend's wakes of a new watch
+	// (SetupWakes) pass while its clock stands still: it is quiet once
+	// its count stays the same for half a second.
 	if err := s.Clock.WaitForTimers(ctx, 1); err != nil {
 		t.Fatalf("the contender never slept: %v", err)
+	}
+	for last, quiet := int64(-1), 0; w.Live && quiet < 5; {
+		if ctx.Err() != nil {
+			t.Fatalf("the contender never went quiet: %d Acquire calls", w.Calls())
+		}
+		time.Sleep(100 * time.Millisecond)
+		if n := w.Calls(); n == last {
+			quiet++
+		} else {
+			last, quiet = n, 0
+		}
 	}
 	if notify && w.Live && w.Watches() == 0 {
 		t.Fatal("the contender set up no release watch")
