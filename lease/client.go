@@ -251,9 +251,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		var na *NotAcquiredError
 		held := errors.As(err, &na)
 		if released == nil && held && (watchAt.IsZero() || !c.clock.Now().Before(watchAt)) {
-			// At most one watch per call, set up again after a failure
-			// only once Poll has passed; until then the waiter polls
-			// every Retry.
+			// One live watch per call; a setup that failed is tried
+			// again only once Poll has passed, and until then the waiter
+			// polls every Retry.
 			if w, ok := c.b.(ReleaseWatcher); ok {
 				wctx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 				ch, stop, werr := w.WatchReleases(wctx, key)
