@@ -49,7 +49,8 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 	return gs, nil
 }
 
-// grantRow is a row of claim.sql or claim_one.sql.
+// grantRow is a row of claim.sql, claim_one.sql or (without the ID)
+// claim_item.sql.
 type grantRow struct {
 	id      string
 	token   int64
@@ -68,25 +69,16 @@ func (g grantRow) granted() Granted {
 // ClaimItem implements Claimer in one statement, and one more to say why
 // it was refused.
 func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
-	var (
-		g       = Granted{ID: id}
-		token   int64
-		attempt int32
-		age     *int64
-	)
+	g := grantRow{id: id}
 	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, r.KeyPrefix+escapeID(id), r.Owner, r.Nonce, millis(r.TTL)).
-		Scan(&token, &attempt, &age)
+		Scan(&g.token, &g.attempt, &g.age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Granted{}, s.claimRefusal(ctx, id, r.KeyPrefix+escapeID(id))
 	case err != nil:
 		return Granted{}, pgError("claim", id, err)
 	}
-	g.Token, g.Attempt = lease.Token(token), int(attempt)
-	if age != nil {
-		g.Age = time.Duration(*age) * time.Microsecond
-	}
-	return g, nil
+	return g.granted(), nil
 }
 
 // claimRefusal explains why item id, whose lease key is key, could not be
