@@ -97,8 +97,9 @@
 // An Observer receives events: Claimed, Heartbeat (a renewal went
 // through, or is overdue), Completed, Failed, Lost, Assigned, Revoked and
 // Rebalanced. NewSlogObserver logs them. The leases' own events go to the
-// lease.Client's observer (not those of a Claimer's claims, which the
-// queue renews through a client of its own).
+// lease.Client's observer, those of a Claimer's claims too (renewed,
+// lost, released; a claim is granted by the source, so there is no
+// Acquired event for it).
 //
 // # What a lease does not do
 //

@@ -133,8 +133,11 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 		q.obs = NopObserver
 	}
 	if c, ok := src.(Claimer); ok {
+		// The claims' lease events (renewals, losses, releases) go to
+		// the observer of the caller's client, as they did when items were
+		// leases of its backend.
 		items, err := lease.NewClient(itemBackend{src: c, prefix: q.keyPrefix()},
-			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock})
+			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: client.Observer()})
 		if err != nil {
 			return nil, fmt.Errorf("leasequeue: New: %w", err)
 		}
