@@ -99,7 +99,7 @@ fi
 
 stat() {
 	if [ -n "${BASE:-}" ]; then
-		benchstat -ignore round -col rev -row .fullname "$@" "$out"
+		benchstat -ignore round -col rev "$@" -row .fullname "$out" # one row per benchmark, whatever the run.sh asked
 	else
 		# shellcheck disable=SC2086 # layout is a list of arguments
 		benchstat -ignore round,rev $layout "$@" "$out"
