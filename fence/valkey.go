@@ -124,14 +124,7 @@ func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, c
 	if err != nil {
 		return nil, err
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("fence: resource %q: not sent: %w", resource, context.Cause(ctx))
-	}
-	msg, err := fenceScript.Exec(ctx, v.client, keys, args).ToMessage()
-	if err != nil {
-		return nil, classify(resource, err)
-	}
-	return outcome(resource, snap, msg)
+	return v.exec(ctx, snap, resource, keys, args)
 }
 
 // DoAt is Do with a fence key that the caller names instead of
@@ -154,6 +147,12 @@ func (v *Valkey) DoAt(ctx context.Context, snap lease.Snapshot, resource, fenceK
 	if err != nil {
 		return nil, err
 	}
+	return v.exec(ctx, snap, resource, keys, args)
+}
+
+// exec runs the fence script with keys and args, checked by encode or
+// encodeAt, and reads its outcome.
+func (v *Valkey) exec(ctx context.Context, snap lease.Snapshot, resource string, keys, args []string) ([]valkey.ValkeyMessage, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("fence: resource %q: not sent: %w", resource, context.Cause(ctx))
 	}
