@@ -36,37 +36,12 @@ func elector(ctx context.Context, c *lease.Client, key string, p lease.Policy, e
 
 // TestIdleElectorIsQuiet: an Elector waiting for the leader's lease makes
 // at most one Acquire call per TTL (and the first), on every backend.
-func TestIdleElectorIsQuiet(t *testing.T) {
-	t.Parallel()
-	t.Run("memory", func(t *testing.T) {
-		s := backendenv.MemoryStandby()
-		s.CountIdle(t, lease.PolicyOptions{}, s.On(elector))
-	})
-	for _, kind := range backendenv.Kinds {
-		t.Run(kind.Name, func(t *testing.T) {
-			t.Parallel()
-			s := kind.Env(t).Standby(t)
-			s.CountIdle(t, lease.PolicyOptions{}, s.On(elector))
-		})
-	}
-}
+func TestIdleElectorIsQuiet(t *testing.T) { backendenv.CheckQuiet(t, elector) }
 
 // TestElectorTakesOverByNotification: a waiting Elector whose clock stands
-// still is elected after the leader's release only by the notification.
-func TestElectorTakesOverByNotification(t *testing.T) {
-	t.Parallel()
-	t.Run("memory", func(t *testing.T) {
-		s := backendenv.MemoryStandby()
-		s.HandOver(t, true, s.On(elector))
-	})
-	for _, kind := range backendenv.Kinds {
-		t.Run(kind.Name, func(t *testing.T) {
-			t.Parallel()
-			s := kind.Env(t).Standby(t)
-			s.HandOver(t, true, s.On(elector))
-		})
-	}
-}
+// still is elected after the leader's release only by the notification,
+// and where the backend can poll instead, only when it asks.
+func TestElectorTakesOverByNotification(t *testing.T) { backendenv.CheckHandOver(t, elector) }
 
 // TestSkippedRunsAskOnce: a run whose job another replica runs makes one
 // Acquire call and nothing else, whether gocron asks the Locker or a

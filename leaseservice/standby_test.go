@@ -29,39 +29,9 @@ func standby(ctx context.Context, c *lease.Client, key string, p lease.Policy, e
 // TestIdleStandbyIsQuiet: a standby waiting for a key whose holder keeps
 // renewing makes at most one Acquire call per TTL (and the first), and is
 // healthy however long it waits.
-func TestIdleStandbyIsQuiet(t *testing.T) {
-	t.Parallel()
-	t.Run("memory", func(t *testing.T) {
-		s := backendenv.MemoryStandby()
-		s.CountIdle(t, lease.PolicyOptions{}, s.On(standby))
-	})
-	for _, kind := range backendenv.Kinds {
-		t.Run(kind.Name, func(t *testing.T) {
-			t.Parallel()
-			s := kind.Env(t).Standby(t)
-			s.CountIdle(t, lease.PolicyOptions{}, s.On(standby))
-		})
-	}
-}
+func TestIdleStandbyIsQuiet(t *testing.T) { backendenv.CheckQuiet(t, standby) }
 
 // TestStandbyTakesOverByNotification: a standby whose clock stands still
 // takes over a released key at once where the backend notifies releases,
 // and only when it asks where it does not.
-func TestStandbyTakesOverByNotification(t *testing.T) {
-	t.Parallel()
-	t.Run("memory", func(t *testing.T) {
-		s := backendenv.MemoryStandby()
-		s.HandOver(t, true, s.On(standby))
-	})
-	for _, kind := range backendenv.Kinds {
-		t.Run(kind.Name, func(t *testing.T) {
-			t.Parallel()
-			env := kind.Env(t)
-			s := env.Standby(t)
-			s.HandOver(t, true, s.On(standby))
-			if s := env.PollingStandby(t); s != nil {
-				t.Run("polling", func(t *testing.T) { s.HandOver(t, false, s.On(standby)) })
-			}
-		})
-	}
-}
+func TestStandbyTakesOverByNotification(t *testing.T) { backendenv.CheckHandOver(t, standby) }

@@ -269,3 +269,43 @@ func (s Standby) HandOver(t testing.TB, notify bool, start Start) {
 		t.Errorf("the contender made %d Acquire calls to take the released key, want 1", n)
 	}
 }
+
+// CheckQuiet runs CountIdle for the contender run, with default policy
+// options, on the memory backend and on every Kind, each in a parallel
+// subtest named after the backend.
+func CheckQuiet(t *testing.T, run Contender) {
+	t.Parallel()
+	t.Run("memory", func(t *testing.T) {
+		s := MemoryStandby()
+		s.CountIdle(t, lease.PolicyOptions{}, s.On(run))
+	})
+	for _, kind := range Kinds {
+		t.Run(kind.Name, func(t *testing.T) {
+			t.Parallel()
+			s := kind.Env(t).Standby(t)
+			s.CountIdle(t, lease.PolicyOptions{}, s.On(run))
+		})
+	}
+}
+
+// CheckHandOver runs HandOver for the contender run, with release
+// notifications, on the memory backend and on every Kind, and without
+// them (subtest "polling") on every Kind that has a polling backend.
+func CheckHandOver(t *testing.T, run Contender) {
+	t.Parallel()
+	t.Run("memory", func(t *testing.T) {
+		s := MemoryStandby()
+		s.HandOver(t, true, s.On(run))
+	})
+	for _, kind := range Kinds {
+		t.Run(kind.Name, func(t *testing.T) {
+			t.Parallel()
+			env := kind.Env(t)
+			s := env.Standby(t)
+			s.HandOver(t, true, s.On(run))
+			if s := env.PollingStandby(t); s != nil {
+				t.Run("polling", func(t *testing.T) { s.HandOver(t, false, s.On(run)) })
+			}
+		})
+	}
+}
