@@ -60,6 +60,17 @@ var stores = []struct {
 	{"postgres", postgresStore},
 }
 
+// forEachSource runs f as a parallel subtest on the memory store (system
+// clock) and on each real store.
+func forEachSource(t *testing.T, f func(t *testing.T, s *store)) {
+	t.Helper()
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		f(t, memoryStore(nil))
+	})
+	forEachStore(t, f)
+}
+
 // forEachStore runs f as a parallel subtest on each real store.
 func forEachStore(t *testing.T, f func(t *testing.T, s *store)) {
 	t.Helper()

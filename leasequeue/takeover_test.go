@@ -19,102 +19,94 @@ import (
 // completes, the fence refuses it, and the item keeps B's state. A worker
 // that knows it lost its lease is refused before it writes at all.
 func TestTakenOverClaimCannotComplete(t *testing.T) {
-	kinds := append([]struct {
-		name string
-		make func(testing.TB) *store
-	}{{"memory", func(testing.TB) *store { return memoryStore(nil) }}}, stores...)
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			t.Parallel()
-			s := k.make(t)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			src := s.source(t, "takeover")
-			mustEnqueue(ctx, t, src, "paused", "cut-off")
-			p := loadedPolicy(t, 2*time.Second)
-			o := leasequeue.Options{Name: "takeover", Policy: p}
-			b := newQueue(t, s, src, "worker-b", o)
+	forEachSource(t, func(t *testing.T, s *store) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		src := s.source(t, "takeover")
+		mustEnqueue(ctx, t, src, "paused", "cut-off")
+		p := loadedPolicy(t, 2*time.Second)
+		o := leasequeue.Options{Name: "takeover", Policy: p}
+		b := newQueue(t, s, src, "worker-b", o)
 
-			// A's clock stands still: its renewer never runs and its local
-			// deadline never passes, as in a paused process.
-			frozen := leasetest.NewFakeClock(time.Now())
-			a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
-			// A request that provably was not sent (a pool that could not
-			// connect within OperationTimeout on a loaded machine) is
-			// tried again; any other error fails the test.
-			var ca *leasequeue.Claim
-			var err error
-			for try := 0; ; try++ {
-				ca, err = a.Claim(ctx, "paused")
-				if err == nil || try == 2 || !strings.Contains(err.Error(), "request not sent") {
-					break
-				}
-				t.Logf("claim not sent, trying again: %v", err)
+		// A's clock stands still: its renewer never runs and its local
+		// deadline never passes, as in a paused process.
+		frozen := leasetest.NewFakeClock(time.Now())
+		a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
+		// A request that provably was not sent (a pool that could not
+		// connect within OperationTimeout on a loaded machine) is
+		// tried again; any other error fails the test.
+		var ca *leasequeue.Claim
+		var err error
+		for try := 0; ; try++ {
+			ca, err = a.Claim(ctx, "paused")
+			if err == nil || try == 2 || !strings.Contains(err.Error(), "request not sent") {
+				break
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ca.Release(ctx) // stops its renewer in any case
-			cb := claimOnceFree(ctx, t, b, "paused")
-			if cb.Snapshot().Token <= ca.Snapshot().Token {
-				t.Fatalf("B's token %d is not above A's %d", cb.Snapshot().Token, ca.Snapshot().Token)
-			}
+			t.Logf("claim not sent, trying again: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ca.Release(ctx) // stops its renewer in any case
+		cb := claimOnceFree(ctx, t, b, "paused")
+		if cb.Snapshot().Token <= ca.Snapshot().Token {
+			t.Fatalf("B's token %d is not above A's %d", cb.Snapshot().Token, ca.Snapshot().Token)
+		}
 
-			err = ca.Complete(ctx)
-			var stale *fence.StaleError
-			if !errors.As(err, &stale) || stale.Current != cb.Snapshot().Token {
-				t.Fatalf("A's Complete after the takeover = %v; want a *fence.StaleError naming B's token", err)
-			}
-			want := leasequeue.Item{ID: "paused", State: leasequeue.Running, Attempts: 2,
-				FenceKey: "takeover/items/paused", Token: cb.Snapshot().Token, Owner: "worker-b"}
-			if it := mustItem(ctx, t, src, "paused"); it != want {
-				t.Fatalf("item after A's refused completion: %+v; want B's %+v", it, want)
-			}
-			if err := cb.Complete(ctx); err != nil {
-				t.Fatalf("B's Complete = %v", err)
-			}
-			if it := mustItem(ctx, t, src, "paused"); it.State != leasequeue.Done || it.Owner != "worker-b" {
-				t.Fatalf("item after B's completion: %+v", it)
-			}
+		err = ca.Complete(ctx)
+		var stale *fence.StaleError
+		if !errors.As(err, &stale) || stale.Current != cb.Snapshot().Token {
+			t.Fatalf("A's Complete after the takeover = %v; want a *fence.StaleError naming B's token", err)
+		}
+		want := leasequeue.Item{ID: "paused", State: leasequeue.Running, Attempts: 2,
+			FenceKey: "takeover/items/paused", Token: cb.Snapshot().Token, Owner: "worker-b"}
+		if it := mustItem(ctx, t, src, "paused"); it != want {
+			t.Fatalf("item after A's refused completion: %+v; want B's %+v", it, want)
+		}
+		if err := cb.Complete(ctx); err != nil {
+			t.Fatalf("B's Complete = %v", err)
+		}
+		if it := mustItem(ctx, t, src, "paused"); it.State != leasequeue.Done || it.Owner != "worker-b" {
+			t.Fatalf("item after B's completion: %+v", it)
+		}
 
-			// A worker cut off from the backend loses its lease at its local
-			// deadline, and then writes nothing.
-			cut := &cutOff{Backend: s.backend(t)}
-			var csrc leasequeue.Source = src
-			if cl, ok := src.(leasequeue.Claimer); ok {
-				// The claims live in the source: cut it off instead.
-				csrc = &cutClaimer{Claimer: cl, cut: &cut.cut}
-			}
-			c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), csrc, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cc, err := c.Claim(ctx, "cut-off")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cut.cut.Store(true)
-			select {
-			case <-cc.Context().Done():
-			case <-ctx.Done():
-				t.Fatal("the cut-off claim was never lost")
-			}
-			<-cc.Lost()
-			if context.Cause(cc.Context()) == nil || !errors.Is(context.Cause(cc.Context()), lease.ErrLost) {
-				t.Fatalf("claim context's cause = %v; want lease.ErrLost", context.Cause(cc.Context()))
-			}
-			if err := cc.Fail(ctx, errors.New("too late")); !errors.Is(err, lease.ErrLost) {
-				t.Fatalf("Fail of a lost claim = %v; want lease.ErrLost", err)
-			}
-			if it := mustItem(ctx, t, src, "cut-off"); it.State != leasequeue.Running || it.LastError != "" {
-				t.Fatalf("item after the lost claim's Fail: %+v; want it untouched", it)
-			}
-			cb = claimOnceFree(ctx, t, b, "cut-off")
-			if err := cb.Complete(ctx); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		// A worker cut off from the backend loses its lease at its local
+		// deadline, and then writes nothing.
+		cut := &cutOff{Backend: s.backend(t)}
+		var csrc leasequeue.Source = src
+		if cl, ok := src.(leasequeue.Claimer); ok {
+			// The claims live in the source: cut it off instead.
+			csrc = &cutClaimer{Claimer: cl, cut: &cut.cut}
+		}
+		c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), csrc, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := c.Claim(ctx, "cut-off")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut.cut.Store(true)
+		select {
+		case <-cc.Context().Done():
+		case <-ctx.Done():
+			t.Fatal("the cut-off claim was never lost")
+		}
+		<-cc.Lost()
+		if context.Cause(cc.Context()) == nil || !errors.Is(context.Cause(cc.Context()), lease.ErrLost) {
+			t.Fatalf("claim context's cause = %v; want lease.ErrLost", context.Cause(cc.Context()))
+		}
+		if err := cc.Fail(ctx, errors.New("too late")); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Fail of a lost claim = %v; want lease.ErrLost", err)
+		}
+		if it := mustItem(ctx, t, src, "cut-off"); it.State != leasequeue.Running || it.LastError != "" {
+			t.Fatalf("item after the lost claim's Fail: %+v; want it untouched", it)
+		}
+		cb = claimOnceFree(ctx, t, b, "cut-off")
+		if err := cb.Complete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // claimOnceFree claims id with q as soon as its lease is free.
@@ -141,48 +133,40 @@ func claimOnceFree(ctx context.Context, t *testing.T, q *leasequeue.Queue, id st
 // not renew the dead claim. (Next and then Claim is how a worker of its
 // own picks items, as internal/chaos's queue test does.)
 func TestNextThenClaimExpiredClaim(t *testing.T) {
-	kinds := append([]struct {
-		name string
-		make func(testing.TB) *store
-	}{{"memory", func(testing.TB) *store { return memoryStore(nil) }}}, stores...)
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			t.Parallel()
-			s := k.make(t)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			src := s.source(t, "expired")
-			mustEnqueue(ctx, t, src, "x")
-			o := leasequeue.Options{Name: "expired", Policy: loadedPolicy(t, time.Second)}
-			frozen := leasetest.NewFakeClock(time.Now()) // A never renews
-			a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
-			ca, err := a.Claim(ctx, "x")
+	forEachSource(t, func(t *testing.T, s *store) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		src := s.source(t, "expired")
+		mustEnqueue(ctx, t, src, "x")
+		o := leasequeue.Options{Name: "expired", Policy: loadedPolicy(t, time.Second)}
+		frozen := leasetest.NewFakeClock(time.Now()) // A never renews
+		a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
+		ca, err := a.Claim(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ca.Release(ctx)
+		b := newQueue(t, s, src, "worker-b", o)
+		for {
+			ids, err := src.Next(ctx, 1, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ca.Release(ctx)
-			b := newQueue(t, s, src, "worker-b", o)
-			for {
-				ids, err := src.Next(ctx, 1, time.Hour)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ids) == 1 {
-					break
-				}
-				select {
-				case <-time.After(20 * time.Millisecond):
-				case <-ctx.Done():
-					t.Fatal("Next never handed out the item whose claim expired")
-				}
+			if len(ids) == 1 {
+				break
 			}
-			cb, err := b.Claim(ctx, "x")
-			if err != nil {
-				t.Fatalf("Claim after Next handed out the expired claim's item = %v", err)
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatal("Next never handed out the item whose claim expired")
 			}
-			if err := cb.Complete(ctx); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		}
+		cb, err := b.Claim(ctx, "x")
+		if err != nil {
+			t.Fatalf("Claim after Next handed out the expired claim's item = %v", err)
+		}
+		if err := cb.Complete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
