@@ -43,6 +43,38 @@ func (l *statementLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	l.sent = append(l.sent, statement{sql, d.CommandTag.RowsAffected()})
 }
 
+// completed counts the completions that marked an item done.
+func (l *statementLog) completed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.sent {
+		if strings.Contains(s.sql, "'done'") && s.rows == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// takeRun takes the statements sent so far, sorted into claims that
+// claimed rows, completions, and the rest (claims that found nothing, an
+// idle poll, are left out).
+func (l *statementLog) takeRun() (claims, completes, other []statement) {
+	for _, s := range l.take() {
+		switch {
+		case strings.Contains(s.sql, "'done'"):
+			completes = append(completes, s)
+		case strings.Contains(s.sql, "SKIP LOCKED"):
+			if s.rows > 0 {
+				claims = append(claims, s)
+			}
+		default:
+			other = append(other, s)
+		}
+	}
+	return claims, completes, other
+}
+
 // take returns the statements recorded since the last call.
 func (l *statementLog) take() []statement {
 	l.mu.Lock()
@@ -164,31 +196,9 @@ func TestPostgresStatementsPerItem(t *testing.T) {
 		_ = q.Run(runCtx, func(context.Context, *leasequeue.Claim) error { wg.Done(); return nil })
 	}()
 	wg.Wait()
-	eventually(t, 30*time.Second, "six completions", func() bool {
-		n := 0
-		log.mu.Lock()
-		for _, s := range log.sent {
-			if strings.Contains(s.sql, "'done'") && s.rows == 1 {
-				n++
-			}
-		}
-		log.mu.Unlock()
-		return n == 6
-	})
+	eventually(t, 30*time.Second, "six completions", func() bool { return log.completed() == 6 })
 	stop()
-	var claims, completes, other []statement
-	for _, s := range log.take() {
-		switch {
-		case strings.Contains(s.sql, "'done'"):
-			completes = append(completes, s)
-		case strings.Contains(s.sql, "SKIP LOCKED"):
-			if s.rows > 0 {
-				claims = append(claims, s)
-			}
-		default:
-			other = append(other, s)
-		}
-	}
+	claims, completes, other := log.takeRun()
 	if len(claims) != 1 || claims[0].rows != 6 || len(completes) != 6 || len(other) != 0 {
 		t.Errorf("Run sent %d claim statements (rows %v), %d completions and %d other statements %+v; want one claim of 6 rows and 6 completions",
 			len(claims), claims, len(completes), len(other), other)
@@ -208,31 +218,9 @@ func TestPostgresStatementsPerItem(t *testing.T) {
 		_ = q1.Run(runCtx, func(context.Context, *leasequeue.Claim) error { wg.Done(); return nil })
 	}()
 	wg.Wait()
-	eventually(t, 30*time.Second, "two completions", func() bool {
-		log.mu.Lock()
-		defer log.mu.Unlock()
-		n := 0
-		for _, s := range log.sent {
-			if strings.Contains(s.sql, "'done'") && s.rows == 1 {
-				n++
-			}
-		}
-		return n == 2
-	})
+	eventually(t, 30*time.Second, "two completions", func() bool { return log.completed() == 2 })
 	stop()
-	claims, completes, other = nil, nil, nil
-	for _, s := range log.take() {
-		switch {
-		case strings.Contains(s.sql, "'done'"):
-			completes = append(completes, s)
-		case strings.Contains(s.sql, "SKIP LOCKED"):
-			if s.rows > 0 {
-				claims = append(claims, s)
-			}
-		default:
-			other = append(other, s)
-		}
-	}
+	claims, completes, other = log.takeRun()
 	if len(claims) != 2 || claims[0].rows != 1 || claims[1].rows != 1 || len(completes) != 2 || len(other) != 0 {
 		t.Errorf("Run with one slot sent %d claim statements (rows %v), %d completions and %d other statements %+v; want two claims of one row and 2 completions",
 			len(claims), claims, len(completes), len(other), other)
