@@ -100,7 +100,7 @@ func TestConfigFromJSON(t *testing.T) {
 		"backend": "postgres",
 		"keyPrefix": "billing/",
 		"releaseTimeout": "2s",
-		"policy": {"ttl": "30s", "renewEvery": 5000000000, "maxAttempts": 3, "wait": "1m"},
+		"policy": {"ttl": "30s", "renewEvery": 5000000000, "maxAttempts": 3, "wait": "1m", "poll": "10s"},
 		"postgres": {"migrate": true, "table": "billing_leases"}
 	}`
 	c := leasefx.Config{Policy: leasefx.PolicyConfig{Retry: time.Second}}
@@ -109,7 +109,7 @@ func TestConfigFromJSON(t *testing.T) {
 	}
 	want := leasefx.Config{
 		Owner: "billing/host-1", Backend: leasefx.Postgres, KeyPrefix: "billing/", ReleaseTimeout: 2 * time.Second,
-		Policy:   leasefx.PolicyConfig{TTL: 30 * time.Second, RenewEvery: 5 * time.Second, Retry: time.Second, Wait: time.Minute, MaxAttempts: 3},
+		Policy:   leasefx.PolicyConfig{TTL: 30 * time.Second, RenewEvery: 5 * time.Second, Retry: time.Second, Poll: 10 * time.Second, Wait: time.Minute, MaxAttempts: 3},
 		Postgres: leasefx.PostgresConfig{Migrate: true, Table: "billing_leases"},
 	}
 	if c != want {
