@@ -25,8 +25,8 @@ const DefaultPrefix = "jobs/"
 const DefaultTTL = 30 * time.Second
 
 // Options configure a Locker. The zero value is valid: runs hold a lease
-// of DefaultTTL under DefaultPrefix, and a job only is kept from running on two
-// replicas at once (set Slots for once per scheduled time).
+// of DefaultTTL under DefaultPrefix, and the only promise is that a job never
+// runs on two replicas at once (set Slots for once per scheduled time).
 type Options struct {
 	// Policy is the policy of each run's lease: its TTL bounds how long a
 	// crashed replica keeps a job from running elsewhere, and its
@@ -42,8 +42,8 @@ type Options struct {
 	Prefix string
 
 	// Slots, if set, runs each job at most once per scheduled slot (see the
-	// package documentation); Every builds one. Default nil: a job only is kept
-	// from running on two replicas at once.
+	// package documentation); Every builds one. Default nil: the only promise is
+	// that a job never runs on two replicas at once.
 	Slots SlotFunc
 
 	// Clock tells the time that Slots maps to a slot. Default the
