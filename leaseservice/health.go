@@ -25,9 +25,10 @@ import (
 //     does not return.
 //
 // A replica that waits for another's lease is healthy, however long it
-// waits: only the leader runs the function. Check reads local state on the client's clock and
-// does no I/O; it is safe for concurrent use. Use it as a func() error
-// wherever a health check takes one, or serve it with HealthHandler.
+// waits: only the leader runs the function. Check reads local state on
+// the client's clock and does no I/O; it is safe for concurrent use. Use
+// it as a func() error wherever a health check takes one, or serve it
+// with HealthHandler.
 func (s *Service) Check() error {
 	s.mu.Lock()
 	st, h, runErr := s.state, s.handle, s.runErr
