@@ -27,10 +27,11 @@ type Handle struct {
 	lost     *LostError // the backend or a renewer said the acquisition is gone
 	managed  *Managed
 
-	// acquireCtx bounds the acquire attempt that granted the handle (or
-	// the first attempt of the call that made it), and releaseCtx the one
-	// backend Release a handle makes (guarded by released), so that a
-	// cycle allocates no context for either.
+	// acquireCtx bounds the first acquire attempt of the call that made
+	// the handle (later attempts get a context of their own, since the
+	// first attempt's backend may still hold this one), and releaseCtx the
+	// one backend Release a handle makes (guarded by released), so that a
+	// cycle granted at its first attempt allocates no context for either.
 	acquireCtx, releaseCtx opContext
 }
 
