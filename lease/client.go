@@ -352,9 +352,10 @@ func jitter(d time.Duration) time.Duration {
 	return d - spread(d)
 }
 
-// spread returns a random duration of up to a fifth of d, added to a pause
-// that ends at a holder's expiry so that waiters do not all wake at once,
-// and not before the backend's clock says the lease ended.
+// spread returns a random duration of up to a fifth of d. jitter takes it
+// off a retry pause; a pause that ends at a holder's expiry gets it added,
+// so that waiters do not all wake at once, and not before the backend's
+// clock says the lease ended.
 func spread(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
