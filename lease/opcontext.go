@@ -35,6 +35,10 @@ import (
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
+	// passThrough: parent's own deadline comes no later than deadline, so
+	// parent bounds the call already; c is then parent and nothing more,
+	// and its end does nothing. Set by begin, read-only after.
+	passThrough bool
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
@@ -45,11 +49,7 @@ type opContext struct {
 	// first (pgx registers one per query), the others in afters.
 	first     func()
 	firstUsed bool // first was taken once; it is never reused
-	// passThrough: parent's own deadline comes no later than deadline, so
-	// parent bounds the call already; c is then parent and nothing more,
-	// and its end does nothing. Set by begin, read-only after.
-	passThrough bool
-	afters      []*func()
+	afters    []*func()
 }
 
 // begin prepares c for a call under parent, bounded by timeout from
