@@ -17,11 +17,12 @@ import (
 // LocalLifetime, as for Acquire. The grant must have been for p's TTL, on
 // the backend's clock.
 //
-// a must name c's owner, a valid key, a nonce and a non-zero token;
-// otherwise Adopt returns an error matching ErrInvalidKey or
-// ErrInvalidOwner (also when a.Owner is not c's), ErrInvalidPolicy, or an error saying what is missing, and no Handle. If
-// the local deadline has already passed it returns a *LostError with
-// Reason DeadlinePassed. Adopt does no I/O and emits no event. It is safe
+// a must name c's owner, a valid key, a nonce and a non-zero token, and p
+// must not be the zero Policy; otherwise Adopt returns no Handle and an
+// error matching ErrInvalidKey, ErrInvalidOwner (also when a.Owner is not
+// c's) or ErrInvalidPolicy, or one saying what is missing. If the local
+// deadline has already passed it returns a *LostError with Reason
+// DeadlinePassed. Adopt does no I/O and emits no event. It is safe
 // for concurrent use.
 func (c *Client) Adopt(a Acquisition, p Policy, sent time.Time) (*Handle, error) {
 	if err := ValidateKey(a.Key); err != nil {
