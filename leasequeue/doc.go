@@ -25,9 +25,8 @@
 //
 // Run is the worker loop: it claims as many ready items as it has free
 // slots (Options.Concurrency; on a Claimer in one request) and runs a
-// Handler
-// under the claim's context, which is cancelled the moment the lease is
-// lost. A nil result completes the item; an error fails it, and after
+// Handler under the claim's context, which is cancelled the moment the
+// lease is lost. A nil result completes the item; an error fails it, and after
 // Options.MaxAttempts attempts the item goes to the dead-letter state.
 // Attempts are counted when they begin, so an item whose workers keep
 // dying is buried too.

@@ -245,8 +245,8 @@ func (q *Queue) failure(attempt int, cause error) Failure {
 // Run claims ready items of the source and processes each with handler,
 // up to Options.Concurrency at a time, until ctx ends. It asks the source
 // for as many items as it has free slots, claims each (on a Claimer, all
-// of them in one request), and runs handler under the claim; after handler returns it completes, fails or releases
-// the claim (see Handler). While a renewal of one of its leases is
+// of them in one request), and runs handler under the claim; after
+// handler returns it completes, fails or releases the claim (see Handler). While a renewal of one of its leases is
 // overdue it claims nothing (a sick worker takes no new work); when the
 // source has no ready item it waits Options.PollEvery. An item that
 // another worker holds is hidden from the source until that worker's
