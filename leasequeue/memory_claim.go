@@ -51,10 +51,11 @@ func (s *MemorySource) ClaimItem(_ context.Context, r ClaimRequest, id string) (
 	return g, err
 }
 
-// claimOne claims item id for r, if it is pending or running with an
-// expired claim, or (unless ready is set, for ClaimNext) with none: in the write of a fence.Do under
-// a token one above the item's fence, so that the fence and the item move
-// together.
+// claimOne claims item id for r if it is pending or running with an
+// expired claim or (unless ready is set) with none; with ready set, for
+// ClaimNext, a pending item must also be past its retry time. The claim
+// is the write of a fence.Do under a token one above the item's fence, so
+// that the fence and the item move together.
 func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted, error) {
 	snap := lease.Snapshot{Key: r.KeyPrefix + escapeID(id), Owner: r.Owner, Token: s.fence.Mark(id).Token + 1}
 	g := Granted{ID: id, Token: snap.Token}
