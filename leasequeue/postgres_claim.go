@@ -69,12 +69,12 @@ func (g grantRow) granted() Granted {
 // ClaimItem implements Claimer in one statement, and one more to say why
 // it was refused.
 func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
-	g := grantRow{id: id}
-	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, r.KeyPrefix+escapeID(id), r.Owner, r.Nonce, millis(r.TTL)).
+	g, key := grantRow{id: id}, r.KeyPrefix+escapeID(id)
+	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, key, r.Owner, r.Nonce, millis(r.TTL)).
 		Scan(&g.token, &g.attempt, &g.age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Granted{}, s.claimRefusal(ctx, id, r.KeyPrefix+escapeID(id))
+		return Granted{}, s.claimRefusal(ctx, id, key)
 	case err != nil:
 		return Granted{}, pgError("claim", id, err)
 	}
