@@ -1,6 +1,6 @@
 -- claim_item: claim item $2 of queue $1 as claim.sql claims each item
 -- ($3 lease key, $4 holder, $5 secret, $6 TTL in milliseconds), if it is
--- pending, or running with an expired claim. It waits for no lock: a row
+-- pending, or running with an expired claim or none. It waits for no lock: a row
 -- another statement is writing now is refused like a held one. No row
 -- when refused (claim_state.sql then says why). Returns the token, the
 -- attempt count and the age in microseconds.
