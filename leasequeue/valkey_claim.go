@@ -132,6 +132,9 @@ func (s *ValkeySource) claimOp(ctx context.Context, id string, a lease.Acquisiti
 	if err != nil {
 		return valkeyError(op+" claim of", id, err)
 	}
+	if len(arr) == 0 {
+		return lease.Indeterminate(fmt.Errorf("leasequeue: valkey: %s claim of %q: unexpected reply %v", op, id, arr))
+	}
 	if ok, _ := arr[0].AsInt64(); ok == 1 {
 		return nil
 	}
@@ -154,6 +157,9 @@ func (s *ValkeySource) InspectClaim(ctx context.Context, id string) (lease.Recor
 	arr, err := inspectScript.Exec(ctx, s.client, []string{s.ItemKey(id, "item"), s.ItemKey(id, "fence")}, nil).ToArray()
 	if err != nil {
 		return lease.Record{}, valkeyError("inspect claim of", id, err)
+	}
+	if len(arr) < 2 {
+		return lease.Record{}, fmt.Errorf("leasequeue: valkey: inspect claim of %q: unexpected reply %v", id, arr)
 	}
 	tok, _ := arr[0].ToString()
 	t, _ := strconv.ParseUint(tok, 10, 64)
