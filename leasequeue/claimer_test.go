@@ -120,7 +120,10 @@ func TestClaimerContract(t *testing.T) {
 			}
 			eventually(t, 30*time.Second, "b's claim expired", func() bool {
 				r, err := c.InspectClaim(ctx, "b")
-				return err != nil || !r.Held
+				if err != nil {
+					t.Fatalf("InspectClaim(b) = %v", err)
+				}
+				return !r.Held
 			})
 			mustEnqueue(ctx, t, src, "c")
 			taken, err := c.ClaimNext(ctx, req("w4", "n4", time.Minute), 1)
