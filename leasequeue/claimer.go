@@ -158,8 +158,9 @@ func (q *Queue) adopt(ctx context.Context, r ClaimRequest, g Granted, sent time.
 	a := lease.Acquisition{Key: q.Key(g.ID), Owner: r.Owner, Nonce: r.Nonce, Token: g.Token}
 	h, err := q.items.Adopt(a, q.o.Policy, sent)
 	if err != nil {
-		// The local deadline passed while the claim was granted: give it
-		// back at once (bounded by OperationTimeout).
+		// Not adoptable (most often: the local deadline passed while the
+		// claim was granted): give it back at once, bounded by
+		// OperationTimeout, so that the item is not held until it expires.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.o.Policy.Options().OperationTimeout)
 		_ = q.claimer.ReleaseClaim(rctx, g.ID, a)
 		cancel()
