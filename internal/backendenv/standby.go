@@ -160,9 +160,10 @@ func (s Standby) CountIdle(t testing.TB, o lease.PolicyOptions, start Start) {
 			t.Fatal("the contender was elected while the holder renewed")
 		default:
 		}
-		if w.Check == nil {
-		} else if err := w.Check(); err != nil {
-			t.Errorf("the contender's check after %v of waiting: %v", time.Duration(i)*StandbyTTL/3, err)
+		if w.Check != nil {
+			if err := w.Check(); err != nil {
+				t.Errorf("the contender's check after %v of waiting: %v", time.Duration(i)*StandbyTTL/3, err)
+			}
 		}
 		s.Clock.Advance(StandbyTTL / 3)
 		if err := h.b.Renew(ctx, h.a, StandbyTTL); err != nil {
