@@ -68,18 +68,19 @@ type Options struct {
 	// on a durable server (fsync on) saves each operation a WAL flush. The
 	// price is on a crash of the database server (not of a client): the
 	// operations acknowledged in the last moments before it (at most three
-	// times wal_writer_delay, 200ms by default) are lost. A holder may then
-	// find its grant or its last renewal undone: the database lets another
-	// replica acquire the key while the holder's local deadline still runs,
-	// so for a while two replicas may both believe they hold it, until the
-	// old holder's next renewal fails with ErrLost. A released key may show
-	// held again until its TTL passes. Tokens stay safe for fencing, as
-	// after any loss of the table's data: the next grant's token is seeded
-	// from the database's clock, so it is higher than a lost one, and fenced
-	// writes keep the two holders apart; unfenced work does not.
-	// The commit no longer waits for synchronous standbys either, so a
-	// failover may lose the same. On a pgx.Tx the setting covers that whole
-	// transaction, the caller's other writes included. Default false.
+	// times wal_writer_delay, which is 200ms by default) are lost. A holder
+	// may then find its grant or its last renewal undone: the database
+	// lets another replica acquire the key while the holder's local
+	// deadline still runs, so for a while two replicas may both believe
+	// they hold it, until the old holder's next renewal fails with
+	// lease.ErrLost. A released key may show held again until its TTL
+	// passes. Tokens stay safe for fencing, as after any loss of the
+	// table's data: the next grant's token is seeded from the database's
+	// clock, so it is higher than a lost one, and fenced writes keep the
+	// two holders apart; unfenced work does not. The commit no longer
+	// waits for synchronous standbys either, so a failover may lose the
+	// same. On a pgx.Tx the setting covers that whole transaction, the
+	// caller's other writes included. Default false.
 	AsyncCommit bool
 
 	// ListenPool is where the release listener takes its one dedicated
