@@ -361,7 +361,7 @@ func (s *Service) set(st state, h *lease.Handle, runErr error) {
 	s.state, s.handle, s.runErr = st, h, runErr
 }
 
-// campaign acquires the lease, waiting until ctx ends.
+// campaign acquires the lease, waiting for it until it is granted or ctx ends.
 func (s *Service) campaign(ctx context.Context) (*lease.Handle, error) {
 	s.set(campaigning, nil, nil)
 	for {
