@@ -47,9 +47,10 @@
 // FOR UPDATE SKIP LOCKED, and one completes or fails an item, checking the
 // fence (a pair of columns) and ending the claim in the statement that
 // writes the row.
-// ValkeySource keeps the IDs in a list (producers can RPUSH to it) and a
-// sorted set of handed-out items, all in the queue's hash slot: one Lua
-// script claims, one completes or fails an item under its token.
+// ValkeySource keeps the IDs in a list (producers can RPUSH to it, see
+// ValkeySource.ReadyKey) and a sorted set of handed-out items, all in the
+// queue's hash slot: one Lua script claims, one completes or fails an item
+// under its token.
 // MemorySource is the in-process reference.
 //
 // On a Claimer the item of a worker that died is claimable as soon as its
