@@ -36,6 +36,9 @@ type Client struct {
 	// sysClock: clock is SystemClock, so its readings can bound backend
 	// calls too, which are measured on real time (see realNow).
 	sysClock bool
+	// deadlines bound the first attempt of an acquire and a Handle's
+	// release under a parent that cannot end (opContext.beginShared).
+	deadlines sharedDeadlines
 }
 
 // NewClient returns a Client that acquires leases from b. It fails if b is
@@ -215,7 +218,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		var octx *opContext
 		if at.n == 1 {
-			octx = h.acquireCtx.begin(ctx, c.realNow(sent), o.OperationTimeout)
+			octx = h.acquireCtx.beginShared(&c.deadlines, ctx, c.realNow(sent), o.OperationTimeout)
 		} else {
 			// The first attempt's backend may still hold h's context.
 			octx = newOp(ctx, c.realNow(sent), o.OperationTimeout)

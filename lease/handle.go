@@ -208,7 +208,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		start = h.c.clock.Now()
 		now = h.c.realNow(start)
 	}
-	octx := h.releaseCtx.begin(ctx, now, h.policy.o.OperationTimeout)
+	octx := h.releaseCtx.beginShared(&h.c.deadlines, ctx, now, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
 	octx.end()
 	if err != nil {

@@ -22,6 +22,12 @@ import (
 // call already, and an opContext is only the parent (passThrough), so
 // that a caller who set a short deadline pays for no second one.
 //
+// The first attempt of an acquire and a release, the two calls of a
+// cycle, go further under a parent that can never end (beginShared): they
+// share a context, and with it its timer and Done channel, with the calls
+// that started close before them, at the price of ending up to
+// sharedSlack after their own deadline (see PolicyOptions.OperationTimeout).
+//
 // It keeps context.Context's contract: Done returns the same channel on
 // every call, closed once Err is non-nil; Err is nil until the deadline
 // passes, the parent ends, or end is called, and then stays the same
@@ -39,6 +45,14 @@ type opContext struct {
 	// parent bounds the call already; c is then parent and nothing more,
 	// and its end does nothing. Set by begin, read-only after.
 	passThrough bool
+	// shared, if not nil, is a context that ends at most sharedSlack(the
+	// timeout) after deadline and is shared with the calls whose deadlines
+	// fall just before its own (see sharedDeadlines): c then answers
+	// Done, Err, Deadline and AfterFunc as shared does, and Value as
+	// shared and then parent do, and its end does nothing. Only a parent
+	// that can never end gets one (begin's caller decides). Set by begin,
+	// read-only after.
+	shared context.Context
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
@@ -56,9 +70,25 @@ type opContext struct {
 // start, a reading of the system clock (Client.realNow) taken as the call
 // began.
 func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
-	c.parent, c.deadline = parent, start.Add(timeout)
+	c.parent, c.deadline, c.shared = parent, start.Add(timeout), nil
 	d, ok := parent.Deadline()
 	c.passThrough = ok && !d.After(c.deadline)
+	return c
+}
+
+// beginShared is begin, but a call under a parent that can never end (its
+// Done is nil, as context.Background's and context.WithoutCancel's are)
+// is bounded by a context of s, shared with other calls, which ends at
+// most sharedSlack(timeout) after the call's own deadline: a call then
+// costs neither a Done channel nor a timer of its own, even when its
+// backend waits on Done (valkey-go does for a pipelined request, pgx for
+// every query). Calls under a parent that can end get their own watch, as
+// begin gives them, since each would need the parent watched anyway.
+func (c *opContext) beginShared(s *sharedDeadlines, parent context.Context, start time.Time, timeout time.Duration) *opContext {
+	c.begin(parent, start, timeout)
+	if !c.passThrough && parent.Done() == nil {
+		c.shared = s.get(c.deadline, timeout)
+	}
 	return c
 }
 
@@ -70,17 +100,34 @@ func newOp(parent context.Context, start time.Time, timeout time.Duration) *opCo
 
 // Deadline returns the earlier of the call's and the parent's deadline.
 func (c *opContext) Deadline() (time.Time, bool) {
+	if c.shared != nil {
+		return c.shared.Deadline()
+	}
 	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
 		return d, true
 	}
 	return c.deadline, true
 }
 
-// Value returns the parent's value for key.
-func (c *opContext) Value(key any) any { return c.parent.Value(key) }
+// Value returns the parent's value for key. A shared context, which
+// carries no values of its own, answers first: the context package finds
+// the cancellation it can join through Value (context.AfterFunc and
+// context.WithCancel under c then join shared's directly), and no key of
+// the caller's can reach shared's.
+func (c *opContext) Value(key any) any {
+	if c.shared != nil {
+		if v := c.shared.Value(key); v != nil {
+			return v
+		}
+	}
+	return c.parent.Value(key)
+}
 
 // Err returns nil while the call may go on, and then why it may not.
 func (c *opContext) Err() error {
+	if c.shared != nil {
+		return c.shared.Err()
+	}
 	if c.passThrough {
 		return c.parent.Err()
 	}
@@ -99,6 +146,9 @@ func (c *opContext) Err() error {
 // Done returns a channel that is closed when Err turns non-nil. The first
 // call arms a watch: a timer for the deadline, and the parent's AfterFunc.
 func (c *opContext) Done() <-chan struct{} {
+	if c.shared != nil {
+		return c.shared.Done()
+	}
 	if c.passThrough {
 		return c.parent.Done()
 	}
@@ -213,6 +263,9 @@ func (w *opWatch) disarm(stopParent func() bool) {
 // wait for Done (pgx watches every query's context with AfterFunc). stop
 // unregisters f; it reports whether it stopped f from being run.
 func (c *opContext) AfterFunc(f func()) (stop func() bool) {
+	if c.shared != nil {
+		return context.AfterFunc(c.shared, f)
+	}
 	if c.passThrough {
 		return context.AfterFunc(c.parent, f)
 	}
@@ -254,7 +307,7 @@ func (c *opContext) String() string { return "lease.opContext" }
 
 // end cancels c once the backend call returned, as a CancelFunc would.
 func (c *opContext) end() {
-	if !c.passThrough {
+	if !c.passThrough && c.shared == nil {
 		c.endWith(context.Canceled)
 	}
 }
@@ -286,4 +339,51 @@ func (c *opContext) endLocked(err error) {
 		go (*f)()
 	}
 	c.afters = nil
+}
+
+// sharedDeadlines hands out contexts that end at a deadline, each shared
+// by the calls whose own deadlines fall within sharedSlack before it, so
+// that calls which start close together (at 64 goroutines, dozens per
+// millisecond) share one timer and one Done channel. A call's context
+// thus ends no earlier than its own deadline and at most sharedSlack
+// later. A shared context is never cancelled: it ends at its deadline,
+// after the last call that used it has either returned or been cut short.
+// The zero value is ready to use, and it is safe for concurrent use.
+type sharedDeadlines struct {
+	// One context per slot, the slot chosen by the timeout, so that calls
+	// with two or three different timeouts do not keep replacing each
+	// other's.
+	slots [4]atomic.Pointer[sharedDeadline]
+}
+
+type sharedDeadline struct {
+	at  time.Time // ctx's deadline
+	ctx context.Context
+	// cancel is never called: ctx ends at its deadline, and calls may use
+	// it until then. Kept so that nothing looks like a leaked context.
+	cancel context.CancelFunc
+}
+
+// sharedSlack returns how much later than its own deadline a call with
+// the given timeout may end when its context is shared: a thousandth of
+// the timeout, at most a millisecond.
+func sharedSlack(timeout time.Duration) time.Duration {
+	return min(timeout/1000, time.Millisecond)
+}
+
+// get returns a context that ends no earlier than deadline, and at most
+// sharedSlack(timeout) later.
+func (s *sharedDeadlines) get(deadline time.Time, timeout time.Duration) context.Context {
+	slot := &s.slots[(uint64(timeout)*0x9e3779b97f4a7c15)>>62]
+	slack := sharedSlack(timeout)
+	cur := slot.Load()
+	if cur != nil && !cur.at.Before(deadline) && cur.at.Sub(deadline) <= slack {
+		return cur.ctx
+	}
+	at := deadline.Add(slack)
+	ctx, cancel := context.WithDeadline(context.Background(), at)
+	// If another call replaced cur meanwhile, either context serves the
+	// calls that find it; the one that lost the slot ends on its own.
+	slot.CompareAndSwap(cur, &sharedDeadline{at: at, ctx: ctx, cancel: cancel})
+	return ctx
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // The tests of opContext hold it to context.Context's contract: Done is
@@ -286,4 +288,119 @@ func TestOpContextPassThrough(t *testing.T) {
 	if err := c.Err(); err != context.Canceled {
 		t.Fatalf("Err after end = %v, want context.Canceled", err)
 	}
+}
+
+// The tests of beginShared hold a shared context to the same contract,
+// and to its bound: it ends no earlier than the call's own deadline and
+// at most sharedSlack later.
+
+func TestOpContextSharedEndsAtItsDeadline(t *testing.T) {
+	type key struct{}
+	var s sharedDeadlines
+	parent := context.WithValue(context.Background(), key{}, "v") // values, but it cannot end
+	start := time.Now()
+	var c opContext
+	c.beginShared(&s, parent, start, 20*time.Millisecond)
+	if c.shared == nil {
+		t.Fatal("a parent that cannot end got no shared context")
+	}
+	own := start.Add(20 * time.Millisecond)
+	d, ok := c.Deadline()
+	if !ok || d.Before(own) || d.Sub(own) > sharedSlack(20*time.Millisecond) {
+		t.Fatalf("Deadline = %v, %v; want within %v after %v", d, ok, sharedSlack(20*time.Millisecond), own)
+	}
+	if c.Value(key{}) != "v" {
+		t.Fatal("Value does not reach the parent's")
+	}
+	done := c.Done()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(&c, func() { close(fired) })
+	defer stop()
+	c.end() // a shared context is not cancelled by one call's end
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err after end, before the deadline = %v, want nil (Done is still open)", err)
+	}
+	select {
+	case <-done:
+		t.Fatal("Done closed by end")
+	default:
+	}
+	<-done
+	if now := time.Now(); now.Before(own) {
+		t.Fatalf("Done closed %v before the call's deadline", own.Sub(now))
+	}
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err = %v, want context.DeadlineExceeded", err)
+	}
+	if err := context.Cause(&c); err != context.DeadlineExceeded {
+		t.Fatalf("Cause = %v, want context.DeadlineExceeded", err)
+	}
+	select {
+	case <-fired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an AfterFunc registered under the call did not run at its deadline")
+	}
+	if c.Done() != done {
+		t.Fatal("Done returned another channel")
+	}
+}
+
+func TestOpContextSharedIsShared(t *testing.T) {
+	var s sharedDeadlines
+	start := time.Now()
+	var a, b, other opContext
+	a.beginShared(&s, context.Background(), start, time.Second)
+	b.beginShared(&s, context.Background(), start.Add(sharedSlack(time.Second)/2), time.Second)
+	if a.shared == nil || a.shared != b.shared {
+		t.Fatal("two calls half the slack apart got different contexts")
+	}
+	if a.Done() != b.Done() {
+		t.Fatal("two calls sharing a context have different Done channels")
+	}
+	other.beginShared(&s, context.Background(), start.Add(2*sharedSlack(time.Second)), time.Second)
+	if other.shared == a.shared {
+		t.Fatal("a call two slacks later shares the earlier calls' context: it would end before its deadline")
+	}
+	// A parent that can end gets a watch of its own, as begin gives it.
+	ctx, cancel := context.WithCancel(context.Background())
+	var own opContext
+	own.beginShared(&s, ctx, start, time.Second)
+	if own.shared != nil {
+		t.Fatal("a parent that can end got a shared context")
+	}
+	done := own.Done()
+	cancel()
+	<-done
+	if err := own.Err(); err != context.Canceled {
+		t.Fatalf("Err after the parent's cancel = %v, want context.Canceled", err)
+	}
+	// So does one whose own deadline comes first: it is the parent.
+	soon, cancelSoon := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancelSoon()
+	var pass opContext
+	pass.beginShared(&s, soon, time.Now(), time.Hour)
+	if pass.shared != nil || !pass.passThrough {
+		t.Fatal("a parent with an earlier deadline was not passed through")
+	}
+}
+
+// TestSharedDeadlineBound checks, for calls with random timeouts starting
+// at random offsets on one sharedDeadlines, that every call's context
+// ends no earlier than its own deadline and at most sharedSlack later.
+func TestSharedDeadlineBound(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var s sharedDeadlines
+		base := time.Now()
+		timeouts := []time.Duration{time.Millisecond, 50 * time.Millisecond, time.Second, 5 * time.Second}
+		offset := time.Duration(0)
+		for range rapid.IntRange(1, 50).Draw(t, "calls") {
+			offset += time.Duration(rapid.Int64Range(0, int64(2*time.Millisecond)).Draw(t, "gap"))
+			timeout := rapid.SampledFrom(timeouts).Draw(t, "timeout")
+			own := base.Add(offset).Add(timeout)
+			d, _ := s.get(own, timeout).Deadline()
+			if d.Before(own) || d.Sub(own) > sharedSlack(timeout) {
+				t.Fatalf("a call with deadline %v and timeout %v got a context ending at %v", own.Sub(base), timeout, d.Sub(base))
+			}
+		}
+	})
 }
