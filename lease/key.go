@@ -43,6 +43,16 @@ func validateName(kind error, s string, maxLen int) error {
 	if len(s) > maxLen {
 		return bad("%d bytes, longer than the limit of %d", len(s), maxLen)
 	}
+	ascii := true // printable ASCII needs no decoding: the common case
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return nil
+	}
 	for i, r := range s {
 		switch {
 		case r == utf8.RuneError:
