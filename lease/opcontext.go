@@ -45,14 +45,16 @@ type opContext struct {
 	// parent bounds the call already; c is then parent and nothing more,
 	// and its end does nothing. Set by begin, read-only after.
 	passThrough bool
-	// shared, if not nil, is a context that ends at most sharedSlack(the
-	// timeout) after deadline and is shared with the calls whose deadlines
-	// fall just before its own (see sharedDeadlines): c then answers
-	// Done, Err, Deadline and AfterFunc as shared does, and Value as
-	// shared and then parent do, and its end does nothing. Only a parent
-	// that can never end gets one (begin's caller decides). Set by begin,
-	// read-only after.
-	shared context.Context
+	// shared, if not nil, holds a context that ends at most
+	// sharedSlack(the timeout) after deadline and is shared with the calls
+	// whose deadlines fall just before its own (see sharedDeadlines): c
+	// then answers Done, Err, Deadline and AfterFunc as shared.ctx does,
+	// and Value as shared.ctx and then parent do, and its end lets go of
+	// shared. Only a parent that can never end gets one (beginShared).
+	// Set by begin, read-only after.
+	shared *sharedDeadline
+	// sharedLeft: end let go of shared. Read and written by end only.
+	sharedLeft bool
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
@@ -70,7 +72,7 @@ type opContext struct {
 // start, a reading of the system clock (Client.realNow) taken as the call
 // began.
 func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
-	c.parent, c.deadline, c.shared = parent, start.Add(timeout), nil
+	c.parent, c.deadline, c.shared, c.sharedLeft = parent, start.Add(timeout), nil, false
 	d, ok := parent.Deadline()
 	c.passThrough = ok && !d.After(c.deadline)
 	return c
@@ -101,7 +103,7 @@ func newOp(parent context.Context, start time.Time, timeout time.Duration) *opCo
 // Deadline returns the earlier of the call's and the parent's deadline.
 func (c *opContext) Deadline() (time.Time, bool) {
 	if c.shared != nil {
-		return c.shared.Deadline()
+		return c.shared.ctx.Deadline()
 	}
 	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
 		return d, true
@@ -116,7 +118,7 @@ func (c *opContext) Deadline() (time.Time, bool) {
 // the caller's can reach shared's.
 func (c *opContext) Value(key any) any {
 	if c.shared != nil {
-		if v := c.shared.Value(key); v != nil {
+		if v := c.shared.ctx.Value(key); v != nil {
 			return v
 		}
 	}
@@ -126,7 +128,7 @@ func (c *opContext) Value(key any) any {
 // Err returns nil while the call may go on, and then why it may not.
 func (c *opContext) Err() error {
 	if c.shared != nil {
-		return c.shared.Err()
+		return c.shared.ctx.Err()
 	}
 	if c.passThrough {
 		return c.parent.Err()
@@ -147,7 +149,7 @@ func (c *opContext) Err() error {
 // call arms a watch: a timer for the deadline, and the parent's AfterFunc.
 func (c *opContext) Done() <-chan struct{} {
 	if c.shared != nil {
-		return c.shared.Done()
+		return c.shared.ctx.Done()
 	}
 	if c.passThrough {
 		return c.parent.Done()
@@ -264,7 +266,7 @@ func (w *opWatch) disarm(stopParent func() bool) {
 // unregisters f; it reports whether it stopped f from being run.
 func (c *opContext) AfterFunc(f func()) (stop func() bool) {
 	if c.shared != nil {
-		return context.AfterFunc(c.shared, f)
+		return context.AfterFunc(c.shared.ctx, f)
 	}
 	if c.passThrough {
 		return context.AfterFunc(c.parent, f)
@@ -307,7 +309,13 @@ func (c *opContext) String() string { return "lease.opContext" }
 
 // end cancels c once the backend call returned, as a CancelFunc would.
 func (c *opContext) end() {
-	if !c.passThrough && c.shared == nil {
+	switch {
+	case c.shared != nil:
+		if !c.sharedLeft {
+			c.sharedLeft = true
+			c.shared.leave()
+		}
+	case !c.passThrough:
 		c.endWith(context.Canceled)
 	}
 }
@@ -346,9 +354,12 @@ func (c *opContext) endLocked(err error) {
 // that calls which start close together (at 64 goroutines, dozens per
 // millisecond) share one timer and one Done channel. A call's context
 // thus ends no earlier than its own deadline and at most sharedSlack
-// later. A shared context is never cancelled: it ends at its deadline,
-// after the last call that used it has either returned or been cut short.
-// The zero value is ready to use, and it is safe for concurrent use.
+// later, or is cancelled once every call that used it has ended, so that
+// no more timers wait in the runtime than there are calls in flight (a
+// timer per millisecond of OperationTimeout would make every timer
+// operation of the program dearer: the runtime scans its timer heap when
+// timers are reset, as network deadlines are). The zero value is ready to
+// use, and it is safe for concurrent use.
 type sharedDeadlines struct {
 	// One context per slot, the slot chosen by the timeout, so that calls
 	// with two or three different timeouts do not keep replacing each
@@ -356,12 +367,36 @@ type sharedDeadlines struct {
 	slots [4]atomic.Pointer[sharedDeadline]
 }
 
+// A sharedDeadline is a context shared by calls, and the count of its
+// holders: each call that uses it, and its slot while it is the slot's.
+// When the count drops to zero nobody can use or find it any more, and
+// it is cancelled, which stops its timer.
 type sharedDeadline struct {
-	at  time.Time // ctx's deadline
-	ctx context.Context
-	// cancel is never called: ctx ends at its deadline, and calls may use
-	// it until then. Kept so that nothing looks like a leaked context.
+	at     time.Time // ctx's deadline
+	ctx    context.Context
 	cancel context.CancelFunc
+	refs   atomic.Int64
+}
+
+// join counts one more call using d, unless d has been let go of by all
+// its holders already; it reports whether it did.
+func (d *sharedDeadline) join() bool {
+	for {
+		n := d.refs.Load()
+		if n == 0 {
+			return false
+		}
+		if d.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// leave counts one holder less, and cancels ctx after the last.
+func (d *sharedDeadline) leave() {
+	if d.refs.Add(-1) == 0 {
+		d.cancel()
+	}
 }
 
 // sharedSlack returns how much later than its own deadline a call with
@@ -371,19 +406,26 @@ func sharedSlack(timeout time.Duration) time.Duration {
 	return min(timeout/1000, time.Millisecond)
 }
 
-// get returns a context that ends no earlier than deadline, and at most
-// sharedSlack(timeout) later.
-func (s *sharedDeadlines) get(deadline time.Time, timeout time.Duration) context.Context {
+// get returns a context, joined for one call, that ends no earlier than
+// deadline and at most sharedSlack(timeout) later. The caller leaves it
+// when its call ends.
+func (s *sharedDeadlines) get(deadline time.Time, timeout time.Duration) *sharedDeadline {
 	slot := &s.slots[(uint64(timeout)*0x9e3779b97f4a7c15)>>62]
 	slack := sharedSlack(timeout)
 	cur := slot.Load()
-	if cur != nil && !cur.at.Before(deadline) && cur.at.Sub(deadline) <= slack {
-		return cur.ctx
+	if cur != nil && !cur.at.Before(deadline) && cur.at.Sub(deadline) <= slack && cur.join() {
+		return cur
 	}
-	at := deadline.Add(slack)
-	ctx, cancel := context.WithDeadline(context.Background(), at)
-	// If another call replaced cur meanwhile, either context serves the
-	// calls that find it; the one that lost the slot ends on its own.
-	slot.CompareAndSwap(cur, &sharedDeadline{at: at, ctx: ctx, cancel: cancel})
-	return ctx
+	d := &sharedDeadline{at: deadline.Add(slack)}
+	d.ctx, d.cancel = context.WithDeadline(context.Background(), d.at)
+	d.refs.Store(2) // this call and the slot
+	if slot.CompareAndSwap(cur, d) {
+		if cur != nil {
+			cur.leave() // the slot's hold
+		}
+	} else {
+		// Another call replaced cur meanwhile: d serves this call only.
+		d.leave()
+	}
+	return d
 }

@@ -361,6 +361,31 @@ func TestOpContextSharedIsShared(t *testing.T) {
 	if other.shared == a.shared {
 		t.Fatal("a call two slacks later shares the earlier calls' context: it would end before its deadline")
 	}
+	// The replaced context lives while a call uses it, and is cancelled,
+	// its timer stopped, once the last has ended.
+	a.end()
+	if err := b.Err(); err != nil {
+		t.Fatalf("Err of a call still in flight = %v after another call sharing its context ended", err)
+	}
+	b.end()
+	b.end() // twice is harmless: it lets go once
+	if err := a.shared.ctx.Err(); err != context.Canceled {
+		t.Fatalf("a replaced shared context's Err after its last call ended = %v, want context.Canceled", err)
+	}
+	if n := a.shared.refs.Load(); n != 0 {
+		t.Fatalf("a replaced shared context has %d holders after its last call ended, want 0", n)
+	}
+	// The slot's current context outlives its calls, for the next ones.
+	other.end()
+	if err := other.shared.ctx.Err(); err != nil {
+		t.Fatalf("the slot's current context's Err after its only call ended = %v, want nil", err)
+	}
+	var next opContext
+	next.beginShared(&s, context.Background(), start.Add(2*sharedSlack(time.Second)), time.Second)
+	if next.shared != other.shared {
+		t.Fatal("a call did not join the slot's current context")
+	}
+	next.end()
 	// A parent that can end gets a watch of its own, as begin gives it.
 	ctx, cancel := context.WithCancel(context.Background())
 	var own opContext
@@ -397,10 +422,59 @@ func TestSharedDeadlineBound(t *testing.T) {
 			offset += time.Duration(rapid.Int64Range(0, int64(2*time.Millisecond)).Draw(t, "gap"))
 			timeout := rapid.SampledFrom(timeouts).Draw(t, "timeout")
 			own := base.Add(offset).Add(timeout)
-			d, _ := s.get(own, timeout).Deadline()
+			sd := s.get(own, timeout)
+			d, _ := sd.ctx.Deadline()
 			if d.Before(own) || d.Sub(own) > sharedSlack(timeout) {
 				t.Fatalf("a call with deadline %v and timeout %v got a context ending at %v", own.Sub(base), timeout, d.Sub(base))
 			}
 		}
 	})
+}
+
+// TestSharedDeadlinesConcurrent has goroutines take and leave shared
+// contexts at once, with deadlines that move on so that contexts are
+// replaced all the time: no call may find its context ended while it
+// holds it, and every context but the slots' current ones must end up
+// cancelled, with no holder left.
+func TestSharedDeadlinesConcurrent(t *testing.T) {
+	var s sharedDeadlines
+	var seen sync.Map
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			timeout := []time.Duration{time.Second, 2 * time.Second}[g%2]
+			for range 2000 {
+				d := s.get(time.Now().Add(timeout), timeout)
+				seen.Store(d, true)
+				if err := d.ctx.Err(); err != nil {
+					t.Errorf("a call's shared context ended while the call held it: %v", err)
+					return
+				}
+				d.leave()
+			}
+		}()
+	}
+	wg.Wait()
+	current := map[*sharedDeadline]bool{}
+	for i := range s.slots {
+		current[s.slots[i].Load()] = true
+	}
+	n := 0
+	seen.Range(func(k, _ any) bool {
+		d := k.(*sharedDeadline)
+		n++
+		if current[d] {
+			if r := d.refs.Load(); r != 1 {
+				t.Errorf("a slot's current context has %d holders, want 1 (the slot)", r)
+			}
+			return true
+		}
+		if r := d.refs.Load(); r != 0 || d.ctx.Err() != context.Canceled {
+			t.Errorf("a replaced context has %d holders and Err %v, want 0 and context.Canceled", r, d.ctx.Err())
+		}
+		return true
+	})
+	t.Logf("%d shared contexts for 16000 calls", n)
 }
