@@ -21,10 +21,11 @@
 //	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz,
 //	watched_until timestamptz
 //
-// Rows are never deleted: release sets expires_at to the Unix epoch
-// (long past, so a backward step of the database's clock cannot bring a
-// released lease back), so that the key's last token stays known and the
-// next one is greater.
+// Rows are never deleted: release sets expires_at to a thousand years
+// before the release (long past, so a backward step of the database's
+// clock cannot bring a released lease back; ForceRelease sets the Unix
+// epoch), so that the key's last token stays known and the next one is
+// greater.
 //
 // # Migrations
 //

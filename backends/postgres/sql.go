@@ -97,8 +97,8 @@ type queries struct {
 	extra int
 }
 
-// asyncCommit ends a writing statement's last select list (acquire's
-// RETURNING, the final SELECT of renew and release): set_config with
+// asyncCommit ends a writing statement's last select list (the RETURNING
+// of acquire and release, the final SELECT of renew): set_config with
 // is_local true lasts until the statement's transaction ends, and a commit
 // reads synchronous_commit before the setting is undone, so the commit
 // does not wait for the WAL flush. It changes nothing on the connection
