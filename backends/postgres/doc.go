@@ -46,10 +46,11 @@
 //     over only when it has expired, or extends it for the same
 //     acquisition (so a retried acquire is idempotent), and otherwise
 //     returns the holder, its token and its remaining time;
-//   - Renew and Release update the row only if it still shows the exact
-//     acquisition (key, secret nonce, token) and has not expired; when
-//     they refuse, the same statement says whether the acquisition expired
-//     or was superseded;
+//   - Renew and Release change the row's expiry only if it still shows
+//     the exact acquisition (key, secret nonce, token) and has not
+//     expired; when they refuse, they write the row back unchanged and the
+//     same statement says whether the acquisition expired or was
+//     superseded;
 //   - Inspect reads the row.
 //
 // Expiry is decided by the database's clock, never the client's: "now" is

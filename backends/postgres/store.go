@@ -296,8 +296,8 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return errors.New("leasepostgres: renew: the statement returned no row")
+	if !ok { // the key has no row
+		c.outcome = outcomeExpired
 	}
 	return lost(a, c.outcome)
 }

@@ -137,11 +137,12 @@ func TestReleaseKeepsTheRow(t *testing.T) {
 	}
 }
 
-// TestRefusedReleaseLeavesTheRow: a release that is refused (another
-// acquisition's nonce, a wrong token, an expired acquisition) writes the
-// row back exactly as it was, its expiry and watch included, and sends no
-// notification although a waiter marked the key.
-func TestRefusedReleaseLeavesTheRow(t *testing.T) {
+// TestRefusedRenewAndReleaseLeaveTheRow: a renew or release that is
+// refused (another acquisition's nonce, a wrong token, an expired
+// acquisition) writes the row back exactly as it was, its expiry and watch
+// included, and a refused release sends no notification although a
+// waiter marked the key.
+func TestRefusedRenewAndReleaseLeaveTheRow(t *testing.T) {
 	t.Parallel()
 	s, pool := freshStore(t, leasepostgres.Options{})
 	ctx := ctxT(t)
@@ -173,13 +174,18 @@ func TestRefusedReleaseLeavesTheRow(t *testing.T) {
 	}
 	refuse := func(what string, x lease.Acquisition, want lease.LostReason) {
 		t.Helper()
-		before := row()
-		err := s.Release(ctx, x)
-		if le, ok := errors.AsType[*lease.LostError](err); !ok || le.Reason != want {
-			t.Fatalf("Release (%s) = %v, want a *lease.LostError (%v)", what, err, want)
-		}
-		if after := row(); after != before {
-			t.Fatalf("Release (%s) changed the row:\n%s\nto\n%s", what, before, after)
+		for op, call := range map[string]func() error{
+			"Renew":   func() error { return s.Renew(ctx, x, time.Hour) },
+			"Release": func() error { return s.Release(ctx, x) },
+		} {
+			before := row()
+			err := call()
+			if le, ok := errors.AsType[*lease.LostError](err); !ok || le.Reason != want {
+				t.Fatalf("%s (%s) = %v, want a *lease.LostError (%v)", op, what, err, want)
+			}
+			if after := row(); after != before {
+				t.Fatalf("%s (%s) changed the row:\n%s\nto\n%s", op, what, before, after)
+			}
 		}
 	}
 	other := a

@@ -21,7 +21,9 @@
 -- are), like a refused acquire. So RETURNING sees the latest version of
 -- the row, also when another statement committed it after this one began,
 -- and needs neither a second read of the row nor a CTE, whose plan nodes
--- PostgreSQL sets up on every execution. RETURNING tells a release by this
+-- PostgreSQL sets up on every execution. Like a refused acquire, a refused
+-- release takes the row's lock, so it waits for a transaction that holds
+-- the row (CheckGuard's FOR SHARE) to end. RETURNING tells a release by this
 -- statement from an earlier one by the expiry: statement_timestamp() is
 -- read once per statement, so only a release of the same acquisition in
 -- the same microsecond could have set the same value, and it would report
