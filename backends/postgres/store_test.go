@@ -1,13 +1,10 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/lease"
@@ -146,15 +143,7 @@ func TestRefusedRenewAndReleaseLeaveTheRow(t *testing.T) {
 	t.Parallel()
 	s, pool := freshStore(t, leasepostgres.Options{})
 	ctx := ctxT(t)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{leasepostgres.Channel(s)}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(context.Background(), "UNLISTEN *")
+	conn := listen(t, s, pool)
 	acquire := func(key, nonce string) lease.Acquisition {
 		tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "o", Nonce: nonce, TTL: time.Minute})
 		if err != nil {
@@ -201,11 +190,7 @@ func TestRefusedRenewAndReleaseLeaveTheRow(t *testing.T) {
 	if err := s.Release(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	n, err := conn.Conn().WaitForNotification(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.Payload != "b" {
-		t.Fatalf("first notification for %q, want %q (a refused release notified)", n.Payload, "b")
+	if got := firstNotification(t, conn); got != "b" {
+		t.Fatalf("first notification for %q, want %q (a refused release notified)", got, "b")
 	}
 }
