@@ -21,10 +21,11 @@
 //	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz,
 //	watched_until timestamptz
 //
-// Rows are never deleted: release sets expires_at to the Unix epoch
-// (long past, so a backward step of the database's clock cannot bring a
-// released lease back), so that the key's last token stays known and the
-// next one is greater.
+// Rows are never deleted: release sets expires_at to a thousand years
+// before the release (long past, so a backward step of the database's
+// clock cannot bring a released lease back; ForceRelease sets the Unix
+// epoch), so that the key's last token stays known and the next one is
+// greater.
 //
 // # Migrations
 //
@@ -45,10 +46,11 @@
 //     over only when it has expired, or extends it for the same
 //     acquisition (so a retried acquire is idempotent), and otherwise
 //     returns the holder, its token and its remaining time;
-//   - Renew and Release update the row only if it still shows the exact
-//     acquisition (key, secret nonce, token) and has not expired; when
-//     they refuse, the same statement says whether the acquisition expired
-//     or was superseded;
+//   - Renew and Release change the row's expiry only if it still shows
+//     the exact acquisition (key, secret nonce, token) and has not
+//     expired; when they refuse, they write the row back unchanged and the
+//     same statement says whether the acquisition expired or was
+//     superseded;
 //   - Inspect reads the row.
 //
 // Expiry is decided by the database's clock, never the client's: "now" is

@@ -102,15 +102,7 @@ func TestReleaseNotifiesOnlyWatchedKeys(t *testing.T) {
 	t.Parallel()
 	s, pool := freshStore(t, leasepostgres.Options{})
 	ctx := ctxT(t)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{leasepostgres.Channel(s)}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(context.Background(), "UNLISTEN *")
+	conn := listen(t, s, pool)
 	cycle := func(key string) {
 		tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "o", Nonce: "n" + key, TTL: time.Minute})
 		if err != nil {
@@ -131,13 +123,37 @@ func TestReleaseNotifiesOnlyWatchedKeys(t *testing.T) {
 	if err := s.Release(ctx, lease.Acquisition{Key: "watched", Nonce: "w", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := conn.Conn().WaitForNotification(ctx)
+	if got := firstNotification(t, conn); got != "watched" {
+		t.Fatalf("first notification for %q, want %q (the release of an unwatched key notified)", got, "watched")
+	}
+}
+
+// listen returns a connection of pool that listens on the release
+// notifications of s, until the test ends.
+func listen(t *testing.T, s *leasepostgres.Store, pool *pgxpool.Pool) *pgxpool.Conn {
+	t.Helper()
+	ctx := ctxT(t)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Payload != "watched" {
-		t.Fatalf("first notification for %q, want %q (the release of an unwatched key notified)", n.Payload, "watched")
+	t.Cleanup(conn.Release)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{leasepostgres.Channel(s)}.Sanitize()); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Exec(context.Background(), "UNLISTEN *") })
+	return conn
+}
+
+// firstNotification waits for the next notification on conn and returns
+// its payload, the released key.
+func firstNotification(t *testing.T, conn *pgxpool.Conn) string {
+	t.Helper()
+	n, err := conn.Conn().WaitForNotification(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Payload
 }
 
 // TestOneListenerPerStore: many watches share one connection, which Close

@@ -97,12 +97,13 @@ type queries struct {
 	extra int
 }
 
-// asyncCommit ends a writing statement's last select list (acquire's
-// RETURNING, the final SELECT of renew and release): set_config with
-// is_local true lasts until the statement's transaction ends, and a commit
-// reads synchronous_commit before the setting is undone, so the commit
-// does not wait for the WAL flush. It changes nothing on the connection
-// after the transaction.
+// asyncCommit ends the RETURNING list of each writing statement
+// (acquire, renew, release): set_config with is_local true lasts until
+// the statement's transaction ends, and a commit reads synchronous_commit
+// before the setting is undone, so the commit does not wait for the WAL
+// flush. It changes nothing on the connection after the transaction. A
+// renew or release of a key without a row returns no row and writes
+// nothing, so its commit has nothing to wait for.
 const asyncCommit = ",\n       pg_catalog.set_config('synchronous_commit', 'off', true)"
 
 func loadQuery(name, table string) string {

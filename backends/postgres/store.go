@@ -296,14 +296,15 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return errors.New("leasepostgres: renew: the statement returned no row")
+	if !ok { // the key has no row
+		c.outcome = outcomeExpired
 	}
 	return lost(a, c.outcome)
 }
 
 // Release implements lease.Backend in one statement (queries/release.sql).
-// The row stays, with its expiry set to now, so the token is never reset.
+// The row stays, with its expiry set long past, so the token is never
+// reset.
 // If a waiter marked the key (see WatchReleases), the statement also
 // notifies waiting acquirers when it commits.
 func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
@@ -314,8 +315,8 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return errors.New("leasepostgres: release: the statement returned no row")
+	if !ok { // the key has no row
+		c.outcome = outcomeExpired
 	}
 	return lost(a, c.outcome)
 }

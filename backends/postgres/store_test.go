@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,66 @@ func TestReleaseKeepsTheRow(t *testing.T) {
 	r, err := s.Inspect(ctx, "k")
 	if err != nil || r.Held || r.Token != tok || r.Owner != "" {
 		t.Fatalf("Inspect = %+v, %v; want free with token %d", r, err, tok)
+	}
+}
+
+// TestRefusedRenewAndReleaseLeaveTheRow: a renew or release that is
+// refused (another acquisition's nonce, a wrong token, an expired
+// acquisition) writes the row back exactly as it was, its expiry and watch
+// included, and a refused release sends no notification although a
+// waiter marked the key.
+func TestRefusedRenewAndReleaseLeaveTheRow(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	conn := listen(t, s, pool)
+	acquire := func(key, nonce string) lease.Acquisition {
+		tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "o", Nonce: nonce, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch(t, s, key)
+		return lease.Acquisition{Key: key, Owner: "o", Nonce: nonce, Token: tok}
+	}
+	a, b := acquire("a", "na"), acquire("b", "nb")
+	leasepostgres.WaitMarked(s)
+	row := func() string {
+		var r string
+		if err := pool.QueryRow(ctx, "SELECT l::text FROM public.leases AS l WHERE l.key = 'a'").Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	refuse := func(what string, x lease.Acquisition, want lease.LostReason) {
+		t.Helper()
+		for op, call := range map[string]func() error{
+			"Renew":   func() error { return s.Renew(ctx, x, time.Hour) },
+			"Release": func() error { return s.Release(ctx, x) },
+		} {
+			before := row()
+			err := call()
+			if le, ok := errors.AsType[*lease.LostError](err); !ok || le.Reason != want {
+				t.Fatalf("%s (%s) = %v, want a *lease.LostError (%v)", op, what, err, want)
+			}
+			if after := row(); after != before {
+				t.Fatalf("%s (%s) changed the row:\n%s\nto\n%s", op, what, before, after)
+			}
+		}
+	}
+	other := a
+	other.Nonce = "nx"
+	refuse("another nonce", other, lease.Superseded)
+	wrong := a
+	wrong.Token++
+	refuse("a wrong token", wrong, lease.Superseded)
+	if _, err := pool.Exec(ctx, "UPDATE public.leases SET expires_at = statement_timestamp() - interval '1 second' WHERE key = 'a'"); err != nil {
+		t.Fatal(err)
+	}
+	refuse("expired", a, lease.Expired)
+	if err := s.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := firstNotification(t, conn); got != "b" {
+		t.Fatalf("first notification for %q, want %q (a refused release notified)", got, "b")
 	}
 }

@@ -20,7 +20,9 @@
 -- statement, so the statement uses few: the TTL arrives as an interval,
 -- the remaining time leaves as one, and extract(epoch ...) of a
 -- timestamptz is exact to the microsecond (numeric), so the token needs no
--- floor(). Not writing the row when the key is held would need a second
+-- floor(). An extension by the holding nonce changes only expires_at: the
+-- nonce is already $3, and the owner stays the one it was granted with.
+-- Not writing the row when the key is held would need a second
 -- read of it (the statement's snapshot may predate the version the
 -- conflict check saw), which costs more than the write saves.
 INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at)
@@ -28,10 +30,8 @@ VALUES ($1::text, $2::text, $3::text,
         (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
         statement_timestamp() + $4::interval)
 ON CONFLICT (key) DO UPDATE SET
-    owner = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
-                 THEN excluded.owner ELSE l.owner END,
-    nonce = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
-                 THEN excluded.nonce ELSE l.nonce END,
+    owner = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.owner ELSE l.owner END,
+    nonce = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.nonce ELSE l.nonce END,
     token = CASE WHEN l.expires_at <= statement_timestamp()
                  THEN greatest(l.token + 1, excluded.token) ELSE l.token END,
     expires_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce

@@ -3,24 +3,25 @@
 --
 -- $1 key, $2 nonce, $3 token (0: any token), $4 TTL (an interval).
 -- One row with the outcome: 0 renewed, 1 expired (the row still shows this
--- acquisition, or there is no row), 2 superseded (the row shows another
--- one).
+-- acquisition), 2 superseded (the row shows another one); no row if the
+-- key has none (expired).
 --
--- coalesce evaluates its second argument only if the update refused; it
--- then reads the row FOR SHARE, so that the outcome comes from the latest
--- row version, not from the statement's snapshot.
-WITH renewed AS (
-    UPDATE public.leases AS l
-    SET expires_at = statement_timestamp() + $4::interval
-    WHERE l.key = $1::text AND l.nonce = $2::text
-      AND ($3::bigint = 0 OR l.token = $3::bigint)
-      AND l.expires_at > statement_timestamp()
-    RETURNING 0 AS outcome
-)
-SELECT coalesce(
-    (SELECT r.outcome FROM renewed AS r),
-    (SELECT CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint) THEN 1 ELSE 2 END
-     FROM public.leases AS l
-     WHERE l.key = $1::text
-     FOR SHARE),
-    1)
+-- Shaped as release.sql is: the update matches the key's row whatever it
+-- shows and changes the expiry only if ($2, $3) holds it, so a refused
+-- renew writes the row back unchanged and RETURNING sees the latest
+-- version of the row. It takes the row's lock also when it refuses, so it
+-- waits for a transaction holding the row (CheckGuard's FOR SHARE) to end,
+-- as a renewal that applies always did. It renewed if the row shows
+-- ($2, $3) with the expiry it sets: an expired row's expiry is not later
+-- than now, and another statement that sets the same expiry in the same
+-- microsecond does it for another nonce or token (which reads as
+-- superseded) or for this acquisition (which then holds the key).
+UPDATE public.leases AS l
+SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
+                           AND l.expires_at > statement_timestamp()
+                      THEN statement_timestamp() + $4::interval
+                      ELSE l.expires_at END
+WHERE l.key = $1::text
+RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
+               WHEN l.expires_at <> statement_timestamp() + $4::interval THEN 1
+               ELSE 0 END
