@@ -186,16 +186,30 @@ func (c *Claim) mustRelease(err error) bool { return c.q.claimer == nil || err !
 // release is set, and cancels its context.
 func (c *Claim) end(ctx context.Context, release bool) {
 	c.q.track.remove(c.h)
-	ctx = context.WithoutCancel(ctx)
 	if release {
-		_ = c.h.Release(ctx) // bounded by OperationTimeout; a lost lease just says so
+		_ = c.h.Release(context.WithoutCancel(ctx)) // bounded by OperationTimeout; a lost lease just says so
 	}
-	sctx, cancel := context.WithTimeout(ctx, c.h.Policy().Options().OperationTimeout)
-	_ = c.m.Stop(sctx)
-	cancel()
+	// The renewer ends at once unless a renewal is in flight (see
+	// lease.Managed.Stop): only then is there something to wait for,
+	// bounded by OperationTimeout.
+	_ = c.m.Stop(ended)
+	select {
+	case <-c.m.Done():
+	default:
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.h.Policy().Options().OperationTimeout)
+		_ = c.m.Stop(sctx)
+		cancel()
+	}
 	c.cancel(ErrClosed)
 	c.stopWatch()
 }
+
+// ended is a context that has ended, for a Stop that must not wait.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // info returns the fields of the claim's events.
 func (c *Claim) info(err error) EventInfo {

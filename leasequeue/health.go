@@ -18,7 +18,7 @@ import (
 // other lease to tell by.
 type tracker struct {
 	mu        sync.Mutex
-	held      map[*lease.Handle]*tracked
+	held      map[*lease.Handle]tracked
 	sickUntil time.Time
 }
 
@@ -31,9 +31,9 @@ func (t *tracker) add(h *lease.Handle, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.held == nil {
-		t.held = make(map[*lease.Handle]*tracked)
+		t.held = make(map[*lease.Handle]tracked)
 	}
-	t.held[h] = &tracked{id: id, seen: h.Deadline()}
+	t.held[h] = tracked{id: id, seen: h.Deadline()}
 }
 
 func (t *tracker) remove(h *lease.Handle) {
@@ -100,6 +100,7 @@ func (t *tracker) beat(now time.Time, info EventInfo) []*Heartbeat {
 			continue
 		}
 		tr.seen = d
+		t.held[h] = tr
 		out = append(out, e)
 	}
 	return out

@@ -82,6 +82,7 @@ type Queue struct {
 	client *lease.Client
 	src    Source
 	o      Options
+	prefix string // keyPrefix
 	obs    Observer
 	clock  lease.Clock
 	track  tracker
@@ -128,7 +129,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	if o.PollEvery == 0 {
 		o.PollEvery = min(time.Second, o.Policy.TTL()/4)
 	}
-	q := &Queue{client: client, src: src, o: o, obs: o.Observer, clock: client.Clock()}
+	q := &Queue{client: client, src: src, o: o, prefix: itemKey(o.Name, ""), obs: o.Observer, clock: client.Clock()}
 	if q.obs == nil {
 		q.obs = NopObserver
 	}
@@ -150,7 +151,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 func itemKey(name, id string) string { return keyspace.LeaseKey(name+"/", keyspace.QueueItem, id) }
 
 // keyPrefix returns the lease key of an item without its escaped ID.
-func (q *Queue) keyPrefix() string { return itemKey(q.o.Name, "") }
+func (q *Queue) keyPrefix() string { return q.prefix }
 
 // Key returns the lease key of item id: Name + "/items/" + the ID with
 // '%', '{', '}' and '/' written as %25, %7B, %7D and %2F, so that no two
@@ -273,7 +274,25 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { q.monitor(runCtx) })
+	// Concurrency workers take the items: each slot reserved is a worker
+	// that is free or about to be, so a send to jobs waits for no item.
+	h := &handlers{open: make(map[*Claim]struct{}, q.o.Concurrency)}
+	stopCancel := context.AfterFunc(runCtx, func() { h.end(context.Cause(runCtx)) })
+	defer stopCancel()
 	slots := make(chan struct{}, q.o.Concurrency)
+	jobs := make(chan job)
+	for range q.o.Concurrency {
+		wg.Go(func() {
+			for j := range jobs {
+				if j.c != nil {
+					q.work(runCtx, h, j.c, handler)
+				} else {
+					q.process(runCtx, h, j.id, handler)
+				}
+				<-slots
+			}
+		})
+	}
 	for {
 		n := reserve(runCtx, slots)
 		if n == 0 {
@@ -283,19 +302,13 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		if q.claimer != nil {
 			cs := q.claimNext(runCtx, n)
 			for _, c := range cs {
-				wg.Go(func() {
-					defer func() { <-slots }()
-					q.work(runCtx, c, handler)
-				})
+				jobs <- job{c: c}
 			}
 			got = len(cs)
 		} else {
 			ids := q.next(runCtx, n)
 			for _, id := range ids {
-				wg.Go(func() {
-					defer func() { <-slots }()
-					q.process(runCtx, id, handler)
-				})
+				jobs <- job{id: id}
 			}
 			got = len(ids)
 		}
@@ -306,8 +319,52 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 			break
 		}
 	}
+	close(jobs)
 	wg.Wait()
 	return nil
+}
+
+// A job is an item for a worker of Run: a claim to work on, or the ID of
+// an item to claim first.
+type job struct {
+	c  *Claim
+	id string
+}
+
+// handlers are the claims whose handlers Run is running, whose contexts
+// it cancels when its own context ends.
+type handlers struct {
+	mu    sync.Mutex
+	cause error // Run's context's cause, once it ended
+	open  map[*Claim]struct{}
+}
+
+// add adds c, or cancels it at once if Run's context has ended.
+func (h *handlers) add(c *Claim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cause != nil {
+		c.cancel(h.cause)
+		return
+	}
+	h.open[c] = struct{}{}
+}
+
+func (h *handlers) remove(c *Claim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.open, c)
+}
+
+// end cancels every open claim with cause, and every claim added later.
+func (h *handlers) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cause = cause
+	for c := range h.open {
+		c.cancel(cause)
+	}
+	clear(h.open)
 }
 
 // reserve waits for a free slot and takes every other free one; it returns
@@ -344,7 +401,7 @@ func (q *Queue) next(ctx context.Context, n int) []string {
 }
 
 // process claims item id and runs handler under the claim.
-func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
+func (q *Queue) process(runCtx context.Context, hs *handlers, id string, handler Handler) {
 	c, err := q.claim(runCtx, id)
 	if err != nil {
 		var na *lease.NotAcquiredError
@@ -370,13 +427,13 @@ func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
 		}
 		return
 	}
-	q.work(runCtx, c, handler)
+	q.work(runCtx, hs, c, handler)
 }
 
 // work runs handler under claim c, and closes c as Run's doc says.
-func (q *Queue) work(runCtx context.Context, c *Claim, handler Handler) {
-	stop := context.AfterFunc(runCtx, func() { c.cancel(context.Cause(runCtx)) })
-	defer stop()
+func (q *Queue) work(runCtx context.Context, hs *handlers, c *Claim, handler Handler) {
+	hs.add(c)
+	defer hs.remove(c)
 	err := call(handler, c)
 	switch {
 	case q.crashed.Load():
