@@ -187,7 +187,7 @@ func (c *Claim) mustRelease(err error) bool { return c.q.claimer == nil || err !
 func (c *Claim) end(ctx context.Context, release bool) {
 	c.q.track.remove(c.h)
 	if release {
-		_ = c.h.Release(context.WithoutCancel(ctx)) // bounded by OperationTimeout; a lost lease just says so
+		_ = c.h.Release(detach(ctx)) // bounded by OperationTimeout; a lost lease just says so
 	}
 	// The renewer ends at once unless a renewal is in flight (see
 	// lease.Managed.Stop): only then is there something to wait for,
@@ -196,7 +196,7 @@ func (c *Claim) end(ctx context.Context, release bool) {
 	select {
 	case <-c.m.Done():
 	default:
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.h.Policy().Options().OperationTimeout)
+		sctx, cancel := context.WithTimeout(detach(ctx), c.h.Policy().Options().OperationTimeout)
 		_ = c.m.Stop(sctx)
 		cancel()
 	}

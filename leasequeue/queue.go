@@ -172,10 +172,21 @@ func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
 // while a renewal of one of the queue's claims is overdue; or the lease's
 // or the source's error.
 func (q *Queue) Claim(ctx context.Context, id string) (*Claim, error) {
-	return q.claim(ctx, id)
+	return q.claim(ctx, detach(ctx), id)
 }
 
-func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
+// detach returns ctx without its cancellation (context.WithoutCancel), or
+// ctx itself if it has none.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// claim claims item id as Claim does; detached is ctx without its
+// cancellation.
+func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) {
 	key := q.Key(id)
 	if err := lease.ValidateKey(key); err != nil {
 		return nil, fmt.Errorf("leasequeue: item %q: %w", id, err)
@@ -190,7 +201,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		if err != nil {
 			return nil, err
 		}
-		return q.adopt(ctx, r, g, start)
+		return q.adopt(ctx, detached, r, g, start)
 	}
 	h, err := q.client.TryAcquire(ctx, key, q.o.Policy)
 	if err != nil {
@@ -198,20 +209,21 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 	}
 	b, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
 	if err != nil {
-		_ = h.Release(context.WithoutCancel(ctx))
+		_ = h.Release(detached)
 		return nil, err
 	}
-	return q.open(ctx, h, id, b, start)
+	return q.open(ctx, detached, h, id, b, start)
 }
 
 // open starts renewing the lease h of item id, whose attempt b began, and
-// returns the claim; it releases h if it cannot.
-func (q *Queue) open(ctx context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
-	m, err := h.StartManaged(context.WithoutCancel(ctx))
+// returns the claim; it releases h if it cannot. detached is ctx without
+// its cancellation.
+func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
+	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
-		_ = h.Release(context.WithoutCancel(ctx))
+		_ = h.Release(detached)
 		return nil, err
 	}
 	attempt := b.Attempt
@@ -276,7 +288,7 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 	wg.Go(func() { q.monitor(runCtx) })
 	// Concurrency workers take the items: each slot reserved is a worker
 	// that is free or about to be, so a send to jobs waits for no item.
-	h := &handlers{open: make(map[*Claim]struct{}, q.o.Concurrency)}
+	h := &handlers{detached: context.WithoutCancel(runCtx), open: make(map[*Claim]struct{}, q.o.Concurrency)}
 	stopCancel := context.AfterFunc(runCtx, func() { h.end(context.Cause(runCtx)) })
 	defer stopCancel()
 	slots := make(chan struct{}, q.o.Concurrency)
@@ -300,7 +312,7 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		}
 		got := 0
 		if q.claimer != nil {
-			cs := q.claimNext(runCtx, n)
+			cs := q.claimNext(runCtx, h.detached, n)
 			for _, c := range cs {
 				jobs <- job{c: c}
 			}
@@ -334,6 +346,8 @@ type job struct {
 // handlers are the claims whose handlers Run is running, whose contexts
 // it cancels when its own context ends.
 type handlers struct {
+	detached context.Context // Run's context without its cancellation
+
 	mu    sync.Mutex
 	cause error // Run's context's cause, once it ended
 	open  map[*Claim]struct{}
@@ -402,7 +416,7 @@ func (q *Queue) next(ctx context.Context, n int) []string {
 
 // process claims item id and runs handler under the claim.
 func (q *Queue) process(runCtx context.Context, hs *handlers, id string, handler Handler) {
-	c, err := q.claim(runCtx, id)
+	c, err := q.claim(runCtx, hs.detached, id)
 	if err != nil {
 		var na *lease.NotAcquiredError
 		switch {
@@ -416,7 +430,7 @@ func (q *Queue) process(runCtx context.Context, hs *handlers, id string, handler
 		case errors.Is(err, ErrFinished), errors.Is(err, ErrNotFound):
 		case runCtx.Err() != nil:
 			// Shutting down: give the item back at once.
-			_ = q.src.Defer(context.WithoutCancel(runCtx), id, 0)
+			_ = q.src.Defer(hs.detached, id, 0)
 		default:
 			// Unhealthy since the items were handed out, or the backend
 			// failed: give the item back to the other workers at once.
@@ -444,7 +458,7 @@ func (q *Queue) work(runCtx context.Context, hs *handlers, c *Claim, handler Han
 	}
 	// Record the outcome for as long as the lease may live, even after
 	// Run's context ended.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), q.o.Policy.LocalLifetime())
+	fctx, cancel := context.WithTimeout(hs.detached, q.o.Policy.LocalLifetime())
 	defer cancel()
 	switch {
 	case c.m.Err() != nil:
