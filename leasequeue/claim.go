@@ -211,6 +211,37 @@ var ended = func() context.Context {
 	return ctx
 }()
 
+// lost records the loss err of the claim's lease, if err is not nil, and
+// emits the Lost event.
+func (c *Claim) lost(err error) {
+	if err != nil {
+		c.q.track.lost(c.h, err, c.q.clock.Now())
+		c.q.emit(&Lost{c.info(err)})
+	}
+}
+
+// noWatch is the stopWatch of a claim whose loss the items' observer
+// reports.
+func noWatch() bool { return false }
+
+// itemObserver is the observer of a Queue's client of its Claimer's
+// claims: it passes every event on, and reports the loss of a tracked
+// claim's lease as the claim's Lost event, on the renewer's goroutine
+// before Managed.Lost closes.
+type itemObserver struct {
+	next lease.Observer
+	q    *Queue
+}
+
+func (o itemObserver) Observe(e lease.Event) {
+	o.next.Observe(e)
+	if l, ok := e.(*lease.Lost); ok {
+		if c := o.q.track.find(l.Key, l.Token); c != nil {
+			c.lost(l.Err)
+		}
+	}
+}
+
 // info returns the fields of the claim's events.
 func (c *Claim) info(err error) EventInfo {
 	return EventInfo{

@@ -138,7 +138,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 		// the observer of the caller's client, as they did when items were
 		// leases of its backend.
 		items, err := lease.NewClient(itemBackend{src: c, prefix: q.keyPrefix()},
-			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: client.Observer()})
+			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: itemObserver{client.Observer(), q}})
 		if err != nil {
 			return nil, fmt.Errorf("leasequeue: New: %w", err)
 		}
@@ -219,23 +219,28 @@ func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) 
 // returns the claim; it releases h if it cannot. detached is ctx without
 // its cancellation.
 func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
+	attempt := b.Attempt
+	c := &Claim{q: q, id: id, h: h, attempt: attempt, claimed: start}
+	// Tracked before its renewer starts, so that the items' observer
+	// finds it should the lease be lost at once.
+	q.track.add(h, id, c)
 	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
+		q.track.remove(h)
 		_ = h.Release(detached)
 		return nil, err
 	}
-	attempt := b.Attempt
-	c := &Claim{q: q, id: id, h: h, m: m, attempt: attempt, claimed: start}
+	c.m = m
 	c.ctx, c.cancel = context.WithCancelCause(m.Context())
-	c.stopWatch = context.AfterFunc(m.Context(), func() {
-		if err := m.Err(); err != nil {
-			q.track.lost(h, err, q.clock.Now())
-			q.emit(&Lost{c.info(err)})
-		}
-	})
-	q.track.add(h, id)
+	if q.claimer == nil {
+		// A lease of the caller's client, whose events the queue does
+		// not see: watch the renewer's context for the loss instead.
+		c.stopWatch = context.AfterFunc(m.Context(), func() { c.lost(m.Err()) })
+	} else {
+		c.stopWatch = noWatch
+	}
 	q.emit(&Claimed{c.info(nil), attempt, b.Age})
 	if attempt > q.o.MaxAttempts {
 		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
