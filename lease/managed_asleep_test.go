@@ -31,8 +31,8 @@ func sysFixture(t *testing.T, ttl time.Duration) (*lease.Client, *faulty, *recor
 	return c, b, obs, p
 }
 
-// done is a context that has ended.
-var done = func() context.Context {
+// endedCtx is a context that has ended.
+var endedCtx = func() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
@@ -47,7 +47,7 @@ func TestManagedAsleepStopEndsAtOnce(t *testing.T) {
 	m := manage(t, h, context.Background())
 	// Nothing is in flight, so Stop ends the renewer without waiting: even
 	// a context that has ended does not cut it short.
-	if err := m.Stop(done); err != nil {
+	if err := m.Stop(endedCtx); err != nil {
 		t.Fatalf("Stop(done ctx) = %v, want nil: the renewer had nothing to wait for", err)
 	}
 	select {
@@ -85,9 +85,9 @@ func TestManagedAsleepReleaseEndsIt(t *testing.T) {
 			default:
 				t.Fatal("Done not closed when Release returned")
 			}
-			stopErr = m.Stop(done)
+			stopErr = m.Stop(endedCtx)
 		} else {
-			stopErr = m.Stop(done)
+			stopErr = m.Stop(endedCtx)
 			relErr = h.Release(context.Background())
 		}
 		if relErr != nil || stopErr != nil {
