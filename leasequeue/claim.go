@@ -225,9 +225,9 @@ func (c *Claim) lost(err error) {
 func noWatch() bool { return false }
 
 // itemObserver is the observer of a Queue's client of its Claimer's
-// claims: it passes every event on, and reports the loss of a tracked
-// claim's lease as the claim's Lost event, on the renewer's goroutine
-// before Managed.Lost closes.
+// claims: it passes every event on, and on the loss of a tracked claim's
+// lease cancels the claim's context with the loss and emits the claim's
+// Lost event, on the renewer's goroutine before Managed.Lost closes.
 type itemObserver struct {
 	next lease.Observer
 	q    *Queue
@@ -237,6 +237,7 @@ func (o itemObserver) Observe(e lease.Event) {
 	o.next.Observe(e)
 	if l, ok := e.(*lease.Lost); ok {
 		if c := o.q.track.find(l.Key, l.Token); c != nil {
+			c.cancel(l.Err)
 			c.lost(l.Err)
 		}
 	}

@@ -221,25 +221,33 @@ func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) 
 func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
 	attempt := b.Attempt
 	c := &Claim{q: q, id: id, h: h, attempt: attempt, claimed: start}
+	if q.claimer != nil {
+		// The items' observer cancels the claim's context on loss (see
+		// itemObserver), and the claim's end with ErrClosed.
+		c.ctx, c.cancel = context.WithCancelCause(detached)
+		c.stopWatch = noWatch
+	}
 	// Tracked before its renewer starts, so that the items' observer
-	// finds it should the lease be lost at once.
+	// finds it, context and all, should the lease be lost at once.
 	q.track.add(h, id, c)
 	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
 		q.track.remove(h)
+		if c.cancel != nil {
+			c.cancel(ErrClosed)
+		}
 		_ = h.Release(detached)
 		return nil, err
 	}
 	c.m = m
-	c.ctx, c.cancel = context.WithCancelCause(m.Context())
 	if q.claimer == nil {
 		// A lease of the caller's client, whose events the queue does
-		// not see: watch the renewer's context for the loss instead.
+		// not see: the claim's context ends with the renewer's, and a
+		// watch on that reports the loss.
+		c.ctx, c.cancel = context.WithCancelCause(m.Context())
 		c.stopWatch = context.AfterFunc(m.Context(), func() { c.lost(m.Err()) })
-	} else {
-		c.stopWatch = noWatch
 	}
 	q.emit(&Claimed{c.info(nil), attempt, b.Age})
 	if attempt > q.o.MaxAttempts {
