@@ -88,6 +88,12 @@ func TestAllocs(t *testing.T) {
 		{"renew", bg, false, renew, 1},
 		{"renew/watched", bg, true, renew, 2},
 		{"renew/watched/cancellable", cancellable, true, renew, 4},
+		// A cycle with managed renewal, stopped before its first renewal
+		// is due (a work item): no goroutine and no renewal timer, only
+		// the Handle, the Managed, its two channels, its context (two) and
+		// the timer that would start the renewer (two: the timer and the
+		// method value it calls). Twelve when a goroutine started at once.
+		{"cycle/managed", bg, false, managedCycle, 8},
 		// A refused TryAcquire: the Handle it would have returned, the
 		// backend's *NotAcquiredError and the client's wrapping of it.
 		{"refused", bg, false, refused, 3},
@@ -115,6 +121,25 @@ func cycle(ctx context.Context, p lease.Policy) func(*testing.T, *lease.Client) 
 	return func(t *testing.T, c *lease.Client) {
 		h, err := c.TryAcquire(ctx, "k", p)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func managedCycle(ctx context.Context, p lease.Policy) func(*testing.T, *lease.Client) {
+	return func(t *testing.T, c *lease.Client) {
+		h, err := c.TryAcquire(ctx, "k", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := h.StartManaged(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.Release(ctx); err != nil {

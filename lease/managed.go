@@ -21,16 +21,21 @@ import (
 // (Err), closes Lost, cancels Context with the error as its cause and emits
 // a Lost event.
 type Managed struct {
-	h      *Handle
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	done   chan struct{}
+	h         *Handle
+	ctx       context.Context
+	cancelCtx context.CancelCauseFunc
+	lost      chan struct{}
+	done      chan struct{}
 
 	mu       sync.Mutex
 	err      error
 	lastErr  error       // the last transient renewal error, for the watchdog
 	watchdog *time.Timer // fires at the local deadline while a renewal is in flight
+	// wake, if not nil, starts the renewal goroutine when the first
+	// renewal is due (see StartManaged); until then (asleep) no goroutine
+	// exists, and cancel ends the renewer itself.
+	wake   *time.Timer
+	asleep bool
 }
 
 // StartManaged starts renewing the lease in the background and returns the
@@ -74,10 +79,56 @@ func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
 		return nil, wrapOp("manage", h.key, err)
 	}
 	m := &Managed{h: h, lost: make(chan struct{}), done: make(chan struct{})}
-	m.ctx, m.cancel = context.WithCancelCause(ctx)
+	m.ctx, m.cancelCtx = context.WithCancelCause(ctx)
 	h.managed = m
-	go m.run(m.due(h.deadline))
+	wait := m.due(h.deadline)
+	if h.c.sysClock && ctx.Done() == nil {
+		// Most handles are released or stopped long before their first
+		// renewal (a work item, a short job): start no goroutine until
+		// that renewal is due. Only cancel can end the renewer meanwhile,
+		// as ctx never ends, and it does so itself. On the system clock
+		// only, whose timers time.AfterFunc makes; other clocks' timers
+		// need a goroutine to wait on them.
+		m.asleep = true
+		m.wake = time.AfterFunc(wait, m.wakeUp)
+		return m, nil
+	}
+	go m.run(wait)
 	return m, nil
+}
+
+// wakeUp runs on its own goroutine when the first renewal of a renewer
+// started asleep is due, and becomes the renewal goroutine, unless cancel
+// ended the renewer first.
+func (m *Managed) wakeUp() {
+	m.mu.Lock()
+	asleep := m.asleep
+	m.asleep = false
+	m.mu.Unlock()
+	if asleep {
+		m.run(0)
+	}
+}
+
+// cancel cancels the renewer's context with cause, and ends a renewer that
+// is still asleep as its goroutine would have: with the check that stopped
+// makes, except after Release (cause ErrReleased), which calls cancel with
+// the handle's lock held, and skips that check. Once the goroutine runs, it
+// sees the context end and ends itself.
+func (m *Managed) cancel(cause error) {
+	m.cancelCtx(cause)
+	m.mu.Lock()
+	asleep := m.asleep
+	m.asleep = false
+	m.mu.Unlock()
+	if !asleep {
+		return
+	}
+	m.wake.Stop() // if it fired already, wakeUp finds the renewer awake and returns
+	if cause != ErrReleased {
+		m.stopped(nil)
+	}
+	close(m.done)
 }
 
 // Lost returns a channel that is closed when the lease is lost, after Err
@@ -119,8 +170,18 @@ func (m *Managed) Handle() *Handle { return m.h }
 // was paused, or the machine busy): it is recorded as a loss with reason
 // DeadlinePassed, with the Lost event, as the renewer would have. Only
 // Release stops the renewer without that check.
+//
+// Stop does not wait when no renewal is in flight and the renewer has not
+// run yet (it starts no goroutine until the first renewal is due, on the
+// system clock and when the context given to StartManaged cannot end): it
+// returns without reading ctx then, even if ctx is done.
 func (m *Managed) Stop(ctx context.Context) error {
 	m.cancel(ErrStopped)
+	select {
+	case <-m.done:
+		return m.Err()
+	default:
+	}
 	select {
 	case <-m.done:
 		return m.Err()
@@ -129,8 +190,8 @@ func (m *Managed) Stop(ctx context.Context) error {
 	}
 }
 
-// Done returns a channel that is closed when the renewal goroutine has
-// exited, for whatever reason.
+// Done returns a channel that is closed when the renewer has ended, for
+// whatever reason, and its goroutine, if it had started one, has exited.
 func (m *Managed) Done() <-chan struct{} { return m.done }
 
 // due returns how long from now the next renewal is due, given the local

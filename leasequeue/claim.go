@@ -186,15 +186,61 @@ func (c *Claim) mustRelease(err error) bool { return c.q.claimer == nil || err !
 // release is set, and cancels its context.
 func (c *Claim) end(ctx context.Context, release bool) {
 	c.q.track.remove(c.h)
-	ctx = context.WithoutCancel(ctx)
 	if release {
-		_ = c.h.Release(ctx) // bounded by OperationTimeout; a lost lease just says so
+		_ = c.h.Release(detach(ctx)) // bounded by OperationTimeout; a lost lease just says so
 	}
-	sctx, cancel := context.WithTimeout(ctx, c.h.Policy().Options().OperationTimeout)
-	_ = c.m.Stop(sctx)
-	cancel()
+	// The renewer ends at once unless a renewal is in flight (see
+	// lease.Managed.Stop): only then is there something to wait for,
+	// bounded by OperationTimeout.
+	_ = c.m.Stop(ended)
+	select {
+	case <-c.m.Done():
+	default:
+		sctx, cancel := context.WithTimeout(detach(ctx), c.h.Policy().Options().OperationTimeout)
+		_ = c.m.Stop(sctx)
+		cancel()
+	}
 	c.cancel(ErrClosed)
 	c.stopWatch()
+}
+
+// ended is a context that has ended, for a Stop that must not wait.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// lost records the loss err of the claim's lease, if err is not nil, and
+// emits the Lost event.
+func (c *Claim) lost(err error) {
+	if err != nil {
+		c.q.track.lost(c.h, err, c.q.clock.Now())
+		c.q.emit(&Lost{c.info(err)})
+	}
+}
+
+// noWatch is the stopWatch of a claim whose loss the items' observer
+// reports.
+func noWatch() bool { return false }
+
+// itemObserver is the observer of a Queue's client of its Claimer's
+// claims: it passes every event on, and on the loss of a tracked claim's
+// lease cancels the claim's context with the loss and emits the claim's
+// Lost event, on the renewer's goroutine before Managed.Lost closes.
+type itemObserver struct {
+	next lease.Observer
+	q    *Queue
+}
+
+func (o itemObserver) Observe(e lease.Event) {
+	o.next.Observe(e)
+	if l, ok := e.(*lease.Lost); ok {
+		if c := o.q.track.find(l.Key, l.Token); c != nil {
+			c.cancel(l.Err)
+			c.lost(l.Err)
+		}
+	}
 }
 
 // info returns the fields of the claim's events.

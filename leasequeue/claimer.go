@@ -153,25 +153,27 @@ func (q *Queue) claimRequest() ClaimRequest {
 	return ClaimRequest{KeyPrefix: q.keyPrefix(), Owner: q.client.Owner(), Nonce: rand.Text(), TTL: q.o.Policy.TTL()}
 }
 
-// adopt opens the claim g granted to r by a request sent at sent.
-func (q *Queue) adopt(ctx context.Context, r ClaimRequest, g Granted, sent time.Time) (*Claim, error) {
+// adopt opens the claim g granted to r by a request sent at sent;
+// detached is ctx without its cancellation.
+func (q *Queue) adopt(ctx, detached context.Context, r ClaimRequest, g Granted, sent time.Time) (*Claim, error) {
 	a := lease.Acquisition{Key: q.Key(g.ID), Owner: r.Owner, Nonce: r.Nonce, Token: g.Token}
 	h, err := q.items.Adopt(a, q.o.Policy, sent)
 	if err != nil {
 		// Not adoptable (most often: the local deadline passed while the
 		// claim was granted): give it back at once, bounded by
 		// OperationTimeout, so that the item is not held until it expires.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.o.Policy.Options().OperationTimeout)
+		rctx, cancel := context.WithTimeout(detached, q.o.Policy.Options().OperationTimeout)
 		_ = q.claimer.ReleaseClaim(rctx, g.ID, a)
 		cancel()
 		return nil, err
 	}
-	return q.open(ctx, h, g.ID, g.Begun, sent)
+	return q.open(ctx, detached, h, g.ID, g.Begun, sent)
 }
 
 // claimNext claims up to n ready items of the Claimer in one request,
-// unless the worker is unhealthy.
-func (q *Queue) claimNext(ctx context.Context, n int) []*Claim {
+// unless the worker is unhealthy; detached is ctx without its
+// cancellation.
+func (q *Queue) claimNext(ctx, detached context.Context, n int) []*Claim {
 	if !q.track.healthy(q.clock.Now()) {
 		return nil
 	}
@@ -186,7 +188,7 @@ func (q *Queue) claimNext(ctx context.Context, n int) []*Claim {
 	}
 	cs := make([]*Claim, 0, len(gs))
 	for _, g := range gs {
-		c, err := q.adopt(ctx, r, g, sent)
+		c, err := q.adopt(ctx, detached, r, g, sent)
 		switch {
 		case err == nil:
 			cs = append(cs, c)

@@ -330,7 +330,7 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 		}
 		return nil
 	}
-	g.track.add(h, "")
+	g.track.add(h, "", nil)
 	rctx, cancel := context.WithTimeout(ctx, g.o.Policy.Options().OperationTimeout)
 	defer cancel()
 	_ = g.o.Roster.Join(rctx, g.o.Name, g.o.Worker) // retried by each rebalance until it is there
@@ -454,7 +454,7 @@ func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn Part
 	g.mu.Lock()
 	g.owned[p] = o
 	g.mu.Unlock()
-	g.track.add(h, p)
+	g.track.add(h, p, nil)
 	g.emit(&Assigned{g.info(h, p, nil)})
 	wg.Go(func() { g.own(runCtx, o, pctx, fn) })
 }

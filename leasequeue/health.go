@@ -18,22 +18,38 @@ import (
 // other lease to tell by.
 type tracker struct {
 	mu        sync.Mutex
-	held      map[*lease.Handle]*tracked
+	held      map[*lease.Handle]tracked
 	sickUntil time.Time
 }
 
 type tracked struct {
 	id   string
+	c    *Claim    // the claim under h, if h is an item's lease
 	seen time.Time // the deadline at the last beat
 }
 
-func (t *tracker) add(h *lease.Handle, id string) {
+// add tracks lease h of item or partition id, whose claim c is (nil if
+// h is a partition's lease).
+func (t *tracker) add(h *lease.Handle, id string, c *Claim) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.held == nil {
-		t.held = make(map[*lease.Handle]*tracked)
+		t.held = make(map[*lease.Handle]tracked)
 	}
-	t.held[h] = &tracked{id: id, seen: h.Deadline()}
+	t.held[h] = tracked{id: id, c: c, seen: h.Deadline()}
+}
+
+// find returns the tracked claim of the lease on key with token, or nil
+// (also when that lease is a partition's).
+func (t *tracker) find(key string, token lease.Token) *Claim {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for h, tr := range t.held {
+		if h.Token() == token && h.Key() == key {
+			return tr.c
+		}
+	}
+	return nil
 }
 
 func (t *tracker) remove(h *lease.Handle) {
@@ -100,6 +116,7 @@ func (t *tracker) beat(now time.Time, info EventInfo) []*Heartbeat {
 			continue
 		}
 		tr.seen = d
+		t.held[h] = tr
 		out = append(out, e)
 	}
 	return out

@@ -155,9 +155,10 @@ func (n pgNames) query(name string) string {
 // one to finish it. Create the tables with MigratePostgres. It is safe
 // for concurrent use.
 type PostgresSource struct {
-	db    PostgresDB
-	queue string
-	n     pgNames
+	db       PostgresDB
+	queue    string
+	queueArg any // queue as a statement's argument, boxed once
+	n        pgNames
 
 	next, begin, complete, fail, deferQ, item, enqueue      string
 	claim, claimOne, claimItem, renew, release, claimStateQ string
@@ -180,7 +181,7 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 		return nil, err
 	}
 	return &PostgresSource{
-		db: db, queue: queue, n: n,
+		db: db, queue: queue, queueArg: queue, n: n,
 		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
 		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
 		claim: n.query("claim"), claimOne: n.query("claim_one"), claimItem: n.query("claim_item"), renew: n.query("renew"),
@@ -299,7 +300,7 @@ func (s *PostgresSource) finish(ctx context.Context, db PostgresDB, snap lease.S
 	if err := checkToken(snap); err != nil {
 		return err
 	}
-	args := append([]any{s.queue, id, snap.Key, int64(snap.Token), snap.Owner}, more...)
+	args := append([]any{s.queueArg, id, snap.Key, int64(snap.Token), snap.Owner}, more...)
 	tag, err := db.Exec(ctx, sql, args...)
 	switch {
 	case err != nil:

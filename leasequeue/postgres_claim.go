@@ -38,12 +38,19 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 	if err != nil {
 		return nil, pgError("claim from", s.queue, err)
 	}
-	gs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Granted, error) {
-		var g grantRow
-		err := row.Scan(&g.id, &g.token, &g.attempt, &g.age)
-		return g.granted(), err
-	})
-	if err != nil {
+	defer rows.Close()
+	// One row value and one list of its fields for all rows, where
+	// pgx.CollectRows would allocate both for each.
+	gs := make([]Granted, 0, n)
+	var g grantRow
+	dest := []any{&g.id, &g.token, &g.attempt, &g.age}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, pgError("claim from", s.queue, err)
+		}
+		gs = append(gs, g.granted())
+	}
+	if err := rows.Err(); err != nil {
 		return nil, pgError("claim from", s.queue, err)
 	}
 	return gs, nil

@@ -82,6 +82,7 @@ type Queue struct {
 	client *lease.Client
 	src    Source
 	o      Options
+	prefix string // keyPrefix
 	obs    Observer
 	clock  lease.Clock
 	track  tracker
@@ -128,7 +129,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	if o.PollEvery == 0 {
 		o.PollEvery = min(time.Second, o.Policy.TTL()/4)
 	}
-	q := &Queue{client: client, src: src, o: o, obs: o.Observer, clock: client.Clock()}
+	q := &Queue{client: client, src: src, o: o, prefix: itemKey(o.Name, ""), obs: o.Observer, clock: client.Clock()}
 	if q.obs == nil {
 		q.obs = NopObserver
 	}
@@ -137,7 +138,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 		// the observer of the caller's client, as they did when items were
 		// leases of its backend.
 		items, err := lease.NewClient(itemBackend{src: c, prefix: q.keyPrefix()},
-			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: client.Observer()})
+			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: itemObserver{client.Observer(), q}})
 		if err != nil {
 			return nil, fmt.Errorf("leasequeue: New: %w", err)
 		}
@@ -150,7 +151,7 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 func itemKey(name, id string) string { return keyspace.LeaseKey(name+"/", keyspace.QueueItem, id) }
 
 // keyPrefix returns the lease key of an item without its escaped ID.
-func (q *Queue) keyPrefix() string { return itemKey(q.o.Name, "") }
+func (q *Queue) keyPrefix() string { return q.prefix }
 
 // Key returns the lease key of item id: Name + "/items/" + the ID with
 // '%', '{', '}' and '/' written as %25, %7B, %7D and %2F, so that no two
@@ -171,10 +172,21 @@ func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
 // while a renewal of one of the queue's claims is overdue; or the lease's
 // or the source's error.
 func (q *Queue) Claim(ctx context.Context, id string) (*Claim, error) {
-	return q.claim(ctx, id)
+	return q.claim(ctx, detach(ctx), id)
 }
 
-func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
+// detach returns ctx without its cancellation (context.WithoutCancel), or
+// ctx itself if it has none.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// claim claims item id as Claim does; detached is ctx without its
+// cancellation.
+func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) {
 	key := q.Key(id)
 	if err := lease.ValidateKey(key); err != nil {
 		return nil, fmt.Errorf("leasequeue: item %q: %w", id, err)
@@ -189,7 +201,7 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 		if err != nil {
 			return nil, err
 		}
-		return q.adopt(ctx, r, g, start)
+		return q.adopt(ctx, detached, r, g, start)
 	}
 	h, err := q.client.TryAcquire(ctx, key, q.o.Policy)
 	if err != nil {
@@ -197,32 +209,46 @@ func (q *Queue) claim(ctx context.Context, id string) (*Claim, error) {
 	}
 	b, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
 	if err != nil {
-		_ = h.Release(context.WithoutCancel(ctx))
+		_ = h.Release(detached)
 		return nil, err
 	}
-	return q.open(ctx, h, id, b, start)
+	return q.open(ctx, detached, h, id, b, start)
 }
 
 // open starts renewing the lease h of item id, whose attempt b began, and
-// returns the claim; it releases h if it cannot.
-func (q *Queue) open(ctx context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
-	m, err := h.StartManaged(context.WithoutCancel(ctx))
+// returns the claim; it releases h if it cannot. detached is ctx without
+// its cancellation.
+func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
+	attempt := b.Attempt
+	c := &Claim{q: q, id: id, h: h, attempt: attempt, claimed: start}
+	if q.claimer != nil {
+		// The items' observer cancels the claim's context on loss (see
+		// itemObserver), and the claim's end with ErrClosed.
+		c.ctx, c.cancel = context.WithCancelCause(detached)
+		c.stopWatch = noWatch
+	}
+	// Tracked before its renewer starts, so that the items' observer
+	// finds it, context and all, should the lease be lost at once.
+	q.track.add(h, id, c)
+	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
-		_ = h.Release(context.WithoutCancel(ctx))
+		q.track.remove(h)
+		if c.cancel != nil {
+			c.cancel(ErrClosed)
+		}
+		_ = h.Release(detached)
 		return nil, err
 	}
-	attempt := b.Attempt
-	c := &Claim{q: q, id: id, h: h, m: m, attempt: attempt, claimed: start}
-	c.ctx, c.cancel = context.WithCancelCause(m.Context())
-	c.stopWatch = context.AfterFunc(m.Context(), func() {
-		if err := m.Err(); err != nil {
-			q.track.lost(h, err, q.clock.Now())
-			q.emit(&Lost{c.info(err)})
-		}
-	})
-	q.track.add(h, id)
+	c.m = m
+	if q.claimer == nil {
+		// A lease of the caller's client, whose events the queue does
+		// not see: the claim's context ends with the renewer's, and a
+		// watch on that reports the loss.
+		c.ctx, c.cancel = context.WithCancelCause(m.Context())
+		c.stopWatch = context.AfterFunc(m.Context(), func() { c.lost(m.Err()) })
+	}
 	q.emit(&Claimed{c.info(nil), attempt, b.Age})
 	if attempt > q.o.MaxAttempts {
 		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
@@ -273,7 +299,25 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { q.monitor(runCtx) })
+	// Concurrency workers take the items: each slot reserved is a worker
+	// that is free or about to be, so a send to jobs waits for no item.
+	h := &handlers{detached: context.WithoutCancel(runCtx), open: make(map[*Claim]struct{}, q.o.Concurrency)}
+	stopCancel := context.AfterFunc(runCtx, func() { h.end(context.Cause(runCtx)) })
+	defer stopCancel()
 	slots := make(chan struct{}, q.o.Concurrency)
+	jobs := make(chan job)
+	for range q.o.Concurrency {
+		wg.Go(func() {
+			for j := range jobs {
+				if j.c != nil {
+					q.work(runCtx, h, j.c, handler)
+				} else {
+					q.process(runCtx, h, j.id, handler)
+				}
+				<-slots
+			}
+		})
+	}
 	for {
 		n := reserve(runCtx, slots)
 		if n == 0 {
@@ -281,21 +325,15 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		}
 		got := 0
 		if q.claimer != nil {
-			cs := q.claimNext(runCtx, n)
+			cs := q.claimNext(runCtx, h.detached, n)
 			for _, c := range cs {
-				wg.Go(func() {
-					defer func() { <-slots }()
-					q.work(runCtx, c, handler)
-				})
+				jobs <- job{c: c}
 			}
 			got = len(cs)
 		} else {
 			ids := q.next(runCtx, n)
 			for _, id := range ids {
-				wg.Go(func() {
-					defer func() { <-slots }()
-					q.process(runCtx, id, handler)
-				})
+				jobs <- job{id: id}
 			}
 			got = len(ids)
 		}
@@ -306,8 +344,54 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 			break
 		}
 	}
+	close(jobs)
 	wg.Wait()
 	return nil
+}
+
+// A job is an item for a worker of Run: a claim to work on, or the ID of
+// an item to claim first.
+type job struct {
+	c  *Claim
+	id string
+}
+
+// handlers are the claims whose handlers Run is running, whose contexts
+// it cancels when its own context ends.
+type handlers struct {
+	detached context.Context // Run's context without its cancellation
+
+	mu    sync.Mutex
+	cause error // Run's context's cause, once it ended
+	open  map[*Claim]struct{}
+}
+
+// add adds c, or cancels it at once if Run's context has ended.
+func (h *handlers) add(c *Claim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cause != nil {
+		c.cancel(h.cause)
+		return
+	}
+	h.open[c] = struct{}{}
+}
+
+func (h *handlers) remove(c *Claim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.open, c)
+}
+
+// end cancels every open claim with cause, and every claim added later.
+func (h *handlers) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cause = cause
+	for c := range h.open {
+		c.cancel(cause)
+	}
+	clear(h.open)
 }
 
 // reserve waits for a free slot and takes every other free one; it returns
@@ -344,8 +428,8 @@ func (q *Queue) next(ctx context.Context, n int) []string {
 }
 
 // process claims item id and runs handler under the claim.
-func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
-	c, err := q.claim(runCtx, id)
+func (q *Queue) process(runCtx context.Context, hs *handlers, id string, handler Handler) {
+	c, err := q.claim(runCtx, hs.detached, id)
 	if err != nil {
 		var na *lease.NotAcquiredError
 		switch {
@@ -359,7 +443,7 @@ func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
 		case errors.Is(err, ErrFinished), errors.Is(err, ErrNotFound):
 		case runCtx.Err() != nil:
 			// Shutting down: give the item back at once.
-			_ = q.src.Defer(context.WithoutCancel(runCtx), id, 0)
+			_ = q.src.Defer(hs.detached, id, 0)
 		default:
 			// Unhealthy since the items were handed out, or the backend
 			// failed: give the item back to the other workers at once.
@@ -370,13 +454,13 @@ func (q *Queue) process(runCtx context.Context, id string, handler Handler) {
 		}
 		return
 	}
-	q.work(runCtx, c, handler)
+	q.work(runCtx, hs, c, handler)
 }
 
 // work runs handler under claim c, and closes c as Run's doc says.
-func (q *Queue) work(runCtx context.Context, c *Claim, handler Handler) {
-	stop := context.AfterFunc(runCtx, func() { c.cancel(context.Cause(runCtx)) })
-	defer stop()
+func (q *Queue) work(runCtx context.Context, hs *handlers, c *Claim, handler Handler) {
+	hs.add(c)
+	defer hs.remove(c)
 	err := call(handler, c)
 	switch {
 	case q.crashed.Load():
@@ -387,7 +471,7 @@ func (q *Queue) work(runCtx context.Context, c *Claim, handler Handler) {
 	}
 	// Record the outcome for as long as the lease may live, even after
 	// Run's context ended.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), q.o.Policy.LocalLifetime())
+	fctx, cancel := context.WithTimeout(hs.detached, q.o.Policy.LocalLifetime())
 	defer cancel()
 	switch {
 	case c.m.Err() != nil:

@@ -78,7 +78,10 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 			// The claims live in the source: cut it off instead.
 			csrc = &cutClaimer{Claimer: cl, cut: &cut.cut}
 		}
-		c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), csrc, o)
+		seen := &events{}
+		oc := o
+		oc.Observer = seen
+		c, err := leasequeue.New(newClient(t, cut, "worker-c", nil), csrc, oc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +98,18 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 		<-cc.Lost()
 		if context.Cause(cc.Context()) == nil || !errors.Is(context.Cause(cc.Context()), lease.ErrLost) {
 			t.Fatalf("claim context's cause = %v; want lease.ErrLost", context.Cause(cc.Context()))
+		}
+		// The queue reports the loss as the claim's Lost event (on a
+		// Claimer before Lost closes, otherwise soon after).
+		for len(all[*leasequeue.Lost](seen)) == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("no Lost event for the cut-off claim")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if l := all[*leasequeue.Lost](seen); len(l) != 1 || l[0].ID != "cut-off" || !errors.Is(l[0].Err, lease.ErrLost) {
+			t.Fatalf("Lost events %+v; want one for cut-off matching lease.ErrLost", l)
 		}
 		if err := cc.Fail(ctx, errors.New("too late")); !errors.Is(err, lease.ErrLost) {
 			t.Fatalf("Fail of a lost claim = %v; want lease.ErrLost", err)
