@@ -51,6 +51,24 @@ func (w watching) Release(ctx context.Context, a lease.Acquisition) error {
 	return w.Backend.Release(ctx, a)
 }
 
+// stalling is a backend whose Acquire of stallKey waits inside the
+// backend until release is closed, saying so on entered: a call in flight
+// while others are measured.
+type stalling struct {
+	lease.Backend
+	entered, release chan struct{}
+}
+
+const stallKey = "stall"
+
+func (s stalling) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
+	if r.Key == stallKey {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Backend.Acquire(ctx, r)
+}
+
 func TestAllocs(t *testing.T) {
 	if race {
 		t.Skip("allocation counts are not measured under the race detector; run go test without -race")
@@ -68,44 +86,60 @@ func TestAllocs(t *testing.T) {
 		name    string
 		ctx     context.Context
 		watched bool // the backend asks for Done on every call
-		op      func(context.Context, lease.Policy) func(*testing.T, *lease.Client)
-		max     float64
+		// overlapped: another call of the client is in flight throughout,
+		// as calls are at 64 goroutines
+		overlapped bool
+		op         func(context.Context, lease.Policy) func(*testing.T, *lease.Client)
+		max        float64
 	}{
 		// The cycle allocates the Handle, which holds both calls' contexts.
-		{"cycle", bg, false, cycle, 1},
-		// A watched call under a parent that cannot end shares its Done
-		// channel and timer with the calls that start within the same
-		// millisecond (beginShared), so it adds nothing.
-		{"cycle/watched", bg, true, cycle, 1},
+		{"cycle", bg, false, false, cycle, 1},
+		// A watched call adds its Done channel, but no timer: that comes
+		// from a pool.
+		{"cycle/watched", bg, true, false, cycle, 3},
+		// A watched call that overlaps another, under a parent that cannot
+		// end, shares its Done channel and timer with the calls that start
+		// within the same millisecond (beginShared): it adds nothing.
+		{"cycle/watched/overlapped", bg, true, true, cycle, 1},
 		// Under a parent that can be cancelled, context.AfterFunc's own
 		// two allocations per call come on top.
-		{"cycle/watched/cancellable", cancellable, true, cycle, 7},
+		{"cycle/watched/cancellable", cancellable, true, false, cycle, 7},
 		// Under a parent whose deadline comes before OperationTimeout's,
 		// the calls run under the parent itself.
-		{"cycle/watched/deadline", soon, true, cycle, 1},
+		{"cycle/watched/deadline", soon, true, false, cycle, 1},
 		// Renew makes one context (a renewal may follow another before
 		// the backend dropped the last one's), plus its channel if watched.
-		{"renew", bg, false, renew, 1},
-		{"renew/watched", bg, true, renew, 2},
-		{"renew/watched/cancellable", cancellable, true, renew, 4},
+		{"renew", bg, false, false, renew, 1},
+		{"renew/watched", bg, true, false, renew, 2},
+		{"renew/watched/cancellable", cancellable, true, false, renew, 4},
 		// A cycle with managed renewal, stopped before its first renewal
 		// is due (a work item): no goroutine and no renewal timer, only
 		// the Handle, the Managed, its two channels, its context (two) and
 		// the timer that would start the renewer (two: the timer and the
 		// method value it calls). Twelve when a goroutine started at once.
-		{"cycle/managed", bg, false, managedCycle, 8},
+		{"cycle/managed", bg, false, false, managedCycle, 8},
 		// A refused TryAcquire: the Handle it would have returned, the
 		// backend's *NotAcquiredError and the client's wrapping of it.
-		{"refused", bg, false, refused, 3},
+		{"refused", bg, false, false, refused, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b lease.Backend = leasememory.New(leasememory.Options{})
 			if tc.watched {
 				b = watching{b}
 			}
-			c, err := lease.NewClient(b, lease.ClientOptions{Owner: "allocs"})
+			st := stalling{b, make(chan struct{}), make(chan struct{})}
+			c, err := lease.NewClient(st, lease.ClientOptions{Owner: "allocs"})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.overlapped {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, _ = c.TryAcquire(bg, stallKey, p)
+				}()
+				<-st.entered
+				defer func() { close(st.release); <-done }()
 			}
 			op := tc.op(tc.ctx, p)
 			n := testing.AllocsPerRun(1000, func() { op(t, c) })

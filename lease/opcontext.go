@@ -23,10 +23,11 @@ import (
 // that a caller who set a short deadline pays for no second one.
 //
 // The first attempt of an acquire and a release, the two calls of a
-// cycle, go further under a parent that can never end (beginShared): they
-// share a context, and with it its timer and Done channel, with the calls
-// that started close before them, at the price of ending up to
-// sharedSlack after their own deadline (see PolicyOptions.OperationTimeout).
+// cycle, go further under a parent that can never end when they overlap
+// other calls of the client (beginShared): they share a context, and with
+// it its timer and Done channel, with the calls that started close before
+// them, at the price of ending up to sharedSlack after their own deadline
+// (see PolicyOptions.OperationTimeout).
 //
 // It keeps context.Context's contract: Done returns the same channel on
 // every call, closed once Err is non-nil; Err is nil until the deadline
@@ -53,8 +54,11 @@ type opContext struct {
 	// shared. Only a parent that can never end gets one (beginShared).
 	// Set by begin, read-only after.
 	shared *sharedDeadline
-	// sharedLeft: end let go of shared. Read and written by end only.
+	// sharedLeft: end let go of shared and counted. Read and written by
+	// end only.
 	sharedLeft bool
+	// counted, if not nil, counts c among its calls in flight until end.
+	counted *sharedDeadlines
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
@@ -72,7 +76,7 @@ type opContext struct {
 // start, a reading of the system clock (Client.realNow) taken as the call
 // began.
 func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
-	c.parent, c.deadline, c.shared, c.sharedLeft = parent, start.Add(timeout), nil, false
+	c.parent, c.deadline, c.shared, c.sharedLeft, c.counted = parent, start.Add(timeout), nil, false, nil
 	d, ok := parent.Deadline()
 	c.passThrough = ok && !d.After(c.deadline)
 	return c
@@ -85,11 +89,17 @@ func (c *opContext) begin(parent context.Context, start time.Time, timeout time.
 // costs neither a Done channel nor a timer of its own, even when its
 // backend waits on Done (valkey-go does for a pipelined request, pgx for
 // every query). Calls under a parent that can end get their own watch, as
-// begin gives them, since each would need the parent watched anyway.
+// begin gives them, since each would need the parent watched anyway. So
+// does a call that no other call of s overlaps: one at a time, a shared
+// context would serve a handful of calls, and making one costs more than
+// the pooled watch those calls would take (s.inFlight counts the calls).
 func (c *opContext) beginShared(s *sharedDeadlines, parent context.Context, start time.Time, timeout time.Duration) *opContext {
 	c.begin(parent, start, timeout)
 	if !c.passThrough && parent.Done() == nil {
-		c.shared = s.get(c.deadline, timeout)
+		c.counted = s
+		if s.inFlight.Add(1) > 1 {
+			c.shared = s.get(c.deadline, timeout)
+		}
 	}
 	return c
 }
@@ -309,13 +319,14 @@ func (c *opContext) String() string { return "lease.opContext" }
 
 // end cancels c once the backend call returned, as a CancelFunc would.
 func (c *opContext) end() {
-	switch {
-	case c.shared != nil:
-		if !c.sharedLeft {
-			c.sharedLeft = true
+	if c.counted != nil && !c.sharedLeft {
+		c.sharedLeft = true
+		c.counted.inFlight.Add(-1)
+		if c.shared != nil {
 			c.shared.leave()
 		}
-	case !c.passThrough:
+	}
+	if c.shared == nil && !c.passThrough {
 		c.endWith(context.Canceled)
 	}
 }
@@ -365,6 +376,8 @@ type sharedDeadlines struct {
 	// with two or three different timeouts do not keep replacing each
 	// other's.
 	slots [4]atomic.Pointer[sharedDeadline]
+	// inFlight counts the calls begun by beginShared and not yet ended.
+	inFlight atomic.Int64
 }
 
 // A sharedDeadline is a context shared by calls, and the count of its

@@ -299,10 +299,12 @@ func TestOpContextSharedEndsAtItsDeadline(t *testing.T) {
 	var s sharedDeadlines
 	parent := context.WithValue(context.Background(), key{}, "v") // values, but it cannot end
 	start := time.Now()
-	var c opContext
+	var busy, c opContext
+	busy.beginShared(&s, context.Background(), start, time.Hour) // in flight throughout
+	defer busy.end()
 	c.beginShared(&s, parent, start, 20*time.Millisecond)
 	if c.shared == nil {
-		t.Fatal("a parent that cannot end got no shared context")
+		t.Fatal("a call under a parent that cannot end, overlapping another call, got no shared context")
 	}
 	own := start.Add(20 * time.Millisecond)
 	d, ok := c.Deadline()
@@ -348,7 +350,26 @@ func TestOpContextSharedEndsAtItsDeadline(t *testing.T) {
 func TestOpContextSharedIsShared(t *testing.T) {
 	var s sharedDeadlines
 	start := time.Now()
-	var a, b, other opContext
+	// A call that no other overlaps takes a watch of its own.
+	var lone opContext
+	lone.beginShared(&s, context.Background(), start, time.Second)
+	if lone.shared != nil {
+		t.Fatal("a call that no other overlaps got a shared context")
+	}
+	lone.Done()
+	lone.end()
+	if err := lone.Err(); err != context.Canceled {
+		t.Fatalf("Err of a lone call after end = %v, want context.Canceled", err)
+	}
+	if n := s.inFlight.Load(); n != 0 {
+		t.Fatalf("%d calls in flight after the only one ended, want 0", n)
+	}
+	var busy, a, b, other opContext
+	busy.beginShared(&s, context.Background(), start, time.Hour) // in flight throughout
+	defer busy.end()
+	if busy.shared != nil {
+		t.Fatal("the first of overlapping calls got a shared context")
+	}
 	a.beginShared(&s, context.Background(), start, time.Second)
 	b.beginShared(&s, context.Background(), start.Add(sharedSlack(time.Second)/2), time.Second)
 	if a.shared == nil || a.shared != b.shared {

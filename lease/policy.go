@@ -29,9 +29,10 @@ type PolicyOptions struct {
 	// smaller of TTL/10 and 5s. A call under a context that can never end
 	// (context.Background, context.WithoutCancel) may run up to a
 	// thousandth of OperationTimeout longer, and never more than 1ms
-	// longer, when it is the first attempt of an acquire or a release:
-	// those calls share one timer among calls that start close together.
-	// Renewals end exactly at their bound.
+	// longer, when it is the first attempt of an acquire or a release and
+	// another call of the same Client is in flight: such calls share one
+	// timer among calls that start close together. Renewals end exactly
+	// at their bound.
 	OperationTimeout time.Duration
 
 	// Retry is the pause between two renewal attempts after a transient
