@@ -3,12 +3,14 @@ package leasequeue_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasetest"
 )
 
 // TestClaimerContract holds the ready-made Claimers to the rules of
@@ -134,5 +136,36 @@ func TestClaimerContract(t *testing.T) {
 				t.Fatalf("RenewClaim of the expired, taken-over claim = %v; want Superseded", err)
 			}
 		})
+	}
+}
+
+// TestMemoryClaimNextInDueOrder: ClaimNext hands out ready items in the
+// order they became due, as the Claimer contract says, not in the order
+// they were enqueued.
+func TestMemoryClaimNextInDueOrder(t *testing.T) {
+	ctx := context.Background()
+	clock := leasetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	src := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
+	src.Enqueue("a", "b", "c")
+	if err := src.Defer(ctx, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Defer(ctx, "b", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(11 * time.Second) // all three due: c at once, b after 5s, a after 10s
+	r := leasequeue.ClaimRequest{KeyPrefix: "q/", Owner: "w", Nonce: "n", TTL: time.Minute}
+	var got []string
+	for _, n := range []int{2, 1, 0} {
+		gs, err := src.ClaimNext(ctx, r, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			got = append(got, g.ID)
+		}
+	}
+	if want := []string{"c", "b", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("ClaimNext handed out %q, want %q (the order the items became due)", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package leasequeue
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/golib/lease/fence"
@@ -21,14 +22,16 @@ func (s *MemorySource) ClaimNext(_ context.Context, r ClaimRequest, n int) ([]Gr
 	now := s.clock.Now()
 	var ids []string
 	for _, state := range []State{Running, Pending} { // rescues first
+		// In the order the items became due (claims expired, retry times
+		// came), as the Claimer contract says; enqueue order among equals.
+		var due []string
 		for _, id := range s.order {
-			if len(ids) >= n {
-				break
-			}
 			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
-				ids = append(ids, id)
+				due = append(due, id)
 			}
 		}
+		slices.SortStableFunc(due, func(a, b string) int { return s.items[a].visible.Compare(s.items[b].visible) })
+		ids = append(ids, due[:max(0, min(len(due), n-len(ids)))]...)
 	}
 	s.mu.Unlock()
 	var gs []Granted
