@@ -54,11 +54,12 @@ type opContext struct {
 	// shared. Only a parent that can never end gets one (beginShared).
 	// Set by begin, read-only after.
 	shared *sharedDeadline
-	// sharedLeft: end let go of shared and counted. Read and written by
-	// end only.
-	sharedLeft bool
-	// counted, if not nil, counts c among its calls in flight until end.
+	// counted, if not nil, counts c among its calls in flight until end
+	// (beginShared). Set by begin, read-only after.
 	counted *sharedDeadlines
+	// left: end let go of counted (and of shared). Read and written by
+	// end only, so that a second end does nothing.
+	left bool
 
 	mu         sync.Mutex
 	done       chan struct{} // made by Done
@@ -76,7 +77,7 @@ type opContext struct {
 // start, a reading of the system clock (Client.realNow) taken as the call
 // began.
 func (c *opContext) begin(parent context.Context, start time.Time, timeout time.Duration) *opContext {
-	c.parent, c.deadline, c.shared, c.sharedLeft, c.counted = parent, start.Add(timeout), nil, false, nil
+	c.parent, c.deadline, c.shared, c.counted, c.left = parent, start.Add(timeout), nil, nil, false
 	d, ok := parent.Deadline()
 	c.passThrough = ok && !d.After(c.deadline)
 	return c
@@ -319,8 +320,8 @@ func (c *opContext) String() string { return "lease.opContext" }
 
 // end cancels c once the backend call returned, as a CancelFunc would.
 func (c *opContext) end() {
-	if c.counted != nil && !c.sharedLeft {
-		c.sharedLeft = true
+	if c.counted != nil && !c.left {
+		c.left = true
 		c.counted.inFlight.Add(-1)
 		if c.shared != nil {
 			c.shared.leave()
