@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/internal/backendenv"
 	"github.com/golib/lease/internal/tcpproxy"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
@@ -76,6 +77,18 @@ func renewedSince(t *testing.T, h *lease.Handle, m *lease.Managed, t0 time.Time)
 // TestRestartBeforeDeadline: the database restarts (pg_ctl stop -m
 // immediate, then start) while a managed holder renews; it is back before
 // the local deadline, so the holder keeps its lease.
+// TestPausedServerEndsOverlappingCalls: acquires that overlap share one
+// deadline context in lease.Client; on a paused server each still ends,
+// with an unknown outcome (or the deadline, if it waited for a pool
+// connection), when its OperationTimeout passes.
+func TestPausedServerEndsOverlappingCalls(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	s := newStore(t, newPool(t, srv.NewDatabase(t), nil), leasepostgres.Options{})
+	defer srv.Resume()
+	backendenv.CheckOverlappingTimeouts(t, s, srv.Pause)
+}
+
 func TestRestartBeforeDeadline(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartPostgres(t)

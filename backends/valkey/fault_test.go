@@ -13,6 +13,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/internal/backendenv"
 	"github.com/golib/lease/internal/stall"
 	"github.com/golib/lease/internal/tcpproxy"
 	"github.com/golib/lease/internal/testserver"
@@ -323,6 +324,16 @@ func managedPolicy(t *testing.T) lease.Policy {
 // managed holder reports the loss before the server could have freed the
 // lease, and after the server resumes, a fence rejects the old token once
 // the next holder wrote.
+// TestPausedServerEndsOverlappingCalls: acquires that overlap share one
+// deadline context in lease.Client; on a paused server each still ends
+// with an unknown outcome when its OperationTimeout passes.
+func TestPausedServerEndsOverlappingCalls(t *testing.T) {
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	s := newStore(t, newClient(t, srv.Addr()))
+	defer srv.Resume()
+	backendenv.CheckOverlappingTimeouts(t, s, srv.Pause)
+}
+
 func TestPausedServer(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	c := newClient(t, srv.Addr())
