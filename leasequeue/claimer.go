@@ -147,8 +147,10 @@ func (b itemBackend) Inspect(ctx context.Context, key string) (lease.Record, err
 	return r, err
 }
 
-// claimRequest returns the request of a claim with a fresh secret. The
-// secret is crypto/rand.Text, as lease.Client's acquisitions use.
+// claimRequest returns the request of a claim with a fresh secret, from
+// crypto/rand.Text: 130 bits, the form lease.Client's acquisition secrets
+// have (the client draws its own in batches). One request claims every
+// item of a ClaimNext, so a secret is drawn per request, not per item.
 func (q *Queue) claimRequest() ClaimRequest {
 	return ClaimRequest{KeyPrefix: q.keyPrefix(), Owner: q.client.Owner(), Nonce: rand.Text(), TTL: q.o.Policy.TTL()}
 }
