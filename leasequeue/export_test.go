@@ -37,3 +37,18 @@ var (
 	CommitError = commitError
 	ValkeyError = valkeyError
 )
+
+// PendingCompletions returns how many Complete calls wait for the next
+// batch.
+func (s *PostgresSource) PendingCompletions() int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return len(s.batch.pending)
+}
+
+// CompleterIdle reports whether no completion statement is in flight.
+func (s *PostgresSource) CompleterIdle() bool {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return !s.batch.lone && !s.batch.busy
+}

@@ -162,6 +162,9 @@ type PostgresSource struct {
 
 	next, begin, complete, fail, deferQ, item, enqueue      string
 	claim, claimOne, claimItem, renew, release, claimStateQ string
+	completeBatch                                           string
+
+	batch completer
 }
 
 var _ Source = (*PostgresSource)(nil)
@@ -185,7 +188,7 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
 		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
 		claim: n.query("claim"), claimOne: n.query("claim_one"), claimItem: n.query("claim_item"), renew: n.query("renew"),
-		release: n.query("release"), claimStateQ: n.query("claim_state"),
+		release: n.query("release"), claimStateQ: n.query("claim_state"), completeBatch: n.query("complete_batch"),
 	}, nil
 }
 
@@ -279,7 +282,7 @@ func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id stri
 
 // Complete implements Source.
 func (s *PostgresSource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
-	return s.finish(ctx, s.db, snap, id, s.complete)
+	return s.completeBatched(ctx, snap, id)
 }
 
 // Fail implements Source.

@@ -43,15 +43,24 @@ func (l *statementLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	l.sent = append(l.sent, statement{sql, d.CommandTag.RowsAffected()})
 }
 
-// completed counts the completions that marked an item done.
+// completed counts the items that completion statements marked done.
 func (l *statementLog) completed() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for _, s := range l.sent {
-		if strings.Contains(s.sql, "'done'") && s.rows == 1 {
-			n++
+		if strings.Contains(s.sql, "'done'") {
+			n += int(s.rows)
 		}
+	}
+	return n
+}
+
+// totalRows sums the rows of statements.
+func totalRows(statements []statement) int64 {
+	var n int64
+	for _, s := range statements {
+		n += s.rows
 	}
 	return n
 }
@@ -185,8 +194,8 @@ func TestPostgresStatementsPerItem(t *testing.T) {
 	one("Release", 1)
 
 	// Run: the six items ready (c released, d to h new; b is hidden for
-	// its retry delay) are claimed by one statement, and each is
-	// completed by one.
+	// its retry delay) are claimed by one statement, and completed by at
+	// most one each (completions that overlap go out together).
 	mustEnqueue(ctx, t, src, "d", "e", "f", "g", "h")
 	log.take()
 	var wg sync.WaitGroup
@@ -199,9 +208,9 @@ func TestPostgresStatementsPerItem(t *testing.T) {
 	eventually(t, 30*time.Second, "six completions", func() bool { return log.completed() == 6 })
 	stop()
 	claims, completes, other := log.takeRun()
-	if len(claims) != 1 || claims[0].rows != 6 || len(completes) != 6 || len(other) != 0 {
-		t.Errorf("Run sent %d claim statements (rows %v), %d completions and %d other statements %+v; want one claim of 6 rows and 6 completions",
-			len(claims), claims, len(completes), len(other), other)
+	if len(claims) != 1 || claims[0].rows != 6 || len(completes) > 6 || totalRows(completes) != 6 || len(other) != 0 {
+		t.Errorf("Run sent %d claim statements (rows %v), %d completion statements (rows %v) and %d other statements %+v; want one claim of 6 rows and at most 6 completion statements of 6 rows",
+			len(claims), claims, len(completes), completes, len(other), other)
 	}
 
 	// With one slot, each item is claimed by a statement of its own.

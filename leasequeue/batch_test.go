@@ -1,0 +1,252 @@
+package leasequeue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasetest"
+)
+
+// completionGate is a pgx.QueryTracer that records every statement, like
+// statementLog, and holds each completion statement (one that marks an
+// item done) before it is sent while the gate is shut, reporting it on
+// held.
+type completionGate struct {
+	statementLog
+	mu   sync.Mutex
+	shut chan struct{} // closed to open the gate; nil when open
+	held chan string
+}
+
+func newCompletionGate() *completionGate {
+	return &completionGate{held: make(chan string, 100)}
+}
+
+func (g *completionGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = make(chan struct{})
+}
+
+func (g *completionGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.shut)
+	g.shut = nil
+}
+
+func (g *completionGate) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "'done'") {
+		g.mu.Lock()
+		shut := g.shut
+		g.mu.Unlock()
+		if shut != nil {
+			g.held <- d.SQL
+			<-shut
+		}
+	}
+	return g.statementLog.TraceQueryStart(ctx, c, d)
+}
+
+// gatedSource returns a PostgresSource of queue on a fresh database,
+// through a pool traced by a completionGate.
+func gatedSource(t *testing.T, queue string) (*leasequeue.PostgresSource, *completionGate) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := testserver.Postgres(t).NewDatabase(t)
+	if err := leasequeue.MigratePostgres(ctx, pgPool(t, url, 1), leasequeue.PostgresOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gate := newCompletionGate()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = gate
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	src, err := leasequeue.NewPostgresSource(pool, queue, leasequeue.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, gate
+}
+
+// completeAsync completes c on a goroutine of its own and returns where
+// its result arrives.
+func completeAsync(ctx context.Context, c *leasequeue.Claim) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- c.Complete(ctx) }()
+	return ch
+}
+
+// waitPending waits until n completions of src wait for a batch.
+func waitPending(t *testing.T, src *leasequeue.PostgresSource, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, "completions waiting for a batch", func() bool { return src.PendingCompletions() == n })
+}
+
+// TestPostgresCompleteBatched: Complete calls that overlap a completion
+// statement in flight go out together in one statement, and each gets its
+// own answer: done, refused by the fence (a stale claim, in the same
+// batch as the current claim's completion of the same item), or, for one
+// whose context ends before it is sent, the context's error with nothing
+// written.
+func TestPostgresCompleteBatched(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, gate := gatedSource(t, "batch")
+	o := leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, time.Second)}
+	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(ctx, t, src, "a", "b", "c", "d", "e", "taken")
+	claims := map[string]*leasequeue.Claim{}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		if claims[id], err = q.Claim(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A worker whose clock stands still claims "taken" and never renews
+	// the claim; once it expired, another worker takes the item over.
+	paused, err := leasequeue.New(newClient(t, noBackend{t}, "paused", leasetest.NewFakeClock(time.Now())), src, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := paused.Claim(ctx, "taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := claimOnceFree(ctx, t, q, "taken")
+	gate.take()
+
+	// "a" goes alone and is held before it is sent; "b" finds it in
+	// flight and goes in a batch of its own, also held; the rest gather.
+	gate.close()
+	results := map[string]<-chan error{"a": completeAsync(ctx, claims["a"])}
+	<-gate.held
+	results["b"] = completeAsync(ctx, claims["b"])
+	<-gate.held
+	results["c"] = completeAsync(ctx, claims["c"])
+	results["d"] = completeAsync(ctx, claims["d"])
+	waitPending(t, src, 2)
+	results["stale"] = completeAsync(ctx, stale)
+	waitPending(t, src, 3)
+	results["current"] = completeAsync(ctx, current)
+	ectx, ecancel := context.WithCancel(ctx)
+	results["e"] = completeAsync(ectx, claims["e"])
+	waitPending(t, src, 5)
+
+	ecancel()
+	if err := <-results["e"]; err == nil || errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Complete of a claim whose context ended before its batch was sent = %v; want the context's error, not indeterminate", err)
+	}
+	waitPending(t, src, 4)
+	gate.open()
+	for _, id := range []string{"a", "b", "c", "d", "current"} {
+		if err := <-results[id]; err != nil {
+			t.Errorf("Complete(%q) = %v", id, err)
+		}
+	}
+	if err := <-results["stale"]; !errors.Is(err, fence.ErrStale) {
+		t.Errorf("Complete of the stale claim of %q, batched with the current claim's = %v; want fence.ErrStale", "taken", err)
+	}
+	for _, id := range []string{"a", "b", "c", "d", "taken"} {
+		if it := mustItem(ctx, t, src, id); it.State != leasequeue.Done {
+			t.Errorf("item %q: %+v; want done", id, it)
+		}
+	}
+	if it := mustItem(ctx, t, src, "e"); it.State != leasequeue.Running {
+		t.Errorf("item %q, whose completion was dropped: %+v; want running", "e", it)
+	}
+
+	// c, d and one of the two completions of "taken" went in one
+	// statement, the other in the next; the stale one marked nothing.
+	var stmts, rows, most int64
+	for _, s := range gate.take() {
+		if strings.Contains(s.sql, "'done'") {
+			stmts++
+			rows += s.rows
+			most = max(most, s.rows)
+		}
+	}
+	if rows != 5 || most < 2 || stmts > 4 {
+		t.Errorf("%d completion statements marked %d items done, at most %d in one; want 5 items done by at most 4 statements, one of them marking 2 or more", stmts, rows, most)
+	}
+	// The dropped completion wrote nothing: once its claim ran out,
+	// another claim completes the item.
+	again := claimOnceFree(ctx, t, q, "e")
+	if err := again.Complete(ctx); err != nil {
+		t.Fatalf("Complete of the item whose completion was dropped, claimed again = %v", err)
+	}
+}
+
+// TestPostgresCompleteBatchAbandoned: when every Complete of a batch held
+// in flight stops waiting, each reports an indeterminate outcome, and the
+// batch's statement is cancelled: nothing is written.
+func TestPostgresCompleteBatchAbandoned(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, gate := gatedSource(t, "abandoned")
+	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src,
+		leasequeue.Options{Name: "abandoned", Policy: loadedPolicy(t, time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(ctx, t, src, "lone", "x", "y")
+	claims := map[string]*leasequeue.Claim{}
+	for _, id := range []string{"lone", "x", "y"} {
+		if claims[id], err = q.Claim(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.close()
+	lone := completeAsync(ctx, claims["lone"])
+	<-gate.held
+	// x starts a batch of its own, held; y gathers behind it. Then x's
+	// batch is released into a context that no waiter keeps alive.
+	xctx, xcancel := context.WithCancel(ctx)
+	x := completeAsync(xctx, claims["x"])
+	<-gate.held
+	yctx, ycancel := context.WithCancel(ctx)
+	y := completeAsync(yctx, claims["y"])
+	waitPending(t, src, 1)
+	ycancel()
+	if err := <-y; errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Complete(y), dropped before it was sent = %v; want the context's error", err)
+	}
+	xcancel()
+	if err := <-x; !errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Complete(x), abandoned in flight = %v; want an indeterminate outcome with the context's error", err)
+	}
+	gate.open()
+	if err := <-lone; err != nil {
+		t.Errorf("Complete(lone) = %v", err)
+	}
+	// The abandoned batch's statement ends with its context, unsent.
+	eventually(t, 30*time.Second, "the completer to go idle", src.CompleterIdle)
+	for id, want := range map[string]leasequeue.State{"lone": leasequeue.Done, "x": leasequeue.Running, "y": leasequeue.Running} {
+		if it := mustItem(ctx, t, src, id); it.State != want {
+			t.Errorf("item %q: %+v; want %s", id, it, want)
+		}
+	}
+}
