@@ -21,17 +21,21 @@ import (
 // completionGate is a pgx.QueryTracer that records every statement, like
 // statementLog, and holds each completion statement (one that marks an
 // item done) before it is sent while the gate is shut, reporting it on
-// held.
+// held, until the gate opens or lets one through.
 type completionGate struct {
 	statementLog
 	mu   sync.Mutex
 	shut chan struct{} // closed to open the gate; nil when open
+	one  chan struct{} // a receive lets one held statement through
 	held chan string
 }
 
 func newCompletionGate() *completionGate {
-	return &completionGate{held: make(chan string, 100)}
+	return &completionGate{held: make(chan string, 100), one: make(chan struct{})}
 }
+
+// letOne lets one held statement through.
+func (g *completionGate) letOne() { g.one <- struct{}{} }
 
 func (g *completionGate) close() {
 	g.mu.Lock()
@@ -53,7 +57,10 @@ func (g *completionGate) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx
 		g.mu.Unlock()
 		if shut != nil {
 			g.held <- d.SQL
-			<-shut
+			select {
+			case <-shut:
+			case <-g.one:
+			}
 		}
 	}
 	return g.statementLog.TraceQueryStart(ctx, c, d)
@@ -138,28 +145,27 @@ func TestPostgresCompleteBatched(t *testing.T) {
 	current := claimOnceFree(ctx, t, q, "taken")
 	gate.take()
 
-	// "a" goes alone and is held before it is sent; "b" finds it in
-	// flight and goes in a batch of its own, also held; the rest gather.
+	// "a" goes alone and is held before it is sent; the rest find it in
+	// flight and gather.
 	gate.close()
 	results := map[string]<-chan error{"a": completeAsync(ctx, claims["a"])}
 	<-gate.held
 	results["b"] = completeAsync(ctx, claims["b"])
-	<-gate.held
 	results["c"] = completeAsync(ctx, claims["c"])
 	results["d"] = completeAsync(ctx, claims["d"])
-	waitPending(t, src, 2)
-	results["stale"] = completeAsync(ctx, stale)
 	waitPending(t, src, 3)
+	results["stale"] = completeAsync(ctx, stale)
+	waitPending(t, src, 4)
 	results["current"] = completeAsync(ctx, current)
 	ectx, ecancel := context.WithCancel(ctx)
 	results["e"] = completeAsync(ectx, claims["e"])
-	waitPending(t, src, 5)
+	waitPending(t, src, 6)
 
 	ecancel()
 	if err := <-results["e"]; err == nil || errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Complete of a claim whose context ended before its batch was sent = %v; want the context's error, not indeterminate", err)
 	}
-	waitPending(t, src, 4)
+	waitPending(t, src, 5)
 	gate.open()
 	for _, id := range []string{"a", "b", "c", "d", "current"} {
 		if err := <-results[id]; err != nil {
@@ -178,8 +184,9 @@ func TestPostgresCompleteBatched(t *testing.T) {
 		t.Errorf("item %q, whose completion was dropped: %+v; want running", "e", it)
 	}
 
-	// c, d and one of the two completions of "taken" went in one
-	// statement, the other in the next; the stale one marked nothing.
+	// b, c, d and the stale completion of "taken" went in one statement
+	// once a's returned, and the current one (the same item) in the next;
+	// the stale one marked nothing.
 	var stmts, rows, most int64
 	for _, s := range gate.take() {
 		if strings.Contains(s.sql, "'done'") {
@@ -188,8 +195,8 @@ func TestPostgresCompleteBatched(t *testing.T) {
 			most = max(most, s.rows)
 		}
 	}
-	if rows != 5 || most < 2 || stmts > 4 {
-		t.Errorf("%d completion statements marked %d items done, at most %d in one; want 5 items done by at most 4 statements, one of them marking 2 or more", stmts, rows, most)
+	if stmts != 3 || rows != 5 || most != 3 {
+		t.Errorf("%d completion statements marked %d items done, at most %d in one; want 3 statements marking 5 items, 3 of them in one", stmts, rows, most)
 	}
 	// The dropped completion wrote nothing: once its claim ran out,
 	// another claim completes the item.
@@ -222,26 +229,28 @@ func TestPostgresCompleteBatchAbandoned(t *testing.T) {
 	gate.close()
 	lone := completeAsync(ctx, claims["lone"])
 	<-gate.held
-	// x starts a batch of its own, held; y gathers behind it. Then x's
-	// batch is released into a context that no waiter keeps alive.
+	// x and y gather behind "lone"; y stops waiting before it is sent.
+	// Once "lone" returned, x goes in a batch of its own, held in flight,
+	// and x stops waiting too.
 	xctx, xcancel := context.WithCancel(ctx)
 	x := completeAsync(xctx, claims["x"])
-	<-gate.held
 	yctx, ycancel := context.WithCancel(ctx)
 	y := completeAsync(yctx, claims["y"])
-	waitPending(t, src, 1)
+	waitPending(t, src, 2)
 	ycancel()
 	if err := <-y; errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Complete(y), dropped before it was sent = %v; want the context's error", err)
 	}
+	gate.letOne()
+	if err := <-lone; err != nil {
+		t.Errorf("Complete(lone) = %v", err)
+	}
+	<-gate.held
 	xcancel()
 	if err := <-x; !errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Complete(x), abandoned in flight = %v; want an indeterminate outcome with the context's error", err)
 	}
 	gate.open()
-	if err := <-lone; err != nil {
-		t.Errorf("Complete(lone) = %v", err)
-	}
 	// The abandoned batch's statement ends with its context, unsent.
 	eventually(t, 30*time.Second, "the completer to go idle", src.CompleterIdle)
 	for id, want := range map[string]leasequeue.State{"lone": leasequeue.Done, "x": leasequeue.Running, "y": leasequeue.Running} {

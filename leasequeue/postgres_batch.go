@@ -18,14 +18,16 @@ const maxBatch = 128
 // completer sends overlapping Complete calls of one PostgresSource as one
 // statement, as a database sends overlapping commits as one WAL flush.
 //
-// A Complete that finds no completion statement in flight sends its own
-// at once, on its own goroutine and context, with complete.sql: exactly
-// what a lone Complete always did. Completions that overlap it gather,
-// and go out together in one statement (complete_batch.sql) on a
-// goroutine of the completer's, as soon as no batch is in flight; so at
-// most one lone statement and one batch are in flight at a time, and a
-// lone statement that waits for a row lock holds up no batch. Batching
-// adds no waiting of its own: no timer, no batch size to reach.
+// One completion statement of a source is in flight at a time. A
+// Complete that finds none in flight sends its own at once, on its own
+// goroutine and context, with complete.sql: exactly what a lone Complete
+// always did. Completions that find one in flight gather, and go out
+// together in one statement (complete_batch.sql), on a goroutine of the
+// completer's, as soon as it returns. Batching adds no waiting of its
+// own: no timer, no batch size to reach. Its cost is that a statement
+// that hangs (a connection that died without a word, say) holds up the
+// completions behind it until their contexts end, where without batching
+// only its own would wait.
 //
 // The batch statement checks each item's fence as complete.sql does. An
 // item it did not mark done is explained by its own Complete call, on its
@@ -44,7 +46,7 @@ const maxBatch = 128
 type completer struct {
 	mu      sync.Mutex
 	lone    bool          // a lone completion statement is in flight
-	busy    bool          // a batch is in flight or about to be sent
+	busy    bool          // a batch is in flight, or about to be sent
 	pending []*completion // waiting for the next batch
 }
 
@@ -97,14 +99,14 @@ func (s *PostgresSource) completeBatched(ctx context.Context, snap lease.Snapsho
 		err := s.finish(ctx, s.db, snap, id, s.complete)
 		b.mu.Lock()
 		b.lone = false
+		s.startBatches()
 		b.mu.Unlock()
 		return err
 	}
 	c := &completion{ctx: ctx, snap: snap, id: id, answered: make(chan struct{})}
 	b.pending = append(b.pending, c)
-	if !b.busy {
-		b.busy = true
-		go s.runBatches()
+	if !b.lone {
+		s.startBatches()
 	}
 	b.mu.Unlock()
 
@@ -148,6 +150,15 @@ func (s *PostgresSource) outcome(c *completion) error {
 		return s.finish(c.ctx, s.db, c.snap, c.id, s.complete)
 	}
 	return s.refusal(c.ctx, s.db, c.snap, c.id, true)
+}
+
+// startBatches starts sending the pending completions, unless a batch is
+// in flight already. The caller holds s.batch.mu.
+func (s *PostgresSource) startBatches() {
+	if b := &s.batch; len(b.pending) > 0 && !b.busy {
+		b.busy = true
+		go s.runBatches()
+	}
 }
 
 // runBatches sends batches until no completion waits.

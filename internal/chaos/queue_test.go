@@ -47,6 +47,11 @@ type queueSide struct {
 // queueStore is one kind of source in the queue row.
 type queueStore struct {
 	name string
+	// workers is how many workers share each side (1 if 0). With more
+	// than one, a side's workers complete their claims on the ticks of a
+	// 250ms clock, so that their completions overlap, which
+	// PostgresSource sends in batches.
+	workers int
 	// open connects a worker of queue to addr (a proxy of the server).
 	open func(t *testing.T, addr, queue, owner string) queueSide
 	// upstream is the server's address, behind the proxies.
@@ -55,6 +60,18 @@ type queueStore struct {
 	// its completions recorded; both go to the server directly.
 	enqueue func(t *testing.T, queue string, ids []string)
 	item    func(t *testing.T, queue, id string) (string, []uint64)
+	// batched, if set, counts the completions that committed in one
+	// transaction with others.
+	batched func(t *testing.T) int
+}
+
+// align is the period of the clock on whose ticks the store's workers
+// complete (see queueStore.workers), or 0.
+func (st queueStore) align() time.Duration {
+	if st.workers > 1 {
+		return 250 * time.Millisecond
+	}
+	return 0
 }
 
 func valkeyQueueStore(t *testing.T) queueStore {
@@ -115,7 +132,26 @@ func valkeyQueueStore(t *testing.T) queueStore {
 	}
 }
 
-func postgresQueueStore(t *testing.T) queueStore {
+func postgresQueueStore(t *testing.T) queueStore { return postgresQueue(t, false) }
+
+// postgresBatchedQueueStore is the PostgreSQL source with four workers
+// per side completing with Claim.Complete, whose overlapping completions
+// the source sends in batches. The completions are recorded by a trigger
+// in the statement that marks an item done, whichever statement it is.
+func postgresBatchedQueueStore(t *testing.T) queueStore { return postgresQueue(t, true) }
+
+// doneTrigger records every write that marks an item done, with its
+// token, in chaos_effects, in the transaction of the write.
+const doneTrigger = `
+CREATE FUNCTION chaos_record_done() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_effects (queue, id, token) VALUES (NEW.queue, NEW.id, NEW.fence_token);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_record_done AFTER UPDATE ON leasequeue_jobs
+    FOR EACH ROW WHEN (NEW.state = 'done') EXECUTE FUNCTION chaos_record_done()`
+
+func postgresQueue(t *testing.T, batched bool) queueStore {
 	dbURL := postgresDB(t)
 	ctx := ctxT(t)
 	direct, err := chaos.Pool(ctx, dbURL, "chaos-queue-admin", 2)
@@ -126,8 +162,15 @@ func postgresQueueStore(t *testing.T) queueStore {
 	if err := leasequeue.MigratePostgres(ctx, direct, leasequeue.PostgresOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := direct.Exec(ctx, `CREATE TABLE chaos_effects (queue text, id text, token bigint)`); err != nil {
+	if _, err := direct.Exec(ctx, `CREATE TABLE chaos_effects (queue text, id text, token bigint, xact bigint DEFAULT txid_current())`); err != nil {
 		t.Fatal(err)
+	}
+	name, workers := "postgres", 1
+	if batched {
+		if _, err := direct.Exec(ctx, doneTrigger); err != nil {
+			t.Fatal(err)
+		}
+		name, workers = "postgres-batched", 4
 	}
 	source := func(db leasequeue.PostgresDB, queue string) *leasequeue.PostgresSource {
 		s, err := leasequeue.NewPostgresSource(db, queue, leasequeue.PostgresOptions{})
@@ -141,7 +184,15 @@ func postgresQueueStore(t *testing.T) queueStore {
 		t.Fatal(err)
 	}
 	return queueStore{
-		name: "postgres", upstream: u.Host,
+		name: name, workers: workers, upstream: u.Host,
+		batched: func(t *testing.T) int {
+			var n int
+			err := direct.QueryRow(ctxT(t), `SELECT coalesce(sum(c), 0) FROM (SELECT count(*) AS c FROM chaos_effects GROUP BY xact HAVING count(*) > 1) AS x`).Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
 		open: func(t *testing.T, proxied, queue, owner string) queueSide {
 			pu := *u
 			pu.Host = proxied
@@ -154,13 +205,17 @@ func postgresQueueStore(t *testing.T) queueStore {
 				t.Fatal(err)
 			}
 			src := source(pool, queue)
-			return queueSide{q: newQueue(t, b, src, queue, owner), src: src, close: func() { _ = b.Close(); pool.Close() },
-				complete: func(ctx context.Context, cl *leasequeue.Claim) error {
+			complete := func(ctx context.Context, cl *leasequeue.Claim) error { return cl.Complete(ctx) }
+			if !batched {
+				complete = func(ctx context.Context, cl *leasequeue.Claim) error {
 					return src.CompleteTx(ctx, cl, func(tx pgx.Tx) error {
-						_, err := tx.Exec(ctx, `INSERT INTO chaos_effects VALUES ($1, $2, $3)`, queue, cl.ID(), int64(cl.Snapshot().Token))
+						_, err := tx.Exec(ctx, `INSERT INTO chaos_effects (queue, id, token) VALUES ($1, $2, $3)`, queue, cl.ID(), int64(cl.Snapshot().Token))
 						return err
 					})
-				}}
+				}
+			}
+			return queueSide{q: newQueue(t, b, src, queue, owner), src: src, close: func() { _ = b.Close(); pool.Close() },
+				complete: complete}
 		},
 		enqueue: func(t *testing.T, queue string, ids []string) {
 			if _, err := source(direct, queue).Enqueue(ctxT(t), ids...); err != nil {
@@ -219,9 +274,10 @@ func (c *claims) add(queue, id string, tok lease.Token) {
 }
 
 // work claims ready items of side's queue and completes each after a
-// while, without watching the claim's context, as a handler that is slow
-// to notice its loss does, until ctx ends.
-func work(ctx context.Context, side queueSide, queue string, cl *claims, seed uint64) {
+// while (on the next tick of a clock of period align, if align is not
+// 0), without watching the claim's context, as a handler that is slow to
+// notice its loss does, until ctx ends.
+func work(ctx context.Context, side queueSide, queue string, cl *claims, seed uint64, align time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x9))
 	timeout := 2 * rowPolicyOptions.OperationTimeout
 	for ctx.Err() == nil {
@@ -238,6 +294,9 @@ func work(ctx context.Context, side queueSide, queue string, cl *claims, seed ui
 		}
 		cl.add(queue, c.ID(), c.Snapshot().Token)
 		time.Sleep(time.Duration(rng.Int64N(int64(ttl / 2))))
+		if align > 0 {
+			time.Sleep(time.Until(time.Now().Truncate(align).Add(align)))
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		_ = side.complete(cctx, c)
 		cancel()
@@ -256,7 +315,7 @@ func work(ctx context.Context, side queueSide, queue string, cl *claims, seed ui
 // the highest token (see chaos.CheckQueue). Queue "orders" item "eu/1"
 // and queue "orders/eu" item "1" must stay two items.
 func TestQueueExactlyOnce(t *testing.T) {
-	for _, open := range []func(*testing.T) queueStore{valkeyQueueStore, postgresQueueStore} {
+	for _, open := range []func(*testing.T) queueStore{valkeyQueueStore, postgresQueueStore, postgresBatchedQueueStore} {
 		st := open(t)
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -266,7 +325,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 }
 
 func queueExactlyOnce(t *testing.T, st queueStore) {
-	n := max(6, 3*int(rowDuration(t)/time.Second)) // enough work for the whole row
+	n := max(6, 3*int(rowDuration(t)/time.Second)) * max(1, st.workers) // enough work for the whole row
 	items := queueItems(n)
 	for queue, ids := range items {
 		st.enqueue(t, queue, ids)
@@ -284,12 +343,14 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 			p := newProxy(t, st.upstream)
 			side := st.open(t, p.Addr(), queue, fmt.Sprintf("chaos-q%d", i))
 			proxies, sides = append(proxies, p), append(sides, side)
-			wg.Add(1)
-			go func(seed uint64) {
-				defer wg.Done()
-				work(ctx, side, queue, cl, seed)
-			}(uint64(i + 1))
-			i++
+			for range max(1, st.workers) {
+				wg.Add(1)
+				go func(seed uint64) {
+					defer wg.Done()
+					work(ctx, side, queue, cl, seed, st.align())
+				}(uint64(i + 1))
+				i++
+			}
 		}
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9))
@@ -317,7 +378,7 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			work(dctx, side, queue, cl, uint64(100+j))
+			work(dctx, side, queue, cl, uint64(100+j), 0)
 		}()
 	}
 	deadline := time.Now().Add(30 * ttl)
@@ -349,7 +410,15 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 	for _, it := range out {
 		completions += len(it.Completions)
 	}
-	t.Logf("chaos-summary %s: %d items, %d completions recorded, %d claims, %d cuts (ran %v)", t.Name(), len(out), completions, claimCount(cl), cuts, rowDuration(t))
+	batched := ""
+	if st.batched != nil {
+		n := st.batched(t)
+		if n == 0 {
+			t.Errorf("no two completions committed together: the row did not test batched completions")
+		}
+		batched = fmt.Sprintf(" (%d in batches)", n)
+	}
+	t.Logf("chaos-summary %s: %d items, %d completions recorded%s, %d claims, %d cuts (ran %v)", t.Name(), len(out), completions, batched, claimCount(cl), cuts, rowDuration(t))
 	for _, p := range problems {
 		t.Error(p)
 	}
