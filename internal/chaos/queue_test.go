@@ -2,11 +2,13 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasetest"
 )
 
 // queueItems are the queues of the queue row and their items. Queue
@@ -50,10 +53,15 @@ type queueStore struct {
 	// workers is how many workers share each side (1 if 0). With more
 	// than one, a side's workers complete their claims on the ticks of a
 	// 250ms clock, so that their completions overlap, which
-	// PostgresSource sends in batches.
+	// PostgresSource sends in batches; and the first side of each queue
+	// is a paused process: its clock stands still, so it never renews its
+	// claims and never sees them expire, and its workers complete one to
+	// two TTLs after they claimed, when others may have taken the items
+	// over: its completions reach the server, stale, in batches.
 	workers int
-	// open connects a worker of queue to addr (a proxy of the server).
-	open func(t *testing.T, addr, queue, owner string) queueSide
+	// open connects a worker of queue to addr (a proxy of the server),
+	// on clock (the system's if nil).
+	open func(t *testing.T, addr, queue, owner string, clock lease.Clock) queueSide
 	// upstream is the server's address, behind the proxies.
 	upstream string
 	// enqueue adds the items, item reads an item's state and the tokens
@@ -91,7 +99,7 @@ func valkeyQueueStore(t *testing.T) queueStore {
 	t.Cleanup(direct.Close)
 	return queueStore{
 		name: "valkey", upstream: addr,
-		open: func(t *testing.T, proxied, queue, owner string) queueSide {
+		open: func(t *testing.T, proxied, queue, owner string, clock lease.Clock) queueSide {
 			c, err := valkeyTarget(proxied).ValkeyClient(proxied)
 			if err != nil {
 				t.Fatal(err)
@@ -101,7 +109,7 @@ func valkeyQueueStore(t *testing.T) queueStore {
 				t.Fatal(err)
 			}
 			src := source(c, queue)
-			return queueSide{q: newQueue(t, b, src, queue, owner), src: src, close: c.Close,
+			return queueSide{q: newQueue(t, b, src, queue, owner, clock), src: src, close: c.Close,
 				complete: func(ctx context.Context, cl *leasequeue.Claim) error {
 					return src.CompleteClaimWith(ctx, cl, fence.XAdd(src.ItemKey(cl.ID(), "effects"), fence.XAddOptions{},
 						"token", strconv.FormatUint(uint64(cl.Snapshot().Token), 10)))
@@ -185,15 +193,8 @@ func postgresQueue(t *testing.T, batched bool) queueStore {
 	}
 	return queueStore{
 		name: name, workers: workers, upstream: u.Host,
-		batched: func(t *testing.T) int {
-			var n int
-			err := direct.QueryRow(ctxT(t), `SELECT coalesce(sum(c), 0) FROM (SELECT count(*) AS c FROM chaos_effects GROUP BY xact HAVING count(*) > 1) AS x`).Scan(&n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		},
-		open: func(t *testing.T, proxied, queue, owner string) queueSide {
+		batched: batchCount(batched, direct),
+		open: func(t *testing.T, proxied, queue, owner string, clock lease.Clock) queueSide {
 			pu := *u
 			pu.Host = proxied
 			pool, err := chaos.Pool(ctxT(t), pu.String(), owner, 4)
@@ -214,7 +215,7 @@ func postgresQueue(t *testing.T, batched bool) queueStore {
 					})
 				}
 			}
-			return queueSide{q: newQueue(t, b, src, queue, owner), src: src, close: func() { _ = b.Close(); pool.Close() },
+			return queueSide{q: newQueue(t, b, src, queue, owner, clock), src: src, close: func() { _ = b.Close(); pool.Close() },
 				complete: complete}
 		},
 		enqueue: func(t *testing.T, queue string, ids []string) {
@@ -229,6 +230,23 @@ func postgresQueue(t *testing.T, batched bool) queueStore {
 			}
 			return string(it.State), effects(t, direct, queue, id)
 		},
+	}
+}
+
+// batchCount returns, for a batched store, the function that counts the
+// completions in chaos_effects that committed in one transaction with
+// others; nil otherwise.
+func batchCount(batched bool, direct *pgxpool.Pool) func(t *testing.T) int {
+	if !batched {
+		return nil
+	}
+	return func(t *testing.T) int {
+		var n int
+		err := direct.QueryRow(ctxT(t), `SELECT coalesce(sum(c), 0) FROM (SELECT count(*) AS c FROM chaos_effects GROUP BY xact HAVING count(*) > 1) AS x`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 }
 
@@ -248,8 +266,8 @@ func effects(t *testing.T, db *pgxpool.Pool, queue, id string) []uint64 {
 	return out
 }
 
-func newQueue(t *testing.T, b lease.Backend, src leasequeue.Source, queue, owner string) *leasequeue.Queue {
-	c, err := lease.NewClient(b, lease.ClientOptions{Owner: owner})
+func newQueue(t *testing.T, b lease.Backend, src leasequeue.Source, queue, owner string, clock lease.Clock) *leasequeue.Queue {
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: owner, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,8 +281,9 @@ func newQueue(t *testing.T, b lease.Backend, src leasequeue.Source, queue, owner
 
 // claims collects the tokens of the claims that began an attempt.
 type claims struct {
-	mu sync.Mutex
-	m  map[[2]string][]uint64
+	mu    sync.Mutex
+	m     map[[2]string][]uint64
+	stale atomic.Int64 // completions the fence refused
 }
 
 func (c *claims) add(queue, id string, tok lease.Token) {
@@ -274,10 +293,11 @@ func (c *claims) add(queue, id string, tok lease.Token) {
 }
 
 // work claims ready items of side's queue and completes each after a
-// while (on the next tick of a clock of period align, if align is not
-// 0), without watching the claim's context, as a handler that is slow to
-// notice its loss does, until ctx ends.
-func work(ctx context.Context, side queueSide, queue string, cl *claims, seed uint64, align time.Duration) {
+// while (one to two TTLs if paused; then on the next tick of a clock of
+// period align, if align is not 0), without watching the claim's
+// context, as a handler that is slow to notice its loss does, until ctx
+// ends.
+func work(ctx context.Context, side queueSide, queue string, cl *claims, seed uint64, align time.Duration, paused bool) {
 	rng := rand.New(rand.NewPCG(seed, 0x9))
 	timeout := 2 * rowPolicyOptions.OperationTimeout
 	for ctx.Err() == nil {
@@ -293,12 +313,18 @@ func work(ctx context.Context, side queueSide, queue string, cl *claims, seed ui
 			continue
 		}
 		cl.add(queue, c.ID(), c.Snapshot().Token)
-		time.Sleep(time.Duration(rng.Int64N(int64(ttl / 2))))
+		if paused {
+			time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
+		} else {
+			time.Sleep(time.Duration(rng.Int64N(int64(ttl / 2))))
+		}
 		if align > 0 {
 			time.Sleep(time.Until(time.Now().Truncate(align).Add(align)))
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		_ = side.complete(cctx, c)
+		if err := side.complete(cctx, c); errors.Is(err, fence.ErrStale) {
+			cl.stale.Add(1)
+		}
 		cancel()
 	}
 }
@@ -325,7 +351,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 }
 
 func queueExactlyOnce(t *testing.T, st queueStore) {
-	n := max(6, 3*int(rowDuration(t)/time.Second)) * max(1, st.workers) // enough work for the whole row
+	n := max(6, 3*int(rowDuration(t)/time.Second)) * min(2, max(1, st.workers)) // enough work for the whole row
 	items := queueItems(n)
 	for queue, ids := range items {
 		st.enqueue(t, queue, ids)
@@ -339,15 +365,20 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 	)
 	i := 0
 	for _, queue := range []string{"orders", "orders/eu"} {
-		for range 2 {
+		for k := range 2 {
 			p := newProxy(t, st.upstream)
-			side := st.open(t, p.Addr(), queue, fmt.Sprintf("chaos-q%d", i))
+			paused := st.workers > 1 && k == 0
+			var clock lease.Clock
+			if paused {
+				clock = leasetest.NewFakeClock(time.Now())
+			}
+			side := st.open(t, p.Addr(), queue, fmt.Sprintf("chaos-q%d", i), clock)
 			proxies, sides = append(proxies, p), append(sides, side)
 			for range max(1, st.workers) {
 				wg.Add(1)
 				go func(seed uint64) {
 					defer wg.Done()
-					work(ctx, side, queue, cl, seed, st.align())
+					work(ctx, side, queue, cl, seed, st.align(), paused)
 				}(uint64(i + 1))
 				i++
 			}
@@ -359,7 +390,14 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 	for time.Now().Before(until) {
 		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(700*time.Millisecond))))
 		p := proxies[rng.IntN(len(proxies))]
-		toxic(t, p, chaos.Both("timeout", map[string]any{"timeout": 0})...)
+		if st.workers > 1 && cuts%2 == 1 {
+			// Late instead of lost: what the side sends arrives after
+			// its claims expired and others took the items over.
+			lat := ttl.Milliseconds() * 3 / 4
+			toxic(t, p, chaos.Both("latency", map[string]any{"latency": lat, "jitter": lat / 10})...)
+		} else {
+			toxic(t, p, chaos.Both("timeout", map[string]any{"timeout": 0})...)
+		}
 		time.Sleep(3*ttl/2 + time.Duration(rng.Int64N(int64(ttl))))
 		heal(t, p)
 		cuts++
@@ -373,12 +411,12 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 	// item is done or a generous while has passed.
 	dctx, dcancel := context.WithCancel(context.Background())
 	for j, queue := range []string{"orders", "orders/eu"} {
-		side := st.open(t, st.upstream, queue, fmt.Sprintf("chaos-drain%d", j))
+		side := st.open(t, st.upstream, queue, fmt.Sprintf("chaos-drain%d", j), nil)
 		defer side.close()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			work(dctx, side, queue, cl, uint64(100+j), 0)
+			work(dctx, side, queue, cl, uint64(100+j), 0, false)
 		}()
 	}
 	deadline := time.Now().Add(30 * ttl)
@@ -418,7 +456,8 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 		}
 		batched = fmt.Sprintf(" (%d in batches)", n)
 	}
-	t.Logf("chaos-summary %s: %d items, %d completions recorded%s, %d claims, %d cuts (ran %v)", t.Name(), len(out), completions, batched, claimCount(cl), cuts, rowDuration(t))
+	t.Logf("chaos-summary %s: %d items, %d completions recorded%s, %d claims, %d stale completions refused, %d cuts (ran %v)",
+		t.Name(), len(out), completions, batched, claimCount(cl), cl.stale.Load(), cuts, rowDuration(t))
 	for _, p := range problems {
 		t.Error(p)
 	}
