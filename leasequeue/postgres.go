@@ -152,8 +152,9 @@ func (n pgNames) query(name string) string {
 // secret, expiry on the database's clock), and Complete and Fail check
 // the row's fence in the statement that writes the outcome, so a Queue
 // on it spends one statement to claim an item (or a share of one) and
-// one to finish it. Create the tables with MigratePostgres. It is safe
-// for concurrent use.
+// one to finish it, or a share of one: Complete calls that overlap go out
+// together (see Complete). Create the tables with MigratePostgres. It is
+// safe for concurrent use.
 type PostgresSource struct {
 	db       PostgresDB
 	queue    string
@@ -280,7 +281,15 @@ func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id stri
 	return b, nil
 }
 
-// Complete implements Source.
+// Complete implements Source. Calls that overlap share a statement: one
+// completion statement of the source is in flight at a time; a call that
+// finds none in flight sends its own at once, and the calls that arrive
+// meanwhile go out together, each item's fence checked as alone, as soon
+// as it returns. Each call gets its own answer. One that stops waiting
+// (its ctx ended) before its batch was sent returns ctx's error, nothing
+// written; one whose batch was sent returns an error matching
+// lease.ErrIndeterminate. A statement that hangs holds up the calls
+// behind it until their contexts end.
 func (s *PostgresSource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
 	return s.completeBatched(ctx, snap, id)
 }
