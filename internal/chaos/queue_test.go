@@ -407,17 +407,19 @@ func queueExactlyOnce(t *testing.T, st queueStore) {
 	for _, s := range sides {
 		s.close()
 	}
-	// Drain: a worker per queue, straight to the server, until every
-	// item is done or a generous while has passed.
+	// Drain: as many workers per queue as a side has, straight to the
+	// server, until every item is done or a generous while has passed.
 	dctx, dcancel := context.WithCancel(context.Background())
 	for j, queue := range []string{"orders", "orders/eu"} {
 		side := st.open(t, st.upstream, queue, fmt.Sprintf("chaos-drain%d", j), nil)
 		defer side.close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(dctx, side, queue, cl, uint64(100+j), 0, false)
-		}()
+		for k := range max(1, st.workers) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				work(dctx, side, queue, cl, uint64(100+10*j+k), 0, false)
+			}()
+		}
 	}
 	deadline := time.Now().Add(30 * ttl)
 	var out []chaos.QueueItem
