@@ -46,7 +46,7 @@
 // in one table (see MigratePostgres): one statement claims due rows with
 // FOR UPDATE SKIP LOCKED, and one completes or fails an item, checking the
 // fence (a pair of columns) and ending the claim in the statement that
-// writes the row.
+// writes the row; completions that overlap share one statement.
 // ValkeySource keeps the IDs in a list (producers can RPUSH to it, see
 // ValkeySource.ReadyKey) and a sorted set of handed-out items, all in the
 // queue's hash slot: one Lua script claims, one completes or fails an item

@@ -118,9 +118,9 @@ func (b noBackend) Inspect(context.Context, string) (lease.Record, error) {
 }
 
 // TestPostgresStatementsPerItem: on PostgreSQL an item costs one statement
-// to claim and one to complete or fail, and Run claims as many items as it
-// has free slots in one statement; no transaction control, and no lease
-// backend, is involved.
+// to claim and one to complete or fail (at most: overlapping completions
+// share one), and Run claims as many items as it has free slots in one
+// statement; no transaction control, and no lease backend, is involved.
 func TestPostgresStatementsPerItem(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
