@@ -120,8 +120,10 @@ func TestPostgresCompleteBatched(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, gate := gatedSource(t, "batch")
-	o := leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, time.Second)}
-	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src, o)
+	// The working claims outlive a loaded machine's stalls; the paused
+	// worker's claim runs out after a second.
+	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src,
+		leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, 3*time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,8 @@ func TestPostgresCompleteBatched(t *testing.T) {
 	}
 	// A worker whose clock stands still claims "taken" and never renews
 	// the claim; once it expired, another worker takes the item over.
-	paused, err := leasequeue.New(newClient(t, noBackend{t}, "paused", leasetest.NewFakeClock(time.Now())), src, o)
+	paused, err := leasequeue.New(newClient(t, noBackend{t}, "paused", leasetest.NewFakeClock(time.Now())), src,
+		leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
