@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/golib/lease/internal/applied"
@@ -68,19 +69,14 @@ type completion struct {
 // batchRun is one batch statement in flight: its cancel, and how many of
 // its completions still wait for it.
 type batchRun struct {
-	mu      sync.Mutex
-	waiting int
+	waiting atomic.Int32
 	cancel  context.CancelFunc
 }
 
 // leave records that one waiter of r stopped waiting, and ends the
 // statement's context when none is left.
 func (r *batchRun) leave() {
-	r.mu.Lock()
-	r.waiting--
-	last := r.waiting == 0
-	r.mu.Unlock()
-	if last {
+	if r.waiting.Add(-1) == 0 {
 		r.cancel()
 	}
 }
@@ -219,7 +215,9 @@ func batchContext(batch []*completion) (context.Context, *batchRun) {
 	} else {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 	}
-	return ctx, &batchRun{waiting: len(batch), cancel: cancel}
+	r := &batchRun{cancel: cancel}
+	r.waiting.Store(int32(len(batch)))
+	return ctx, r
 }
 
 // sendBatch sends one batch and answers each of its completions.
