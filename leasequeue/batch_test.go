@@ -67,8 +67,8 @@ func (g *completionGate) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx
 }
 
 // gatedSource returns a PostgresSource of queue on a fresh database,
-// through a pool traced by a completionGate.
-func gatedSource(t *testing.T, queue string) (*leasequeue.PostgresSource, *completionGate) {
+// through a pool traced by a completionGate, and the database's URL.
+func gatedSource(t *testing.T, queue string) (*leasequeue.PostgresSource, *completionGate, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -92,7 +92,34 @@ func gatedSource(t *testing.T, queue string) (*leasequeue.PostgresSource, *compl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return src, gate
+	return src, gate, url
+}
+
+// claimerQueue returns a Queue named queue on src, a Claimer, whose claims
+// live ttl on clock (the system's if nil).
+func claimerQueue(t *testing.T, src *leasequeue.PostgresSource, queue, owner string, clock lease.Clock, ttl time.Duration) *leasequeue.Queue {
+	t.Helper()
+	q, err := leasequeue.New(newClient(t, noBackend{t}, owner, clock), src,
+		leasequeue.Options{Name: queue, Policy: loadedPolicy(t, ttl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// enqueueAndClaim enqueues items ids on src and claims each with q.
+func enqueueAndClaim(ctx context.Context, t *testing.T, src *leasequeue.PostgresSource, q *leasequeue.Queue, ids ...string) map[string]*leasequeue.Claim {
+	t.Helper()
+	mustEnqueue(ctx, t, src, ids...)
+	claims := make(map[string]*leasequeue.Claim, len(ids))
+	for _, id := range ids {
+		c, err := q.Claim(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims[id] = c
+	}
+	return claims
 }
 
 // completeAsync completes c on a goroutine of its own and returns where
@@ -119,32 +146,15 @@ func TestPostgresCompleteBatched(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, gate := gatedSource(t, "batch")
+	src, gate, _ := gatedSource(t, "batch")
 	// The working claims outlive a loaded machine's stalls; the paused
 	// worker's claim runs out after a second.
-	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src,
-		leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, 3*time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustEnqueue(ctx, t, src, "a", "b", "c", "d", "e", "taken")
-	claims := map[string]*leasequeue.Claim{}
-	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		if claims[id], err = q.Claim(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	q := claimerQueue(t, src, "batch", "w", nil, 3*time.Second)
+	claims := enqueueAndClaim(ctx, t, src, q, "a", "b", "c", "d", "e")
 	// A worker whose clock stands still claims "taken" and never renews
 	// the claim; once it expired, another worker takes the item over.
-	paused, err := leasequeue.New(newClient(t, noBackend{t}, "paused", leasetest.NewFakeClock(time.Now())), src,
-		leasequeue.Options{Name: "batch", Policy: loadedPolicy(t, time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, err := paused.Claim(ctx, "taken")
-	if err != nil {
-		t.Fatal(err)
-	}
+	paused := claimerQueue(t, src, "batch", "paused", leasetest.NewFakeClock(time.Now()), time.Second)
+	stale := enqueueAndClaim(ctx, t, src, paused, "taken")["taken"]
 	current := claimOnceFree(ctx, t, q, "taken")
 	gate.take()
 
@@ -216,19 +226,9 @@ func TestPostgresCompleteBatchAbandoned(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, gate := gatedSource(t, "abandoned")
-	q, err := leasequeue.New(newClient(t, noBackend{t}, "w", nil), src,
-		leasequeue.Options{Name: "abandoned", Policy: loadedPolicy(t, time.Minute)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustEnqueue(ctx, t, src, "lone", "x", "y")
-	claims := map[string]*leasequeue.Claim{}
-	for _, id := range []string{"lone", "x", "y"} {
-		if claims[id], err = q.Claim(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src, gate, _ := gatedSource(t, "abandoned")
+	q := claimerQueue(t, src, "abandoned", "w", nil, time.Minute)
+	claims := enqueueAndClaim(ctx, t, src, q, "lone", "x", "y")
 	gate.close()
 	lone := completeAsync(ctx, claims["lone"])
 	<-gate.held
@@ -260,5 +260,58 @@ func TestPostgresCompleteBatchAbandoned(t *testing.T) {
 		if it := mustItem(ctx, t, src, id); it.State != want {
 			t.Errorf("item %q: %+v; want %s", id, it, want)
 		}
+	}
+}
+
+// TestPostgresCompleteBatchSessionKilled: the server ends the session of
+// a batch just before the batch is sent. Each Complete of the batch then
+// reports what became of its item: nil only if the item is done, and
+// otherwise an indeterminate outcome (the statement may have been written
+// before the session died) or, if the batch provably was not sent, the
+// answer of its own statement sent alone. None reports a refusal.
+func TestPostgresCompleteBatchSessionKilled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, gate, url := gatedSource(t, "killed")
+	q := claimerQueue(t, src, "killed", "w", nil, time.Minute)
+	ids := []string{"x", "y", "z"}
+	claims := enqueueAndClaim(ctx, t, src, q, append([]string{"lone"}, ids...)...)
+	gate.close()
+	lone := completeAsync(ctx, claims["lone"])
+	<-gate.held
+	results := map[string]<-chan error{}
+	for _, id := range ids {
+		results[id] = completeAsync(ctx, claims[id])
+	}
+	waitPending(t, src, len(ids))
+	gate.letOne()
+	if err := <-lone; err != nil {
+		t.Fatalf("Complete(lone) = %v", err)
+	}
+	<-gate.held // the batch of x, y and z, on a connection of its own
+	var killed int
+	err := pgPool(t, url, 1).QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&killed)
+	if err != nil || killed == 0 {
+		t.Fatalf("terminating the pool's sessions: %d, %v", killed, err)
+	}
+	gate.open()
+	indeterminate := 0
+	for _, id := range ids {
+		err := <-results[id]
+		state := mustItem(ctx, t, src, id).State
+		switch {
+		case err == nil && state != leasequeue.Done:
+			t.Errorf("Complete(%q) = nil, but the item is %s", id, state)
+		case err != nil && errors.Is(err, lease.ErrIndeterminate):
+			indeterminate++
+		case err != nil:
+			t.Errorf("Complete(%q) in a batch whose session was killed = %v (item %s); want nil or an indeterminate outcome", id, err, state)
+		}
+		t.Logf("Complete(%q) = %v; item %s", id, err, state)
+	}
+	if indeterminate != 0 && indeterminate != len(ids) {
+		t.Errorf("%d of the batch's %d completions indeterminate; want all or none: they shared one statement", indeterminate, len(ids))
 	}
 }
