@@ -26,10 +26,16 @@ func TestRecordPrefixAndParse(t *testing.T) {
 		if got, ok := parseRecordKey(prefix, name); !ok || got != k {
 			t.Fatalf("parseRecordKey(%q) = %q, %v; want %q", name, got, ok, k)
 		}
-		for _, other := range []string{name + ":x", releaseChannel(name), prefix + k, name[:len(name)-1]} {
+		for _, other := range []string{name + ":x", releaseChannel(name), name[:len(name)-1]} {
 			if got, ok := parseRecordKey(prefix, other); ok {
 				t.Fatalf("parseRecordKey(%q) = %q, want no key", other, got)
 			}
+		}
+		// The key itself may be shaped like a record name ("{ }" is the
+		// record of key " "), but never like its own.
+		if got, ok := parseRecordKey(prefix, prefix+k); ok && (got == k || recordKey(prefix, got) != prefix+k) {
+			t.Fatalf("parseRecordKey(%q) = %q, whose record is %q; want no key, or a key of its own whose record it is",
+				prefix+k, got, recordKey(prefix, got))
 		}
 		if strings.HasPrefix(k, p) != strings.HasPrefix(name, recordPrefix(prefix, p)) {
 			t.Fatalf("key %q has prefix %q: %v, but its record %q has %q: %v",
