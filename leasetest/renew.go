@@ -48,6 +48,20 @@ func renewCases() []testCase {
 			}
 			e.mustHold(a)
 		}},
+		{"Renew/KeyNeverAcquired", func(e *env) {
+			// A key the backend holds nothing for (never acquired, or
+			// its record lost with the data): renew and release are
+			// refused as expired, and write no record.
+			key := e.key("never")
+			a := lease.Acquisition{Key: key, Owner: "owner", Nonce: e.nonce(), Token: 1}
+			e.mustLose("Renew of a key never acquired", e.b.Renew(e.ctx(), a, e.s.TTL), lease.Expired)
+			e.mustLose("Release of a key never acquired", e.b.Release(e.ctx(), a), lease.Expired)
+			a.Token = 0
+			e.mustLose("Release by nonce alone of a key never acquired", e.b.Release(e.ctx(), a), lease.Expired)
+			if r := e.inspect(key); r.Held || r.Token != 0 {
+				e.t.Fatalf("after a refused renew and release of a key never acquired, Inspect = %+v; want free, token 0", r)
+			}
+		}},
 		{"Renew/AfterExpiry", func(e *env) {
 			key := e.key("k")
 			a := e.acquireShort(key, "owner")
