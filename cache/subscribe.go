@@ -15,12 +15,12 @@ import (
 // message published after subscribe returns is seen. ctx bounds the setup.
 func subscribe(ctx context.Context, client valkey.Client, ch string) (<-chan struct{}, func(), error) {
 	msgs := make(chan struct{}, 1)
-	sub := valkeystore.Subscribe(client, ch, func() {
+	sub := valkeystore.Subscribe(client, ch, valkeystore.Handlers{Message: func() {
 		select {
 		case msgs <- struct{}{}:
 		default: // a value is already waiting
 		}
-	}, nil)
+	}})
 	if err := sub.Wait(ctx); err != nil {
 		return nil, nil, err
 	}

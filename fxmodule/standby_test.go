@@ -73,8 +73,11 @@ func standbyApp(t *testing.T, bc backendCase, b begin) (backendenv.Standby, back
 		return backendenv.Waiter{Calls: n.n.Load, Elected: elected, Check: check, Done: done}
 	}
 	s := backendenv.Standby{Holder: backend, Clock: clock}
-	if bc.name == "postgres" {
+	switch bc.name {
+	case "postgres":
 		s.SetupWakes = backendenv.PostgresSetupWakes
+	case "valkey":
+		s.SetupWakes = backendenv.ValkeySetupWakes
 	}
 	return s, start
 }

@@ -116,5 +116,13 @@ type ReleaseWatcher interface {
 	// stops the watch and frees its resources. The channel is never
 	// closed. WatchReleases must not block for long; ctx bounds the setup
 	// only (the client gives it OperationTimeout), not the watch.
+	//
+	// Acquire sets up a watch after an attempt found the key held, so the
+	// holder may release it before the watch is in place. Such a release
+	// must not go unseen: unless the backend knows the key is held once
+	// the watch is in place (the memory backend does), the channel also
+	// receives a value then, and the waiter asks again at once. Otherwise
+	// a release in that window would leave the waiter asleep until the
+	// holder's lease would have ended.
 	WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error)
 }

@@ -285,10 +285,12 @@ func TestRestLetsAnotherReplicaLead(t *testing.T) {
 	for _, owner := range []string{"a", "b"} {
 		c := client(t, mem, owner)
 		wg.Go(func() {
-			// Each term lasts 200ms, so the other replica is already
-			// waiting (and is woken by the release) when it ends; Rest
-			// keeps the leader out for 600ms, which leaves the other a
-			// 200ms margin however the goroutines are scheduled.
+			// Each term lasts 200ms and Rest 600ms, so from the third
+			// term on the other replica's rest ends just as a term does:
+			// it finds the key free, or held and is then woken by the
+			// release, even one that lands while it sets up its watch
+			// (lease.ReleaseWatcher). Rest keeps the leader out for
+			// 600ms, the other's margin to take the key.
 			err := leaseservice.Run(ctx, c, "k", policy(t, 2*time.Second),
 				func(ctx context.Context, h *lease.Handle) error {
 					mu.Lock()

@@ -3,6 +3,7 @@ package leasetest
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/golib/lease/lease"
@@ -135,5 +136,48 @@ func standbyCases() []testCase {
 				e.t.Fatalf("the waiter made %d Acquire calls after the release, want 1 (woken by the notification)", n)
 			}
 		}},
+		{"Standby/ReleasedBeforeWatch", func(e *env) {
+			// The holder releases the key after the waiter's attempt found
+			// it held and before the waiter's watch is set up. The waiter
+			// must still be granted the key long before the holder's lease
+			// (here 30s) would have ended, with no clock moving.
+			if _, ok := e.b.(lease.ReleaseWatcher); !ok {
+				e.t.Skip("the backend does not implement lease.ReleaseWatcher")
+			}
+			key := e.key("k")
+			holder := e.acquire(key, "holder")
+			b := &releaseFirst{Backend: e.b, w: e.b.(lease.ReleaseWatcher), release: func() error {
+				return e.b.Release(e.ctx(), holder)
+			}}
+			ctx, cancel := context.WithTimeout(e.ctx(), longTTL*2/3)
+			defer cancel()
+			h, err := e.clientOn(b, "waiter", e.clock()).Acquire(ctx, key, e.policy())
+			if err != nil {
+				e.t.Fatalf("waiter's Acquire, the key released just before its watch = %v; a release before the watch was in place went unseen", err)
+			}
+			defer h.Release(context.WithoutCancel(ctx))
+			if b.watches.Load() != 1 {
+				e.t.Fatalf("the waiter set up %d release watches, want 1", b.watches.Load())
+			}
+		}},
 	}
+}
+
+// releaseFirst is a backend whose first WatchReleases call runs release
+// before it sets up the watch: the holder's release lands between a
+// waiter's refused attempt and its watch.
+type releaseFirst struct {
+	lease.Backend
+	w       lease.ReleaseWatcher
+	release func() error
+	watches atomic.Int64
+}
+
+func (r *releaseFirst) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if r.watches.Add(1) == 1 {
+		if err := r.release(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return r.w.WatchReleases(ctx, key)
 }

@@ -54,6 +54,29 @@ func watchCases() []testCase {
 				a = e.acquire(key, "holder")
 			}
 		}},
+		{"ReleaseWatcher/ReleasedBeforeWatch", func(e *env) {
+			// A waiter sets up its watch after an attempt found the key
+			// held; a release in between must still wake it, once the
+			// watch is in place.
+			w, ok := e.b.(lease.ReleaseWatcher)
+			if !ok {
+				e.t.Skip("the backend does not implement lease.ReleaseWatcher")
+			}
+			key := e.key("k")
+			if err := e.b.Release(e.ctx(), e.acquire(key, "holder")); err != nil {
+				e.t.Fatal(err)
+			}
+			ch, stop, err := w.WatchReleases(e.ctx(), key)
+			if err != nil {
+				e.t.Fatalf("WatchReleases: %v", err)
+			}
+			defer stop()
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				e.t.Fatal("a watch set up after the key's release was not woken within 10s: a waiter that found the key held just before the release would sleep until the holder's lease would have ended")
+			}
+		}},
 		{"ReleaseWatcher/CancelledSetup", func(e *env) {
 			w, ok := e.b.(lease.ReleaseWatcher)
 			if !ok {

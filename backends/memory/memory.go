@@ -148,7 +148,9 @@ func (s *Store) notify(key string) {
 }
 
 // WatchReleases implements lease.ReleaseWatcher: the channel receives a
-// value after each Release of key.
+// value after each Release of key, and at once if key is not held when
+// the watch begins (it may have been released since the caller found it
+// held).
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -160,6 +162,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		s.watchers[key] = make(map[chan struct{}]struct{})
 	}
 	s.watchers[key][ch] = struct{}{}
+	if s.live(key, s.clock.Now()) == nil {
+		ch <- struct{}{}
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

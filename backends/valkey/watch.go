@@ -14,7 +14,16 @@ type watch struct {
 	ch      string
 	subs    map[chan struct{}]struct{} // guarded by Store.mu
 	sub     *valkeystore.Subscription
+	ready   bool // the server confirmed the subscription; guarded by Store.mu
 	closing bool // no subscriber is left; guarded by Store.mu
+}
+
+// wakeLocked sends a value to c unless one is already waiting.
+func wakeLocked(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default: // a value is already waiting
+	}
 }
 
 // subscribeWait is how long WatchReleases waits for the server to confirm
@@ -24,7 +33,9 @@ const subscribeWait = 100 * time.Millisecond
 
 // WatchReleases implements lease.ReleaseWatcher: the returned channel
 // receives a value when Release frees key, announced by the release script
-// on the key's shard channel. Calls for the same key share one
+// on the key's shard channel. It also receives one once the subscription
+// is in place, since a release announced before then went unseen: the
+// waiter asks again at once. Calls for the same key share one
 // subscription, which ends when the last of them is stopped. It waits at
 // most 100ms, and no longer than ctx allows, for the server to confirm the
 // subscription; stop ends it (sending SUNSUBSCRIBE, bounded by a second)
@@ -54,6 +65,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		}
 		c := make(chan struct{}, 1)
 		w.subs[c] = struct{}{}
+		if w.ready {
+			wakeLocked(c) // else the confirmation wakes it
+		}
 		s.mu.Unlock()
 
 		stop := func() { s.unwatch(w, c) }
@@ -86,10 +100,15 @@ func (s *Store) startWatch(ch string) *watch {
 	wake := func() {
 		s.mu.Lock()
 		for c := range w.subs {
-			select {
-			case c <- struct{}{}:
-			default: // a value is already waiting
-			}
+			wakeLocked(c)
+		}
+		s.mu.Unlock()
+	}
+	confirmed := func() {
+		s.mu.Lock()
+		w.ready = true
+		for c := range w.subs {
+			wakeLocked(c)
 		}
 		s.mu.Unlock()
 	}
@@ -100,7 +119,7 @@ func (s *Store) startWatch(ch string) *watch {
 		}
 		s.mu.Unlock()
 	}
-	w.sub = valkeystore.Subscribe(s.client, ch, wake, ended)
+	w.sub = valkeystore.Subscribe(s.client, ch, valkeystore.Handlers{Ready: confirmed, Message: wake, End: ended})
 	return w
 }
 

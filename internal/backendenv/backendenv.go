@@ -45,10 +45,11 @@ type Env struct {
 	// must ask to see a release.
 	NewPollingBackend func(t testing.TB, addr string) lease.Backend
 	// SetupWakes is how often the backend may wake a new release watch
-	// without a release, by design, while the watch is set up: the
-	// PostgreSQL backend wakes it once its LISTEN is in place and once the
-	// key is marked for notification, in case a release committed before
-	// either; Valkey waits for its SUBSCRIBE instead.
+	// without a release, by design, while the watch is set up, in case
+	// the key was released before the watch was in place (see
+	// lease.ReleaseWatcher): the PostgreSQL backend wakes it once its
+	// LISTEN is in place and once the key is marked for notification,
+	// Valkey once its SUBSCRIBE is confirmed.
 	SetupWakes int
 	// Fence is a fenced resource on the same server, reached on a
 	// connection of its own.
@@ -110,7 +111,8 @@ func valkeyEnv(t testing.TB, addr string) *Env {
 			}
 			return s
 		},
-		Fence: valkeyFence(t, valkeyClient(t, addr), prefix),
+		SetupWakes: ValkeySetupWakes,
+		Fence:      valkeyFence(t, valkeyClient(t, addr), prefix),
 	}
 }
 
@@ -147,8 +149,12 @@ func (w *valkeyWriter) Write(ctx context.Context, snap lease.Snapshot, resource 
 	return stale(err)
 }
 
-// PostgresSetupWakes is Env.SetupWakes of the PostgreSQL backend.
-const PostgresSetupWakes = 2
+// PostgresSetupWakes and ValkeySetupWakes are Env.SetupWakes of the
+// PostgreSQL and Valkey backends.
+const (
+	PostgresSetupWakes = 2
+	ValkeySetupWakes   = 1
+)
 
 // Postgres returns an Env on a fresh database of the shared PostgreSQL
 // server.

@@ -23,22 +23,38 @@ type Subscription struct {
 	stop   sync.Once
 }
 
-// Subscribe subscribes to the shard channel ch on client. onMessage is called
-// from the receiving goroutine for every message; it must be fast. onEnd, if
-// not nil, is called from that goroutine once the subscription has ended,
-// for any reason, before [Subscription.Done] closes.
+// Handlers are the callbacks of a Subscription, each called from its
+// receiving goroutine and each optional. They must be fast.
+type Handlers struct {
+	// Ready is called once, when the server has confirmed the
+	// subscription, before [Subscription.Ready] closes.
+	Ready func()
+	// Message is called for every message.
+	Message func()
+	// End is called once the subscription has ended, for any reason,
+	// before [Subscription.Done] closes.
+	End func()
+}
+
+// Subscribe subscribes to the shard channel ch on client, calling h's
+// handlers as it goes.
 //
 // Subscribe returns at once. [Subscription.Ready] closes when the server has
 // confirmed the subscription (a message published after that is seen) or
 // it failed ([Subscription.Err]). Cancelling only stops listening, so when
 // the subscription ends Subscribe also sends SUNSUBSCRIBE on the connection
 // that subscribed, bounded by a second.
-func Subscribe(client valkey.Client, ch string, onMessage func(), onEnd func()) *Subscription {
+func Subscribe(client valkey.Client, ch string, h Handlers) *Subscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	ctx = valkey.WithOnSubscriptionHook(ctx, func(sub valkey.PubSubSubscription) {
 		if sub.Kind == "ssubscribe" && sub.Channel == ch {
-			s.settleWith(nil)
+			s.settle.Do(func() {
+				if h.Ready != nil {
+					h.Ready()
+				}
+				close(s.ready)
+			})
 		}
 	})
 	ctx = valkey.WithOnReceiveReturnHook(ctx, func(err error, c valkey.CommandClient) error {
@@ -50,10 +66,12 @@ func Subscribe(client valkey.Client, ch string, onMessage func(), onEnd func()) 
 	go func() {
 		defer close(s.done)
 		err := client.Receive(ctx, client.B().Ssubscribe().Channel(ch).Build(), func(valkey.PubSubMessage) {
-			onMessage()
+			if h.Message != nil {
+				h.Message()
+			}
 		})
-		if onEnd != nil {
-			onEnd()
+		if h.End != nil {
+			h.End()
 		}
 		if err == nil || errors.Is(err, context.Canceled) {
 			err = errors.New("subscription ended before it was confirmed")

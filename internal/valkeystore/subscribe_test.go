@@ -12,19 +12,28 @@ import (
 	"github.com/golib/lease/internal/valkeystore"
 )
 
-// TestSubscribe: once Wait returns, a published message reaches onMessage;
-// Stop ends the subscription on the server too, and onEnd runs before Done
-// closes.
+// TestSubscribe: Handlers.Ready has run when Wait returns; a message
+// published then reaches Handlers.Message; Stop ends the subscription on
+// the server too, and Handlers.End runs before Done closes.
 func TestSubscribe(t *testing.T) {
 	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ch := fmt.Sprintf("valkeystore-test:{%d}", time.Now().UnixNano())
 	got := make(chan struct{}, 1)
-	ended := make(chan struct{})
-	sub := valkeystore.Subscribe(c, ch, func() { got <- struct{}{} }, func() { close(ended) })
+	ready, ended := make(chan struct{}), make(chan struct{})
+	sub := valkeystore.Subscribe(c, ch, valkeystore.Handlers{
+		Ready:   func() { close(ready) },
+		Message: func() { got <- struct{}{} },
+		End:     func() { close(ended) },
+	})
 	if err := sub.Wait(ctx); err != nil {
 		t.Fatalf("Wait: %v", err)
+	}
+	select {
+	case <-ready:
+	default:
+		t.Fatal("Handlers.Ready had not run when Wait returned")
 	}
 	if err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("m").Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -39,7 +48,7 @@ func TestSubscribe(t *testing.T) {
 	select {
 	case <-ended:
 	default:
-		t.Fatal("onEnd had not run when Stop returned")
+		t.Fatal("Handlers.End had not run when Stop returned")
 	}
 	n, err := c.Do(ctx, c.B().PubsubShardnumsub().Channel(ch).Build()).AsIntMap()
 	if err != nil || n[ch] != 0 {
@@ -57,7 +66,7 @@ func TestSubscribeWaitEndsWithContext(t *testing.T) {
 	cause := errors.New("gave up waiting")
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, cause)
 	defer cancel()
-	sub := valkeystore.Subscribe(c, "valkeystore-test:down", func() {}, nil)
+	sub := valkeystore.Subscribe(c, "valkeystore-test:down", valkeystore.Handlers{})
 	if err := sub.Wait(ctx); !errors.Is(err, cause) {
 		t.Fatalf("Wait on a stopped server = %v, want the context's cause", err)
 	}
