@@ -238,7 +238,7 @@ func (s *PostgresSource) sendBatch(ctx context.Context, batch []*completion) {
 		case applied.No:
 			c.alone = true
 		default:
-			c.err = lease.Indeterminate(fmt.Errorf("leasequeue: postgres: finish %q: %w", c.id, err))
+			c.err = pgError("finish", c.id, err) // unknown: marked indeterminate
 		}
 		close(c.answered)
 	}
