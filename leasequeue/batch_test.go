@@ -130,6 +130,27 @@ func completeAsync(ctx context.Context, c *leasequeue.Claim) <-chan error {
 	return ch
 }
 
+// holdLone shuts gate and completes c, which finds no completion
+// statement in flight and so goes alone; it returns once that statement
+// is held at the gate, unsent, with where c's result arrives.
+func holdLone(ctx context.Context, gate *completionGate, c *leasequeue.Claim) <-chan error {
+	gate.close()
+	done := completeAsync(ctx, c)
+	<-gate.held
+	return done
+}
+
+// letLoneThrough lets the lone statement holdLone held go, wants its
+// Complete to succeed, and waits until the batch behind it is held.
+func letLoneThrough(t *testing.T, gate *completionGate, lone <-chan error) {
+	t.Helper()
+	gate.letOne()
+	if err := <-lone; err != nil {
+		t.Fatalf("Complete(lone) = %v", err)
+	}
+	<-gate.held
+}
+
 // waitPending waits until n completions of src wait for a batch.
 func waitPending(t *testing.T, src *leasequeue.PostgresSource, n int) {
 	t.Helper()
@@ -160,9 +181,7 @@ func TestPostgresCompleteBatched(t *testing.T) {
 
 	// "a" goes alone and is held before it is sent; the rest find it in
 	// flight and gather.
-	gate.close()
-	results := map[string]<-chan error{"a": completeAsync(ctx, claims["a"])}
-	<-gate.held
+	results := map[string]<-chan error{"a": holdLone(ctx, gate, claims["a"])}
 	results["b"] = completeAsync(ctx, claims["b"])
 	results["c"] = completeAsync(ctx, claims["c"])
 	results["d"] = completeAsync(ctx, claims["d"])
@@ -229,9 +248,7 @@ func TestPostgresCompleteBatchAbandoned(t *testing.T) {
 	src, gate, _ := gatedSource(t, "abandoned")
 	q := claimerQueue(t, src, "abandoned", "w", nil, time.Minute)
 	claims := enqueueAndClaim(ctx, t, src, q, "lone", "x", "y")
-	gate.close()
-	lone := completeAsync(ctx, claims["lone"])
-	<-gate.held
+	lone := holdLone(ctx, gate, claims["lone"])
 	// x and y gather behind "lone"; y stops waiting before it is sent.
 	// Once "lone" returned, x goes in a batch of its own, held in flight,
 	// and x stops waiting too.
@@ -244,11 +261,7 @@ func TestPostgresCompleteBatchAbandoned(t *testing.T) {
 	if err := <-y; errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Complete(y), dropped before it was sent = %v; want the context's error", err)
 	}
-	gate.letOne()
-	if err := <-lone; err != nil {
-		t.Errorf("Complete(lone) = %v", err)
-	}
-	<-gate.held
+	letLoneThrough(t, gate, lone) // x goes next, in a batch of its own
 	xcancel()
 	if err := <-x; !errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Complete(x), abandoned in flight = %v; want an indeterminate outcome with the context's error", err)
@@ -277,19 +290,13 @@ func TestPostgresCompleteBatchSessionKilled(t *testing.T) {
 	q := claimerQueue(t, src, "killed", "w", nil, time.Minute)
 	ids := []string{"x", "y", "z"}
 	claims := enqueueAndClaim(ctx, t, src, q, append([]string{"lone"}, ids...)...)
-	gate.close()
-	lone := completeAsync(ctx, claims["lone"])
-	<-gate.held
+	lone := holdLone(ctx, gate, claims["lone"])
 	results := map[string]<-chan error{}
 	for _, id := range ids {
 		results[id] = completeAsync(ctx, claims[id])
 	}
 	waitPending(t, src, len(ids))
-	gate.letOne()
-	if err := <-lone; err != nil {
-		t.Fatalf("Complete(lone) = %v", err)
-	}
-	<-gate.held // the batch of x, y and z, on a connection of its own
+	letLoneThrough(t, gate, lone) // the batch of x, y and z is held, on a connection of its own
 	var killed int
 	err := pgPool(t, url, 1).QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&killed)
