@@ -26,6 +26,13 @@ func wakeLocked(c chan struct{}) {
 	}
 }
 
+// wakeAllLocked wakes every subscriber of w. Store.mu is held.
+func (w *watch) wakeAllLocked() {
+	for c := range w.subs {
+		wakeLocked(c)
+	}
+}
+
 // subscribeWait is how long WatchReleases waits for the server to confirm
 // the subscription before it returns the channel anyway, so that a slow
 // server never holds up the caller's retries.
@@ -99,17 +106,13 @@ func (s *Store) startWatch(ch string) *watch {
 	s.watches[ch] = w
 	wake := func() {
 		s.mu.Lock()
-		for c := range w.subs {
-			wakeLocked(c)
-		}
+		w.wakeAllLocked()
 		s.mu.Unlock()
 	}
 	confirmed := func() {
 		s.mu.Lock()
 		w.ready = true
-		for c := range w.subs {
-			wakeLocked(c)
-		}
+		w.wakeAllLocked()
 		s.mu.Unlock()
 	}
 	ended := func() {
