@@ -74,9 +74,6 @@ func renewedSince(t *testing.T, h *lease.Handle, m *lease.Managed, t0 time.Time)
 	})
 }
 
-// TestRestartBeforeDeadline: the database restarts (pg_ctl stop -m
-// immediate, then start) while a managed holder renews; it is back before
-// the local deadline, so the holder keeps its lease.
 // TestPausedServerEndsOverlappingCalls: acquires that overlap share one
 // deadline context in lease.Client; on a paused server each still ends,
 // with an unknown outcome (or the deadline, if it waited for a pool
@@ -89,6 +86,9 @@ func TestPausedServerEndsOverlappingCalls(t *testing.T) {
 	backendenv.CheckOverlappingTimeouts(t, s, srv.Pause)
 }
 
+// TestRestartBeforeDeadline: the database restarts (pg_ctl stop -m
+// immediate, then start) while a managed holder renews; it is back before
+// the local deadline, so the holder keeps its lease.
 func TestRestartBeforeDeadline(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartPostgres(t)

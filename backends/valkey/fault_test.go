@@ -320,10 +320,6 @@ func managedPolicy(t *testing.T) lease.Policy {
 	return p
 }
 
-// TestPausedServer pauses the server (SIGSTOP) for longer than the TTL: the
-// managed holder reports the loss before the server could have freed the
-// lease, and after the server resumes, a fence rejects the old token once
-// the next holder wrote.
 // TestPausedServerEndsOverlappingCalls: acquires that overlap share one
 // deadline context in lease.Client; on a paused server each still ends
 // with an unknown outcome when its OperationTimeout passes.
@@ -334,6 +330,10 @@ func TestPausedServerEndsOverlappingCalls(t *testing.T) {
 	backendenv.CheckOverlappingTimeouts(t, s, srv.Pause)
 }
 
+// TestPausedServer pauses the server (SIGSTOP) for longer than the TTL: the
+// managed holder reports the loss before the server could have freed the
+// lease, and after the server resumes, a fence rejects the old token once
+// the next holder wrote.
 func TestPausedServer(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	c := newClient(t, srv.Addr())
