@@ -1,20 +1,30 @@
 -- Force release: end whichever acquisition holds key $1 (only the one
 -- holding token $2, unless $2 is 0) by setting its expiry to the Unix
 -- epoch (long past, as release.sql does, so that a backward step of the
--- server's clock can't bring it back), for an operator. The row stays, so the key's token is never reset. Like
--- release.sql, it notifies waiters on channel $3 (unless '') if a waiter
--- marked the row.
+-- server's clock can't bring it back; and unlike release.sql's expiry, so
+-- that renew.sql and release.sql can tell the ended holder that an
+-- operator ended it), for an operator. The row stays, so the key's token
+-- is never reset. Like release.sql, it notifies waiters on channel $3
+-- (unless '') if a waiter marked the row.
 --
 -- $1 key, $2 token or 0, $3 notification channel or ''.
--- One row (outcome, token, held, owner, remaining microseconds): the row as
--- it was before, with outcome 1 released, 0 nothing held ($2 = 0), 2 the
--- acquisition holding $2 already ended (or there is no row), 3 another
--- acquisition holds or held the key since. Token is NULL without a row.
+-- One row (outcome, token, held, owner, remaining microseconds). Outcome
+-- 1 released: the row as it was before, the holder this statement ended.
+-- Outcome 0 ($2 = 0) nothing held: held is false, whatever the row shows
+-- by the time the statement reads it again (below). Outcome 2 the
+-- acquisition holding $2 already ended, 4 a forced release ended it, 5
+-- there is no row, 3 another acquisition holds or held the key since:
+-- the row as it is now. Token is NULL without a row.
 --
--- The fallback read (f) runs only if the update refused, FOR SHARE, so the
--- outcome comes from the latest row version, not the statement's
--- snapshot. The remaining time of a released holder is read from the
--- statement's snapshot: informational.
+-- The update sees the row as the statement's snapshot shows it, and a
+-- newer version only if the snapshot's matched and was then changed. So
+-- when it matches nothing, the fallback read (f), FOR SHARE, reads the
+-- latest version of the row, which may be an acquisition that committed
+-- after the snapshot: this statement did not end it, and with $2 = 0 it
+-- is not reported (nothing was held when the statement took effect). With
+-- $2 <> 0 the latest version decides between ended and superseded. The
+-- remaining time of a released holder is read from the statement's
+-- snapshot: informational.
 WITH before AS (
     SELECT b.expires_at FROM public.leases AS b WHERE b.key = $1::text
 ), released AS (
@@ -34,17 +44,19 @@ WITH before AS (
 )
 SELECT coalesce(CASE WHEN r.token IS NOT NULL THEN 1 END,
                 CASE WHEN $2::bigint = 0 THEN 0
-                     WHEN f.token IS NOT NULL AND f.token <> $2::bigint THEN 3
+                     WHEN f.token IS NULL THEN 5
+                     WHEN f.token <> $2::bigint THEN 3
+                     WHEN f.expires_at = to_timestamp(0) THEN 4
                      ELSE 2 END),
        coalesce(r.token, f.token),
-       r.token IS NOT NULL OR coalesce(f.held, false),
-       coalesce(r.owner, f.owner, ''),
+       r.token IS NOT NULL OR ($2::bigint <> 0 AND coalesce(f.held, false)),
+       coalesce(r.owner, CASE WHEN $2::bigint <> 0 AND f.held THEN f.owner END, ''),
        CASE WHEN r.token IS NOT NULL THEN r.left_us
-            WHEN f.held THEN f.left_us ELSE 0 END
+            WHEN $2::bigint <> 0 AND f.held THEN f.left_us ELSE 0 END
 FROM (SELECT 1) AS one
 LEFT JOIN announced AS r ON true
 LEFT JOIN LATERAL (
-    SELECT l.token, l.expires_at > statement_timestamp() AS held, l.owner,
+    SELECT l.token, l.expires_at, l.expires_at > statement_timestamp() AS held, l.owner,
            floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us
     FROM public.leases AS l
     WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM released)
