@@ -46,12 +46,16 @@ type ForceReleaser interface {
 	// token is not 0, it ends the acquisition only if it holds token,
 	// which lets an operator release exactly the holder they inspected;
 	// otherwise it changes nothing and returns a *LostError (Reason
-	// Superseded if another acquisition holds or held key since, Expired if
-	// that acquisition already ended).
+	// Superseded if another acquisition holds or held key since; Expired,
+	// ForceReleased or RecordLost if that acquisition already ended, as
+	// Renew would say). The ended holder's own Renew and Release then fail
+	// with Reason ForceReleased, until another acquisition takes the key.
 	//
 	// It returns the key's record as it was just before, read in the same
-	// atomic operation: the holder that was ended when Held is true. When
-	// token is 0 and nothing holds key, it changes nothing and returns a
-	// record with Held false and a nil error.
+	// atomic operation: when the error is nil and Held is true, that is the
+	// holder this call ended, and no other. When token is 0 and nothing
+	// holds key at the instant the operation takes effect, it changes
+	// nothing and returns a record with Held false and a nil error, even if
+	// an acquisition that began later holds key by the time it returns.
 	ForceRelease(ctx context.Context, key string, token Token) (Record, error)
 }

@@ -51,8 +51,10 @@ type Backend interface {
 	// Renew extends the lease of acquisition a to ttl from now on the
 	// backend's clock, keeping its token, if a (key, nonce and token) is
 	// still current and not expired. Otherwise it returns a *LostError with
-	// Reason Expired (a still shows as the last acquisition, or there is no
-	// record) or Superseded (another acquisition holds or held the key
+	// Reason Expired (a still shows as the last acquisition, ended by its
+	// TTL or its own release), ForceReleased (a still shows as the last
+	// acquisition, ended by a ForceReleaser), RecordLost (there is no record
+	// of the key) or Superseded (another acquisition holds or held the key
 	// since). The client always passes the acquisition's token; a backend
 	// may refuse a.Token 0 as superseded, or treat it as Release does.
 	Renew(ctx context.Context, a Acquisition, ttl time.Duration) error

@@ -90,8 +90,8 @@ type LostReason int
 
 const (
 	// Expired means no other acquisition took the lease after this one, but
-	// this one is no longer held: its TTL passed, it was released, or the
-	// backend lost the record.
+	// this one is no longer held: its TTL passed on the backend's clock, or
+	// its holder released it.
 	Expired LostReason = iota + 1
 	// Superseded means another acquisition holds, or has held, the lease
 	// since this one.
@@ -99,8 +99,21 @@ const (
 	// DeadlinePassed means the local deadline passed without a confirmed
 	// renewal; the backend was not reachable to say either way.
 	DeadlinePassed
+	// ForceReleased means an operator ended this acquisition with a
+	// [ForceReleaser] (leasectl release --force), and nobody has acquired
+	// the key since.
+	ForceReleased
+	// RecordLost means the backend has no record of the key at all: it lost
+	// data (a restart without persistence, a failover to a replica that
+	// missed writes, eviction) or removed the record after its retention
+	// period. The key's next token still rises above this one's wherever
+	// tokens are seeded from the backend's clock.
+	RecordLost
 )
 
+// String returns the reason as leasectl and the metrics adapters print it:
+// "expired", "superseded", "local deadline passed", "force-released" or
+// "record lost".
 func (r LostReason) String() string {
 	switch r {
 	case Expired:
@@ -109,6 +122,10 @@ func (r LostReason) String() string {
 		return "superseded"
 	case DeadlinePassed:
 		return "local deadline passed"
+	case ForceReleased:
+		return "force-released"
+	case RecordLost:
+		return "record lost"
 	}
 	return fmt.Sprintf("LostReason(%d)", int(r))
 }

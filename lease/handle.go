@@ -132,7 +132,9 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 
 // Validate asks the backend whether this acquisition still holds the lease.
 // It returns nil if so, an error matching ErrLost (errors.As finds the
-// *LostError) if not, or the backend's error.
+// *LostError) if not, or the backend's error. It reads the key's record
+// with Inspect, which does not say how an acquisition ended: a forced
+// release reads as Expired here, where Renew says ForceReleased.
 // A nil result is already history when it returns: use a fence, not
 // Validate, to protect a write.
 func (h *Handle) Validate(ctx context.Context) error {
@@ -146,6 +148,8 @@ func (h *Handle) Validate(ctx context.Context) error {
 	switch {
 	case r.Held && r.Token == h.token && r.Owner == h.c.owner:
 		return nil
+	case r.Token == 0:
+		lost = &LostError{Key: h.key, Token: h.token, Reason: RecordLost}
 	case r.Token > h.token || r.Held && r.Token != h.token:
 		lost = &LostError{Key: h.key, Token: h.token, Reason: Superseded}
 	default:

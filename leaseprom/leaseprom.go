@@ -42,8 +42,8 @@
 // The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may
 // not have been applied), canceled, invalid and error. The reason label is
-// expired, superseded, deadline_passed or unknown; operation is acquire,
-// renew or release.
+// expired, superseded, deadline_passed, force_released, record_lost or
+// unknown; operation is acquire, renew or release.
 //
 // # Cardinality
 //

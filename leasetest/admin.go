@@ -3,7 +3,9 @@ package leasetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golib/lease/lease"
@@ -83,8 +85,8 @@ func adminCases() []testCase {
 			if r.Held || r.Token != a.Token {
 				e.t.Fatalf("after ForceRelease, Inspect = %+v; want free with token %d kept", r, a.Token)
 			}
-			e.mustLose("the old holder's Renew", e.b.Renew(e.ctx(), a, longTTL), lease.Expired)
-			e.mustLose("the old holder's Release", e.b.Release(e.ctx(), a), lease.Expired)
+			e.mustLose("the old holder's Renew", e.b.Renew(e.ctx(), a, longTTL), lease.ForceReleased)
+			e.mustLose("the old holder's Release", e.b.Release(e.ctx(), a), lease.ForceReleased)
 			b := e.acquire(key, "next")
 			if b.Token <= a.Token {
 				e.t.Fatalf("token after ForceRelease %d, want above %d", b.Token, a.Token)
@@ -111,7 +113,15 @@ func adminCases() []testCase {
 			}
 			e.mustBeFree(key)
 			_, err = f.ForceRelease(e.ctx(), key, b.Token)
-			e.mustLose("ForceRelease of an ended acquisition", err, lease.Expired)
+			e.mustLose("ForceRelease of a force-released acquisition", err, lease.ForceReleased)
+			c := e.acquire(key, "third")
+			if err := e.b.Release(e.ctx(), c); err != nil {
+				e.t.Fatal(err)
+			}
+			_, err = f.ForceRelease(e.ctx(), key, c.Token)
+			e.mustLose("ForceRelease of a released acquisition", err, lease.Expired)
+			_, err = f.ForceRelease(e.ctx(), e.key("never"), c.Token)
+			e.mustLose("ForceRelease by token of a key never acquired", err, lease.RecordLost)
 		}},
 		{"ForceReleaser/FreeKey", func(e *env) {
 			f := e.forceReleaser()
@@ -165,6 +175,129 @@ func adminCases() []testCase {
 			case <-time.After(15 * time.Second):
 				e.t.Fatal("the waiter did not get the key after ForceRelease")
 			}
+		}},
+		{"ForceReleaser/HolderLearnsReason", func(e *env) {
+			// The client's handle, and so a managed renewer, reports the
+			// forced release as such.
+			f := e.forceReleaser()
+			key := e.key("k")
+			h, err := e.client("stuck").TryAcquire(e.ctx(), key, e.policy())
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			if _, err := f.ForceRelease(e.ctx(), key, 0); err != nil {
+				e.t.Fatalf("ForceRelease: %v", err)
+			}
+			e.mustLose("Renew after ForceRelease", h.Renew(e.ctx()), lease.ForceReleased)
+			if err := h.Release(e.ctx()); err == nil || !strings.Contains(err.Error(), "force-released") {
+				e.t.Fatalf("Release after ForceRelease = %v, want an error that says force-released", err)
+			}
+		}},
+		{"ForceReleaser/RacingAcquisitions", func(e *env) {
+			// ForceRelease, with and without a token, races a holder that
+			// acquires, renews and releases the key in a loop. What it
+			// reports must be what happened: a holder it reports ended
+			// must find its own Release refused as force-released, and a
+			// holder refused as force-released must have been reported
+			// ended by exactly one ForceRelease.
+			f := e.forceReleaser()
+			key := e.key("k")
+			var (
+				mu     sync.Mutex
+				ended  = map[lease.Token]int{} // reported ended, how often
+				holder = map[lease.Token]error{}
+				fatal  error
+			)
+			endedCount := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ended)
+			}
+			stop := make(chan struct{})
+			forcer := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						forcer <- nil
+						return
+					default:
+					}
+					var tok lease.Token
+					if i%2 == 1 {
+						r, err := e.b.Inspect(e.ctx(), key)
+						if err != nil {
+							forcer <- fmt.Errorf("Inspect: %w", err)
+							return
+						}
+						if !r.Held {
+							continue
+						}
+						tok = r.Token
+					}
+					prev, err := f.ForceRelease(e.ctx(), key, tok)
+					var le *lease.LostError
+					switch {
+					case err == nil && prev.Held:
+						if tok != 0 && prev.Token != tok {
+							forcer <- fmt.Errorf("ForceRelease(%d) reported ending token %d", tok, prev.Token)
+							return
+						}
+						mu.Lock()
+						ended[prev.Token]++
+						mu.Unlock()
+					case err == nil:
+					case tok != 0 && errors.As(err, &le) && (le.Reason == lease.Expired || le.Reason == lease.Superseded):
+					default:
+						forcer <- fmt.Errorf("ForceRelease(%d): %w", tok, err)
+						return
+					}
+				}
+			}()
+			cycles := 0
+			for ; cycles < 5000 && (cycles < 200 || endedCount() < 3); cycles++ {
+				a := e.acquire(key, fmt.Sprintf("holder-%d", cycles))
+				err := e.b.Renew(e.ctx(), a, longTTL)
+				if err == nil {
+					err = e.b.Release(e.ctx(), a)
+				}
+				var le *lease.LostError
+				if err != nil && (!errors.As(err, &le) || le.Reason != lease.ForceReleased) {
+					fatal = fmt.Errorf("holder of token %d: %w", a.Token, err)
+					break
+				}
+				mu.Lock()
+				holder[a.Token] = err
+				mu.Unlock()
+			}
+			close(stop)
+			if err := <-forcer; err != nil {
+				e.t.Fatal(err)
+			}
+			if fatal != nil {
+				e.t.Fatal(fatal)
+			}
+			forced := 0
+			for tok, err := range holder {
+				n := ended[tok]
+				switch {
+				case err == nil && n > 0:
+					e.t.Errorf("ForceRelease reported ending token %d, but its holder renewed or released it afterwards", tok)
+				case err != nil && n != 1:
+					e.t.Errorf("the holder of token %d was refused as force-released (%v), but %d ForceRelease calls reported ending it, want 1", tok, err, n)
+				case err != nil:
+					forced++
+				}
+			}
+			for tok := range ended {
+				if _, ok := holder[tok]; !ok {
+					e.t.Errorf("ForceRelease reported ending token %d, which no holder was granted", tok)
+				}
+			}
+			if forced == 0 {
+				e.t.Errorf("in %d cycles no ForceRelease ended a holder: the race was not exercised", cycles)
+			}
+			e.t.Logf("%d acquisitions, %d ended by ForceRelease", cycles, forced)
 		}},
 		{"ForceReleaser/InvalidKey", func(e *env) {
 			f := e.forceReleaser()

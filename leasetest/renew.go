@@ -51,13 +51,13 @@ func renewCases() []testCase {
 		{"Renew/KeyNeverAcquired", func(e *env) {
 			// A key the backend holds nothing for (never acquired, or
 			// its record lost with the data): renew and release are
-			// refused as expired, and write no record.
+			// refused as a lost record, and write no record.
 			key := e.key("never")
 			a := lease.Acquisition{Key: key, Owner: "owner", Nonce: e.nonce(), Token: 1}
-			e.mustLose("Renew of a key never acquired", e.b.Renew(e.ctx(), a, e.s.TTL), lease.Expired)
-			e.mustLose("Release of a key never acquired", e.b.Release(e.ctx(), a), lease.Expired)
+			e.mustLose("Renew of a key never acquired", e.b.Renew(e.ctx(), a, e.s.TTL), lease.RecordLost)
+			e.mustLose("Release of a key never acquired", e.b.Release(e.ctx(), a), lease.RecordLost)
 			a.Token = 0
-			e.mustLose("Release by nonce alone of a key never acquired", e.b.Release(e.ctx(), a), lease.Expired)
+			e.mustLose("Release by nonce alone of a key never acquired", e.b.Release(e.ctx(), a), lease.RecordLost)
 			if r := e.inspect(key); r.Held || r.Token != 0 {
 				e.t.Fatalf("after a refused renew and release of a key never acquired, Inspect = %+v; want free, token 0", r)
 			}

@@ -70,12 +70,16 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	switch {
 	case token != 0 && r != nil && r.token != token:
 		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
+	case token != 0 && r != nil && r.forced:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.ForceReleased}
+	case token != 0 && r == nil:
+		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.RecordLost}
 	case token != 0 && live == nil:
 		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Expired}
 	case live == nil:
 		return prev, nil
 	}
-	live.held = false
+	live.held, live.forced = false, true
 	s.notify(key)
 	return prev, nil
 }

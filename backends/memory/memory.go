@@ -36,6 +36,7 @@ type record struct {
 	owner, nonce string
 	token        lease.Token // last token issued; never decreases
 	held         bool
+	forced       bool // ForceRelease ended the last acquisition
 	expires      time.Time
 }
 
@@ -84,7 +85,7 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 		s.recs[req.Key] = r
 	}
 	r.token++
-	r.owner, r.nonce, r.held, r.expires = req.Owner, req.Nonce, true, now.Add(req.TTL)
+	r.owner, r.nonce, r.held, r.forced, r.expires = req.Owner, req.Nonce, true, false, now.Add(req.TTL)
 	return r.token, nil
 }
 
@@ -93,12 +94,14 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 func (s *Store) check(a lease.Acquisition, now time.Time) (*record, error) {
 	r := s.recs[a.Key]
 	if r == nil {
-		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
+		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.RecordLost}
 	}
 	mine := r.nonce == a.Nonce && (a.Token == 0 || r.token == a.Token)
 	switch {
 	case !mine:
 		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
+	case r.forced:
+		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.ForceReleased}
 	case !r.held || !now.Before(r.expires):
 		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
 	}

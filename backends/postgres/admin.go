@@ -68,15 +68,26 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 
 // Outcomes of forcerelease.sql.
 const (
-	forceNotHeld    = 0
-	forceReleased   = 1
-	forceEnded      = 2
-	forceSuperseded = 3
+	forceNotHeld       = 0
+	forceReleased      = 1
+	forceEnded         = 2
+	forceSuperseded    = 3
+	forceForceReleased = 4
+	forceNoRow         = 5
 )
 
+// forceLost maps the outcomes of forcerelease.sql that end in a
+// *lease.LostError to its reason.
+var forceLost = map[int32]lease.LostReason{
+	forceEnded:         lease.Expired,
+	forceSuperseded:    lease.Superseded,
+	forceForceReleased: lease.ForceReleased,
+	forceNoRow:         lease.RecordLost,
+}
+
 // ForceRelease implements lease.ForceReleaser in one statement
-// (queries/forcerelease.sql) that sets the row's expiry to now, as Release
-// does, and notifies waiters if one marked the key.
+// (queries/forcerelease.sql) that sets the row's expiry to the Unix epoch,
+// long past as Release's, and notifies waiters if one marked the key.
 func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Record{}, fmt.Errorf("leasepostgres: force release: %w", err)
@@ -106,10 +117,9 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	switch outcome {
 	case forceReleased, forceNotHeld:
 		return prev, nil
-	case forceEnded:
-		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Expired}
-	case forceSuperseded:
-		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
+	}
+	if reason, ok := forceLost[outcome]; ok {
+		return prev, &lease.LostError{Key: key, Token: token, Reason: reason}
 	}
 	return prev, lease.Indeterminate(fmt.Errorf("leasepostgres: force release %q: unexpected outcome %d", key, outcome))
 }

@@ -266,20 +266,29 @@ type outcomeCall struct {
 
 // Outcomes of renew.sql and release.sql.
 const (
-	outcomeDone       = 0
-	outcomeExpired    = 1
-	outcomeSuperseded = 2
+	outcomeDone          = 0
+	outcomeExpired       = 1
+	outcomeSuperseded    = 2
+	outcomeForceReleased = 3
+	outcomeNoRow         = -1 // no row: the statement returned nothing
 )
+
+// lostReasons maps the outcomes of renew.sql, release.sql and
+// forcerelease.sql that end in a *lease.LostError to its reason.
+var lostReasons = map[int32]lease.LostReason{
+	outcomeExpired:       lease.Expired,
+	outcomeSuperseded:    lease.Superseded,
+	outcomeForceReleased: lease.ForceReleased,
+	outcomeNoRow:         lease.RecordLost,
+}
 
 // lost converts the outcome of renew.sql or release.sql to an error.
 func lost(a lease.Acquisition, outcome int32) error {
-	switch {
-	case outcome == outcomeExpired:
-		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
-	case outcome == outcomeSuperseded:
-		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
-	case outcome == outcomeDone:
+	if outcome == outcomeDone {
 		return nil
+	}
+	if reason, ok := lostReasons[outcome]; ok {
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
 	}
 	return fmt.Errorf("leasepostgres: unexpected outcome %d", outcome)
 }
@@ -297,7 +306,7 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 		return err
 	}
 	if !ok { // the key has no row
-		c.outcome = outcomeExpired
+		c.outcome = outcomeNoRow
 	}
 	return lost(a, c.outcome)
 }
@@ -316,7 +325,7 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 		return err
 	}
 	if !ok { // the key has no row
-		c.outcome = outcomeExpired
+		c.outcome = outcomeNoRow
 	}
 	return lost(a, c.outcome)
 }

@@ -26,8 +26,8 @@ var forceReleaseLua string
 // forceReleaseScript is not retryable, like the other mutating scripts.
 var forceReleaseScript = valkey.NewLuaScript(forceReleaseLua, valkey.WithLoadSHA1(true))
 
-// Outcomes of forcerelease.lua besides outcomeDone, outcomeExpired and
-// outcomeSuperseded.
+// The outcome of forcerelease.lua that is none of renew.lua's and
+// release.lua's.
 const outcomeNotHeld = 0
 
 // recordLayout returns what recordKey puts before and after the escaped
@@ -209,8 +209,9 @@ func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
 }
 
 // ForceRelease implements lease.ForceReleaser in one script
-// (lua/forcerelease.lua) that sets the record's expiry to 0, as Release
-// does, and announces the release to waiters.
+// (lua/forcerelease.lua) that sets the record's expiry to -1 (long past,
+// and unlike Release's 0, so that the ended holder learns it was forced),
+// and announces the release to waiters.
 func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
 	const op = "force release"
 	if err := validate(op, key); err != nil {
@@ -239,13 +240,11 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		left, _ := vals[3].AsInt64()
 		prev.Held, prev.Owner, prev.Remaining = true, owner, time.Duration(left)*time.Microsecond
 	}
-	switch outcome {
-	case outcomeDone, outcomeNotHeld:
+	if outcome == outcomeDone || outcome == outcomeNotHeld {
 		return prev, nil
-	case outcomeExpired:
-		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Expired}
-	case outcomeSuperseded:
-		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
+	}
+	if reason, ok := lostReasons[outcome]; ok {
+		return prev, &lease.LostError{Key: key, Token: token, Reason: reason}
 	}
 	return prev, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected outcome %d", op, outcome))
 }

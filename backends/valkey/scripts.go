@@ -3,6 +3,8 @@ package valkey
 import (
 	_ "embed"
 
+	"github.com/golib/lease/lease"
+
 	valkey "github.com/valkey-io/valkey-go"
 )
 
@@ -33,7 +35,18 @@ var (
 
 // Outcomes returned by the renew and release scripts.
 const (
-	outcomeDone       = 1
-	outcomeExpired    = 2
-	outcomeSuperseded = 3
+	outcomeDone          = 1
+	outcomeExpired       = 2
+	outcomeSuperseded    = 3
+	outcomeForceReleased = 4
+	outcomeNoRecord      = 5
 )
+
+// lostReasons maps the outcomes of the renew, release and forcerelease
+// scripts that end in a *lease.LostError to its reason.
+var lostReasons = map[int64]lease.LostReason{
+	outcomeExpired:       lease.Expired,
+	outcomeSuperseded:    lease.Superseded,
+	outcomeForceReleased: lease.ForceReleased,
+	outcomeNoRecord:      lease.RecordLost,
+}

@@ -172,13 +172,11 @@ func outcome(op string, a lease.Acquisition, res valkey.ValkeyResult) error {
 	if err != nil {
 		return classify(op, err)
 	}
-	switch n {
-	case outcomeDone:
+	if n == outcomeDone {
 		return nil
-	case outcomeExpired:
-		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Expired}
-	case outcomeSuperseded:
-		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
+	}
+	if reason, ok := lostReasons[n]; ok {
+		return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
 	}
 	return lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %d", op, n))
 }

@@ -58,7 +58,8 @@ func Outcome(err error) string {
 }
 
 // LostReason names why a lease was lost: "expired", "superseded",
-// "deadline_passed", or "unknown" when err carries no *lease.LostError.
+// "deadline_passed", "force_released", "record_lost", or "unknown" when err
+// carries no *lease.LostError.
 func LostReason(err error) string {
 	if le, ok := errors.AsType[*lease.LostError](err); ok {
 		switch le.Reason {
@@ -68,6 +69,10 @@ func LostReason(err error) string {
 			return "superseded"
 		case lease.DeadlinePassed:
 			return "deadline_passed"
+		case lease.ForceReleased:
+			return "force_released"
+		case lease.RecordLost:
+			return "record_lost"
 		}
 	}
 	return "unknown"

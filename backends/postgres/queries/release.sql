@@ -12,8 +12,10 @@
 --
 -- $1 key, $2 nonce, $3 token or 0, $4 notification channel or ''.
 -- One row with the outcome: 0 released, 1 expired (the row still shows
--- this acquisition), 2 superseded (the row shows another one); no row if
--- the key has none (expired).
+-- this acquisition), 2 superseded (the row shows another one), 3 ended by
+-- a forced release (the row shows this acquisition with the expiry
+-- forcerelease.sql sets, the Unix epoch, which this statement's expiry,
+-- a thousand years before now, never equals); no row if the key has none.
 --
 -- The update matches the key's row whatever it shows, and sets expires_at
 -- to its own value unless ($2, $3) holds it: a refused release writes the
@@ -38,6 +40,7 @@ SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $
                       ELSE l.expires_at END
 WHERE l.key = $1::text
 RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
+               WHEN l.expires_at = to_timestamp(0) THEN 3
                WHEN l.expires_at <> statement_timestamp() - interval '8760000 hours' THEN 1
                WHEN l.watched_until > statement_timestamp() AND $4::text <> ''
                THEN CASE WHEN pg_notify($4::text, $1::text) IS NULL THEN 0 ELSE 0 END

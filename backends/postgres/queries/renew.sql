@@ -3,8 +3,9 @@
 --
 -- $1 key, $2 nonce, $3 token (0: any token), $4 TTL (an interval).
 -- One row with the outcome: 0 renewed, 1 expired (the row still shows this
--- acquisition), 2 superseded (the row shows another one); no row if the
--- key has none (expired).
+-- acquisition), 2 superseded (the row shows another one), 3 ended by a
+-- forced release (the row shows this acquisition with the expiry
+-- forcerelease.sql sets, the Unix epoch); no row if the key has none.
 --
 -- Shaped as release.sql is: the update matches the key's row whatever it
 -- shows and changes the expiry only if ($2, $3) holds it, so a refused
@@ -23,5 +24,6 @@ SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $
                       ELSE l.expires_at END
 WHERE l.key = $1::text
 RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
+               WHEN l.expires_at = to_timestamp(0) THEN 3
                WHEN l.expires_at <> statement_timestamp() + $4::interval THEN 1
                ELSE 0 END

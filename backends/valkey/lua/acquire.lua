@@ -6,7 +6,8 @@
 --          owner    the owner string of the last acquisition
 --          nonce    the secret of the last acquisition
 --          expires  when the last acquisition ends, in microseconds since
---                   the Unix epoch on this server's clock (0 once released)
+--                   the Unix epoch on this server's clock (0 once released,
+--                   -1 once ended by forcerelease.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  nonce
 -- ARGV[3]  TTL in microseconds

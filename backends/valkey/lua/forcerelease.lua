@@ -2,7 +2,9 @@
 -- forcerelease: end whichever acquisition holds the lease recorded in the
 -- hash KEYS[1] (see acquire.lua for its fields), for an operator, keeping
 -- the token so that it never goes back, and announce the release on a
--- shard channel as release.lua does.
+-- shard channel as release.lua does. It sets the expiry to -1, not 0 as
+-- release.lua does, so that renew.lua and release.lua can tell the ended
+-- holder that an operator ended it.
 --
 -- KEYS[1]  the lease record
 -- ARGV[1]  token (decimal): end the acquisition only if it holds this
@@ -12,8 +14,9 @@
 -- Returns {outcome, token, owner, remaining microseconds}, the record as it
 -- was before: token is nil for a missing record, owner nil and remaining 0
 -- when the lease was free. Outcome is 1 released, 0 nothing held (ARGV[1]
--- "0"), 2 the acquisition named by ARGV[1] already ended (or there is no
--- record), 3 another acquisition holds or held the lease since.
+-- "0"), 2 the acquisition named by ARGV[1] already ended, 3 another
+-- acquisition holds or held the lease since, 4 the acquisition named by
+-- ARGV[1] was already ended by a forced release, 5 there is no record.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'owner', 'expires')
 local any = ARGV[1] == '0'
@@ -21,7 +24,7 @@ if not r[1] then
   if any then
     return {0, false, false, 0}
   end
-  return {2, false, false, 0}
+  return {5, false, false, 0}
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -34,6 +37,9 @@ if left <= 0 then
   if any then
     return {0, token, false, 0}
   end
+  if r[3] == '-1' then
+    return {4, token, false, 0}
+  end
   return {2, token, false, 0}
 end
 if not any and r[1] ~= ARGV[1] then
@@ -42,5 +48,5 @@ end
 -- Announce first, as release.lua does: a user refused the channel fails
 -- before the write, leaving the lease as it was.
 redis.call('SPUBLISH', ARGV[2], r[1])
-redis.call('HSET', rec, 'expires', '0')
+redis.call('HSET', rec, 'expires', '-1')
 return {1, token, r[2], left}

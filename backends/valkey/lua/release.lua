@@ -8,15 +8,19 @@
 -- ARGV[2]  token (decimal), or "0" to identify the acquisition by nonce alone
 -- ARGV[3]  the shard channel to announce the release on (same hash slot)
 --
--- Returns 1 if released, 2 if the acquisition had already ended (or the
--- record is gone), 3 if another acquisition holds or held the lease since.
+-- Returns 1 if released, 2 if the acquisition had already ended (expired
+-- or released), 3 if another acquisition holds or held the lease since, 4
+-- if forcerelease.lua ended it, 5 if there is no record.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires')
 if not r[1] then
-  return 2
+  return 5
 end
 if r[2] ~= ARGV[1] or (ARGV[2] ~= '0' and r[1] ~= ARGV[2]) then
   return 3
+end
+if r[3] == '-1' then
+  return 4
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]

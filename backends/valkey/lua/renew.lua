@@ -7,15 +7,19 @@
 -- ARGV[2]  token (decimal)
 -- ARGV[3]  TTL in microseconds
 --
--- Returns 1 if renewed, 2 if the acquisition expired (or the record is
--- gone), 3 if another acquisition holds or held the lease since.
+-- Returns 1 if renewed, 2 if the acquisition expired (or was released), 3
+-- if another acquisition holds or held the lease since, 4 if
+-- forcerelease.lua ended it, 5 if there is no record.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires')
 if not r[1] then
-  return 2
+  return 5
 end
 if r[2] ~= ARGV[1] or r[1] ~= ARGV[2] then
   return 3
+end
+if r[3] == '-1' then
+  return 4
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
