@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"sync/atomic"
 
 	valkey "github.com/valkey-io/valkey-go"
 
@@ -10,17 +11,28 @@ import (
 
 // subscribe subscribes to the shard channel ch and returns a channel that
 // receives a value (at least once, possibly more) after each message, and
-// a function that ends the subscription and waits for its goroutine to
-// exit. It returns once the server has confirmed the subscription, so a
-// message published after subscribe returns is seen. ctx bounds the setup.
+// after each re-subscription (a message published while the subscription
+// was interrupted went unseen), and a function that ends the subscription
+// and waits for its goroutine to exit. It returns once the server has
+// confirmed the subscription, so a message published after subscribe
+// returns is seen. ctx bounds the setup.
 func subscribe(ctx context.Context, client valkey.Client, ch string) (<-chan struct{}, func(), error) {
 	msgs := make(chan struct{}, 1)
-	sub := valkeystore.Subscribe(client, ch, valkeystore.Handlers{Message: func() {
+	wake := func() {
 		select {
 		case msgs <- struct{}{}:
 		default: // a value is already waiting
 		}
-	}})
+	}
+	var confirmations atomic.Int64
+	sub := valkeystore.Subscribe(client, ch, valkeystore.Handlers{
+		Message: wake,
+		Ready: func() {
+			if confirmations.Add(1) > 1 {
+				wake()
+			}
+		},
+	})
 	if err := sub.Wait(ctx); err != nil {
 		return nil, nil, err
 	}

@@ -40,10 +40,13 @@ const subscribeWait = 100 * time.Millisecond
 
 // WatchReleases implements lease.ReleaseWatcher: the returned channel
 // receives a value when Release frees key, announced by the release script
-// on the key's shard channel. It also receives one once the subscription
-// is in place, since a release announced before then went unseen: the
-// waiter asks again at once. Calls for the same key share one
-// subscription, which ends when the last of them is stopped. It waits at
+// on the key's shard channel. It also receives one each time the
+// subscription is in place, the first time and again after the server
+// ended it (a cluster failover or slot migration moves the key's slot; the
+// watch subscribes again) or the connection was lost (valkey-go subscribes
+// again), since a release announced before then went unseen: the waiter
+// asks again at once. Calls for the same key share one subscription,
+// which ends when the last of them is stopped. It waits at
 // most 100ms, and no longer than ctx allows, for the server to confirm the
 // subscription; stop ends it (sending SUNSUBSCRIBE, bounded by a second)
 // and waits for its goroutine to exit.
@@ -115,6 +118,11 @@ func (s *Store) startWatch(ch string) *watch {
 		w.wakeAllLocked()
 		s.mu.Unlock()
 	}
+	interrupted := func() {
+		s.mu.Lock()
+		w.ready = false // the next confirmation wakes every subscriber
+		s.mu.Unlock()
+	}
 	ended := func() {
 		s.mu.Lock()
 		if s.watches[ch] == w {
@@ -122,7 +130,7 @@ func (s *Store) startWatch(ch string) *watch {
 		}
 		s.mu.Unlock()
 	}
-	w.sub = valkeystore.Subscribe(s.client, ch, valkeystore.Handlers{Ready: confirmed, Message: wake, End: ended})
+	w.sub = valkeystore.Subscribe(s.client, ch, valkeystore.Handlers{Ready: confirmed, Message: wake, Interrupted: interrupted, End: ended})
 	return w
 }
 

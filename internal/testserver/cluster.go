@@ -3,8 +3,10 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,7 +61,8 @@ func (c *SharedValkeyCluster) Addrs() []string { return slices.Clone(c.addrs) }
 // without replicas, each a [ValkeyServer] that can be stopped, killed, paused
 // and restarted on its own.
 type ValkeyClusterServers struct {
-	nodes []*ValkeyServer
+	nodes    []*ValkeyServer // the primaries, in the order of their slots
+	replicas []*ValkeyServer
 }
 
 // StartValkeyCluster starts a dedicated Valkey cluster of the given number of
@@ -180,4 +183,225 @@ func clusterPending(ctx context.Context, procs []*valkeyProc) (*valkeyProc, stri
 		}
 	}
 	return nil, ""
+}
+
+// AddReplica starts a cluster-enabled server, joins it to the cluster as a
+// replica of the primary Nodes()[i], and waits until its link to the
+// primary is up and every node of the cluster knows it. It is stopped and
+// deleted when t ends. Replicas are not among Addrs or Nodes.
+func (c *ValkeyClusterServers) AddReplica(t testing.TB, i int) *ValkeyServer {
+	t.Helper()
+	if i < 0 || i >= len(c.nodes) {
+		t.Fatalf("testserver: AddReplica(%d) of a cluster of %d primaries", i, len(c.nodes))
+	}
+	vp, err := startValkeyProc(valkeyConfig{cluster: true})
+	if err != nil {
+		unavailable(t, "can't start a Valkey cluster replica", err)
+	}
+	t.Cleanup(vp.close)
+	replica := &ValkeyServer{t: t, vp: vp}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	primary := c.nodes[i].vp
+	id := nodeID(ctx, t, primary.addr())
+	meet := []string{"CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(primary.port), strconv.Itoa(primary.busPort)}
+	if _, err := respDo(ctx, vp.addr(), meet...); err != nil {
+		t.Fatalf("testserver: %v on %s: %v", meet, vp.addr(), err)
+	}
+	c.replicas = append(c.replicas, replica)
+	// A node replicates only a node it already knows as a primary.
+	waitFor(ctx, t, "replica "+vp.addr()+" to replicate "+primary.addr(), func() error {
+		_, err := respDo(ctx, vp.addr(), "CLUSTER", "REPLICATE", id)
+		return err
+	})
+	waitFor(ctx, t, "replica "+vp.addr()+" to sync", func() error {
+		info, err := respString(ctx, vp.addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if v := infoField(info, "master_link_status"); v != "up" {
+			return fmt.Errorf("master_link_status:%s", v)
+		}
+		return c.settled(ctx)
+	})
+	return replica
+}
+
+// Failover promotes replica, made by [ValkeyClusterServers.AddReplica],
+// with CLUSTER FAILOVER: the manual failover, in which the primary stops
+// taking writes until the replica has caught up, the replica takes its
+// slots and the old primary becomes the replica's replica. It waits until
+// every node sees the replica as a primary. The two swap places: the
+// replica is then among Nodes and Addrs, the old primary is not.
+func (c *ValkeyClusterServers) Failover(t testing.TB, replica *ValkeyServer) {
+	t.Helper()
+	r := slices.Index(c.replicas, replica)
+	if r < 0 {
+		t.Fatalf("testserver: Failover(%s): not a replica of the cluster", replica.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	info, err := respString(ctx, replica.Addr(), "INFO", "replication")
+	if err != nil {
+		t.Fatalf("testserver: INFO replication on %s: %v", replica.Addr(), err)
+	}
+	primaryAddr := net.JoinHostPort(infoField(info, "master_host"), infoField(info, "master_port"))
+	i := slices.IndexFunc(c.nodes, func(n *ValkeyServer) bool { return n.Addr() == primaryAddr })
+	if i < 0 {
+		t.Fatalf("testserver: Failover: %s replicates %s, not a primary of the cluster", replica.Addr(), primaryAddr)
+	}
+	if _, err := respDo(ctx, replica.Addr(), "CLUSTER", "FAILOVER"); err != nil {
+		t.Fatalf("testserver: CLUSTER FAILOVER on %s: %v", replica.Addr(), err)
+	}
+	c.nodes[i], c.replicas[r] = replica, c.nodes[i]
+	id := nodeID(ctx, t, replica.Addr())
+	waitFor(ctx, t, "the failover to "+replica.Addr(), func() error {
+		for _, n := range c.all() {
+			nodes, err := respString(ctx, n.Addr(), "CLUSTER", "NODES")
+			if err != nil {
+				return err
+			}
+			if !nodeIsPrimary(nodes, id) {
+				return fmt.Errorf("%s does not see %s as a primary yet", n.Addr(), replica.Addr())
+			}
+		}
+		return c.settled(ctx)
+	})
+}
+
+// MoveSlot migrates one hash slot, with its keys, from the primary that
+// serves it to Nodes()[dst], as valkey-cli --cluster reshard does: CLUSTER
+// SETSLOT IMPORTING on dst and MIGRATING on the source, MIGRATE of every
+// key, then SETSLOT NODE on both. It waits until every node sees dst as the
+// slot's owner.
+func (c *ValkeyClusterServers) MoveSlot(t testing.TB, slot, dst int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	to := c.nodes[dst]
+	from := c.owner(ctx, t, slot, c.nodes[0].Addr())
+	if from == to {
+		return
+	}
+	fromID, toID, sl := nodeID(ctx, t, from.Addr()), nodeID(ctx, t, to.Addr()), strconv.Itoa(slot)
+	do := func(addr string, args ...string) any {
+		t.Helper()
+		reply, err := respDo(ctx, addr, args...)
+		if err != nil {
+			t.Fatalf("testserver: %v on %s: %v", args, addr, err)
+		}
+		return reply
+	}
+	do(to.Addr(), "CLUSTER", "SETSLOT", sl, "IMPORTING", fromID)
+	do(from.Addr(), "CLUSTER", "SETSLOT", sl, "MIGRATING", toID)
+	host, port, _ := net.SplitHostPort(to.Addr())
+	for {
+		keys, _ := do(from.Addr(), "CLUSTER", "GETKEYSINSLOT", sl, "100").([]any)
+		if len(keys) == 0 {
+			break
+		}
+		args := []string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}
+		for _, k := range keys {
+			args = append(args, fmt.Sprint(k))
+		}
+		do(from.Addr(), args...)
+	}
+	do(to.Addr(), "CLUSTER", "SETSLOT", sl, "NODE", toID)
+	do(from.Addr(), "CLUSTER", "SETSLOT", sl, "NODE", toID)
+	waitFor(ctx, t, "slot "+sl+" to move to "+to.Addr(), func() error {
+		for _, n := range c.nodes {
+			if o := c.owner(ctx, t, slot, n.Addr()); o != to {
+				return fmt.Errorf("%s still sees %s as the owner", n.Addr(), o.Addr())
+			}
+		}
+		return c.settled(ctx)
+	})
+}
+
+// owner returns the primary that serves slot, as the node at ask sees it.
+func (c *ValkeyClusterServers) owner(ctx context.Context, t testing.TB, slot int, ask string) *ValkeyServer {
+	t.Helper()
+	reply, err := respDo(ctx, ask, "CLUSTER", "SLOTS")
+	if err != nil {
+		t.Fatalf("testserver: CLUSTER SLOTS on %s: %v", ask, err)
+	}
+	ranges, _ := reply.([]any)
+	for _, rg := range ranges {
+		r, _ := rg.([]any)
+		if len(r) < 3 {
+			continue
+		}
+		lo, _ := r[0].(int64)
+		hi, _ := r[1].(int64)
+		node, _ := r[2].([]any)
+		if int64(slot) < lo || int64(slot) > hi || len(node) < 2 {
+			continue
+		}
+		addr := net.JoinHostPort(fmt.Sprint(node[0]), fmt.Sprint(node[1]))
+		for _, n := range c.nodes {
+			if n.Addr() == addr {
+				return n
+			}
+		}
+		t.Fatalf("testserver: slot %d is served by %s, not a primary of the cluster", slot, addr)
+	}
+	t.Fatalf("testserver: no node serves slot %d", slot)
+	return nil
+}
+
+// all returns the primaries and the replicas.
+func (c *ValkeyClusterServers) all() []*ValkeyServer {
+	return append(slices.Clone(c.nodes), c.replicas...)
+}
+
+// settled returns nil once every node reports cluster_state:ok and knows
+// every other node.
+func (c *ValkeyClusterServers) settled(ctx context.Context) error {
+	var procs []*valkeyProc
+	for _, n := range c.all() {
+		procs = append(procs, n.vp)
+	}
+	if p, why := clusterPending(ctx, procs); p != nil {
+		return fmt.Errorf("%s: %s", p.addr(), why)
+	}
+	return nil
+}
+
+// nodeID returns the cluster node ID of the server at addr.
+func nodeID(ctx context.Context, t testing.TB, addr string) string {
+	t.Helper()
+	id, err := respString(ctx, addr, "CLUSTER", "MYID")
+	if err != nil {
+		t.Fatalf("testserver: CLUSTER MYID on %s: %v", addr, err)
+	}
+	return id
+}
+
+// nodeIsPrimary reports whether the CLUSTER NODES text shows the node id
+// as a primary.
+func nodeIsPrimary(nodes, id string) bool {
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == id {
+			return slices.Contains(strings.Split(f[2], ","), "master")
+		}
+	}
+	return false
+}
+
+// waitFor calls check every 50ms until it returns nil, and fails t if ctx
+// ends first, with what it was waiting for and the last error.
+func waitFor(ctx context.Context, t testing.TB, what string, check func() error) {
+	t.Helper()
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testserver: waiting for %s: %v", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

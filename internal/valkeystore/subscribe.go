@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
@@ -12,8 +13,17 @@ import (
 // unsubscribeTimeout bounds the SUNSUBSCRIBE sent when a subscription ends.
 const unsubscribeTimeout = time.Second
 
+// Bounds of the wait before subscribing again after the server ended a
+// confirmed subscription; it doubles from the first to the last.
+const (
+	resubscribeFirst = 10 * time.Millisecond
+	resubscribeMax   = time.Second
+)
+
 // A Subscription is one SSUBSCRIBE to a shard channel, received in a
-// goroutine of its own. Its methods are safe for concurrent use.
+// goroutine of its own, and kept: if the server ends it once it was
+// confirmed, it subscribes again until stopped. Its methods are safe for
+// concurrent use.
 type Subscription struct {
 	ready  chan struct{} // closed once confirmed or failed
 	err    error         // why it failed; set before ready closes
@@ -23,16 +33,27 @@ type Subscription struct {
 	stop   sync.Once
 }
 
-// Handlers are the callbacks of a Subscription, each called from its
-// receiving goroutine and each optional. They must be fast.
+// Handlers are the callbacks of a Subscription, each optional. They must
+// be fast. Ready and Message are called from valkey-go's goroutines,
+// Interrupted and End from the Subscription's.
 type Handlers struct {
-	// Ready is called once, when the server has confirmed the
-	// subscription, before [Subscription.Ready] closes.
+	// Ready is called each time the server confirms the subscription: the
+	// first time, before [Subscription.Ready] closes, and again after each
+	// re-subscription (valkey-go's, after a lost connection, or the
+	// Subscription's own, after Interrupted). Messages published while the
+	// subscription was interrupted were not seen, so a caller that waits
+	// for one should look again when Ready is called.
 	Ready func()
 	// Message is called for every message.
 	Message func()
-	// End is called once the subscription has ended, for any reason,
-	// before [Subscription.Done] closes.
+	// Interrupted is called when the server ended the confirmed
+	// subscription while it was still wanted: it removed the channel's
+	// hash slot from the node (a cluster failover or a slot migration), or
+	// the connection ended in a way valkey-go does not retry. The
+	// Subscription subscribes again, and calls Ready once confirmed.
+	Interrupted func()
+	// End is called once the subscription has ended for good (stopped, or
+	// failed before it was confirmed), before [Subscription.Done] closes.
 	End func()
 }
 
@@ -41,20 +62,24 @@ type Handlers struct {
 //
 // Subscribe returns at once. [Subscription.Ready] closes when the server has
 // confirmed the subscription (a message published after that is seen) or
-// it failed ([Subscription.Err]). Cancelling only stops listening, so when
-// the subscription ends Subscribe also sends SUNSUBSCRIBE on the connection
-// that subscribed, bounded by a second.
+// it failed ([Subscription.Err]). Once confirmed, the subscription lasts
+// until [Subscription.Stop]: valkey-go subscribes again after a lost
+// connection, and Subscribe itself after the server ends the subscription
+// (waiting 10ms, doubling up to a second, between attempts). Cancelling
+// only stops listening, so each time a subscription ends Subscribe also
+// sends SUNSUBSCRIBE on the connection that subscribed, bounded by a
+// second.
 func Subscribe(client valkey.Client, ch string, h Handlers) *Subscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	var confirmed atomic.Int64 // how many times the server confirmed it
 	ctx = valkey.WithOnSubscriptionHook(ctx, func(sub valkey.PubSubSubscription) {
 		if sub.Kind == "ssubscribe" && sub.Channel == ch {
-			s.settle.Do(func() {
-				if h.Ready != nil {
-					h.Ready()
-				}
-				close(s.ready)
-			})
+			confirmed.Add(1)
+			if h.Ready != nil {
+				h.Ready()
+			}
+			s.settle.Do(func() { close(s.ready) })
 		}
 	})
 	ctx = valkey.WithOnReceiveReturnHook(ctx, func(err error, c valkey.CommandClient) error {
@@ -65,18 +90,38 @@ func Subscribe(client valkey.Client, ch string, h Handlers) *Subscription {
 	})
 	go func() {
 		defer close(s.done)
-		err := client.Receive(ctx, client.B().Ssubscribe().Channel(ch).Build(), func(valkey.PubSubMessage) {
-			if h.Message != nil {
-				h.Message()
+		wait, seen := resubscribeFirst, int64(0)
+		for {
+			err := client.Receive(ctx, client.B().Ssubscribe().Channel(ch).Build(), func(valkey.PubSubMessage) {
+				if h.Message != nil {
+					h.Message()
+				}
+			})
+			n := confirmed.Load()
+			if ctx.Err() != nil || n == 0 {
+				if err == nil || errors.Is(err, context.Canceled) {
+					err = errors.New("subscription ended before it was confirmed")
+				}
+				s.settleWith(err) // no-op if the subscription was confirmed
+				break
 			}
-		})
+			if h.Interrupted != nil {
+				h.Interrupted()
+			}
+			if n != seen { // confirmed since the last interruption
+				wait, seen = resubscribeFirst, n
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			wait = min(2*wait, resubscribeMax)
+		}
 		if h.End != nil {
 			h.End()
 		}
-		if err == nil || errors.Is(err, context.Canceled) {
-			err = errors.New("subscription ended before it was confirmed")
-		}
-		s.settleWith(err) // no-op if the subscription was confirmed
 	}()
 	return s
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/faults"
 	"github.com/golib/lease/internal/testserver"
@@ -74,5 +77,104 @@ func TestSubscribeWaitEndsWithContext(t *testing.T) {
 	case <-sub.Done():
 	default:
 		t.Fatal("Wait returned but the subscription still runs")
+	}
+}
+
+// subscribeCounting subscribes to ch on c, counting confirmations and
+// interruptions, with every message sent to got.
+func subscribeCounting(t *testing.T, c valkey.Client, ch string) (s *valkeystore.Subscription, ready, interrupted *atomic.Int64, got chan struct{}) {
+	t.Helper()
+	ready, interrupted, got = new(atomic.Int64), new(atomic.Int64), make(chan struct{}, 16)
+	s = valkeystore.Subscribe(c, ch, valkeystore.Handlers{
+		Ready:       func() { ready.Add(1) },
+		Message:     func() { got <- struct{}{} },
+		Interrupted: func() { interrupted.Add(1) },
+	})
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	return s, ready, interrupted, got
+}
+
+// confirmedAgain waits until ready counts more than n confirmations, then
+// publishes on ch and waits for the message.
+func confirmedAgain(t *testing.T, c valkey.Client, ch string, ready *atomic.Int64, n int64, got <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ready.Load() <= n {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Handlers.Ready ran %d times, want more than %d: the subscription was not confirmed again", ready.Load(), n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("m").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("a message published after the subscription was confirmed again was not received")
+	}
+}
+
+// TestSubscribeReadyAgainAfterRestart: after the server restarts, valkey-go
+// subscribes again, and Handlers.Ready runs again, so that a waiter looks
+// again for what it missed.
+func TestSubscribeReadyAgainAfterRestart(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	c := faults.ValkeyClient(t, srv.Addr())
+	ch := "valkeystore-test:{restart}"
+	_, ready, _, got := subscribeCounting(t, c, ch)
+	srv.Kill()
+	srv.Restart()
+	confirmedAgain(t, c, ch, ready, 1, got)
+}
+
+// TestSubscribeSurvivesSlotMoves: a cluster node that gives up the
+// channel's hash slot ends the subscription with SUNSUBSCRIBE; the
+// Subscription reports the interruption, subscribes again on the slot's
+// new node, and Handlers.Ready runs again.
+func TestSubscribeSurvivesSlotMoves(t *testing.T) {
+	t.Parallel()
+	cl := testserver.StartValkeyCluster(t, 2)
+	replica := cl.AddReplica(t, 0)
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	// A channel whose slot the first primary serves.
+	ch := ""
+	for i := 0; ch == ""; i++ {
+		name := fmt.Sprintf("valkeystore-test:{%d}", i)
+		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(name).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slot < 16384/2 {
+			ch = name
+		}
+	}
+	slot, _ := c.Do(ctx, c.B().ClusterKeyslot().Key(ch).Build()).AsInt64()
+	_, ready, interrupted, got := subscribeCounting(t, c, ch)
+
+	cl.Failover(t, replica)
+	confirmedAgain(t, c, ch, ready, 1, got)
+	if interrupted.Load() == 0 {
+		t.Fatal("the failover did not interrupt the subscription; the test proves nothing")
+	}
+
+	n, i := ready.Load(), interrupted.Load()
+	cl.MoveSlot(t, int(slot), 1)
+	confirmedAgain(t, c, ch, ready, n, got)
+	if interrupted.Load() == i {
+		t.Fatal("moving the slot did not interrupt the subscription; the test proves nothing")
 	}
 }
