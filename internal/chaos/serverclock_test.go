@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,44 +17,47 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-// libfaketimes are where Debian's libfaketime (package libfaketime) puts
-// its variant for programs with threads.
-var libfaketimes = []string{
-	"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-	"/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-}
+// clockShim is the source of the library that steps a server's clock.
+var clockShim = filepath.Join("testdata", "clockshim.c")
 
 // serverClock steps the wall clock of one server process, and of nothing
-// else: the server runs with libfaketime preloaded, which reads the
-// clock's offset from a file on every call (FAKETIME_NO_CACHE), so a step
-// takes effect the moment the file is replaced. The monotonic clock is
-// left alone, as an NTP step leaves it.
+// else: the server runs with testdata/clockshim.c preloaded, which adds
+// the offset a file holds to every reading of the wall clock
+// (clock_gettime of CLOCK_REALTIME and CLOCK_REALTIME_COARSE,
+// gettimeofday, time) and reads the file on every call, so a step takes
+// effect the moment the file is replaced. The monotonic clock is left
+// alone, as an NTP step leaves it.
+//
+// The shim serves Valkey and PostgreSQL alike. It stands in for Debian's
+// libfaketime, which can't be preloaded into Debian's valkey-server:
+// that server is linked with jemalloc, and libfaketime 0.9.10 aborts it
+// at start with "Unexpected recursive calls to clock_gettime()".
 type serverClock struct {
-	lib    string
-	file   string
+	lib    string // the shim, built for this clock
+	file   string // the offset file
 	offset time.Duration
 }
 
-// newServerClock returns a clock with offset 0. It skips the test without
-// libfaketime, or fails it under LEASE_REQUIRE_SERVERS=1.
+// newServerClock builds the shim with the C compiler (cc) and returns a
+// clock with offset 0. It skips the test without a compiler that builds
+// the shim, or fails it under LEASE_REQUIRE_SERVERS=1.
 func newServerClock(t *testing.T) *serverClock {
 	t.Helper()
-	lib := ""
-	for _, l := range libfaketimes {
-		if _, err := os.Stat(l); err == nil {
-			lib = l
-			break
-		}
-	}
-	if lib == "" {
-		msg := "libfaketime is not installed: run scripts/install-deps.sh servers"
+	unavailable := func(msg string) {
+		t.Helper()
+		msg += "; the server clock rows build " + clockShim + " with it (scripts/install-deps.sh servers installs gcc)"
 		if os.Getenv("LEASE_REQUIRE_SERVERS") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	// The postgres user must read the file when the tests run as root.
-	dir, err := os.MkdirTemp("", "chaos-faketime-")
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		unavailable(fmt.Sprintf("no C compiler: %v", err))
+	}
+	// The postgres user must read the shim and the file when the tests run
+	// as root.
+	dir, err := os.MkdirTemp("", "chaos-clockshim-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +65,18 @@ func newServerClock(t *testing.T) *serverClock {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &serverClock{lib: lib, file: filepath.Join(dir, "offset")}
+	c := &serverClock{lib: filepath.Join(dir, "clockshim.so"), file: filepath.Join(dir, "offset")}
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", c.lib, clockShim, "-ldl").CombinedOutput()
+	if err != nil {
+		unavailable(fmt.Sprintf("%s can't build %s: %v\n%s", cc, clockShim, err, out))
+	}
 	c.write(t, 0)
 	return c
 }
 
 // env is the server's environment that fakes its clock.
 func (c *serverClock) env() []string {
-	return []string{"LD_PRELOAD=" + c.lib, "FAKETIME_TIMESTAMP_FILE=" + c.file,
-		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+	return []string{"LD_PRELOAD=" + c.lib, "CLOCKSHIM_OFFSET_FILE=" + c.file}
 }
 
 // write makes the server's clock run offset ahead of the real one (behind
@@ -109,13 +116,6 @@ func (c *serverClock) step(t *testing.T, r *run, offset time.Duration) {
 // the fence refuses every stale write, also while two clients believe
 // they hold one lease. Tokens are not held to the wall clock here
 // (ClockTokens off): they follow the server's.
-//
-// Valkey is not in this row: Debian's libfaketime 0.9.10 can't be
-// preloaded into Debian's valkey-server, which is linked with jemalloc
-// (it aborts at start with "Unexpected recursive calls to
-// clock_gettime()"). Valkey's tokens and expiry follow its TIME exactly as
-// PostgreSQL's follow clock_timestamp(), so the row's findings carry over;
-// docs/reliability.md says so.
 func TestServerClockSteps(t *testing.T) {
 	t.Parallel() // its server is its own, and nothing in it is timed
 	clk := newServerClock(t)
