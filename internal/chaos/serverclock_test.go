@@ -106,27 +106,73 @@ func (c *serverClock) step(t *testing.T, r *run, offset time.Duration) {
 	r.h.FaultOp(op, func() { c.write(t, offset) })
 }
 
-// TestServerClockSteps steps the PostgreSQL server's clock (only the
-// server processes') forward and back by two to four TTLs, again and
-// again: from the true time to a step away and back. A forward step ends
-// every lease on the backend at once while its holder's local deadline is
-// still ahead (the step is marked as ending leases, which the model then
+// startSteppedValkey starts a dedicated Valkey server, without
+// persistence, whose clock clk steps.
+func startSteppedValkey(t *testing.T, clk *serverClock) *testserver.ValkeyServer {
+	t.Helper()
+	return testserver.StartValkey(t, testserver.ValkeyOptions{Env: clk.env()})
+}
+
+// startSteppedPostgres starts a dedicated PostgreSQL server whose clock
+// clk steps, and returns the URL of a fresh, migrated database on it.
+func startSteppedPostgres(t *testing.T, clk *serverClock) string {
+	t.Helper()
+	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
+	return migrate(t, srv.NewDatabase(t))
+}
+
+// steppedTargets start, for each kind of server, a dedicated one whose
+// clock clk steps and return a target on it; the fences live on the same
+// server as the leases, so their clock is stepped too.
+var steppedTargets = []struct {
+	name  string
+	start func(t *testing.T, clk *serverClock) chaos.Target
+}{
+	{"valkey", func(t *testing.T, clk *serverClock) chaos.Target {
+		return valkeyTarget(startSteppedValkey(t, clk).Addr())
+	}},
+	{"postgres", func(t *testing.T, clk *serverClock) chaos.Target {
+		return chaos.Target{Kind: "postgres", URL: startSteppedPostgres(t, clk)}
+	}},
+}
+
+// TestServerClockSteps steps the server's clock (only the server
+// process's) forward and back by two to four TTLs, again and again: from
+// the true time to a step away and back. A forward step ends every lease
+// on the backend at once while its holder's local deadline is still
+// ahead (the step is marked as ending leases, which the model then
 // allows); a backward step lengthens them. What must hold: no token is
 // issued twice and tokens keep rising (the data survives the steps), and
 // the fence refuses every stale write, also while two clients believe
 // they hold one lease. Tokens are not held to the wall clock here
-// (ClockTokens off): they follow the server's.
+// (ClockTokens off): they follow the server's. The row checks its history
+// a second time without the marks and logs that the checker then finds
+// leases a step ended early: the steps took.
 func TestServerClockSteps(t *testing.T) {
-	t.Parallel() // its server is its own, and nothing in it is timed
-	clk := newServerClock(t)
-	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-	serverClockSteps(t, clk, chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))})
+	t.Parallel() // its servers are its own, and nothing in it is timed
+	for _, s := range steppedTargets {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newServerClock(t)
+			serverClockSteps(t, clk, s.start(t, clk))
+		})
+	}
 }
 
+// serverClockSteps runs the row on target, whose server's clock clk
+// steps.
 func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 	o := rowOptions{steppedClock: true}
 	r := startRun(t, target, o)
-	steps := 0
+	forward, back := 0, 0
+	step := func(offset time.Duration) {
+		if offset > clk.offset {
+			forward++
+		} else {
+			back++
+		}
+		clk.step(t, r, offset)
+	}
 	for r.running() {
 		r.pause(300*time.Millisecond, ttl)
 		next := time.Duration(0)
@@ -136,16 +182,27 @@ func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 				next = -next
 			}
 		}
-		clk.step(t, r, next)
-		steps++
+		step(next)
 	}
 	if clk.offset != 0 {
-		clk.step(t, r, 0)
+		step(0)
 	}
 	res := r.finish(o)
 	ops := r.rec.Ops()
 	stale := count(ops, func(op chaos.Op) bool { return op.Kind == chaos.KindWrite && op.Outcome == chaos.Stale })
-	t.Logf("%d clock steps; %d stale writes refused; %d operations checked", steps, stale, res.Checked)
+	t.Logf("%s: %d clock steps (%d forward, %d back); %d stale writes refused; %d operations checked",
+		target.Kind, forward+back, forward, back, stale, res.Checked)
+	// Without the marks on the forward steps the checker should find
+	// leases that a step ended early: the steps took.
+	for i := range ops {
+		ops[i].EndsLeases = false
+	}
+	if unmarked := chaos.Check(ops, chaos.CheckOptions{NoFiles: true}); unmarked.OK() {
+		t.Log("without the marks on the forward steps the history still checks out: no step ended a lease early this time")
+	} else {
+		t.Logf("without the marks on the forward steps the checker refuses the history, as it should: %d partitions show a lease that a step ended early",
+			len(unmarked.Problems))
+	}
 }
 
 // TestServerClockForwardOverlap measures what a forward step of the
@@ -156,15 +213,7 @@ func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 // resource. docs/semantics.md quotes the figure this test logs.
 func TestServerClockForwardOverlap(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name  string
-		start func(t *testing.T, clk *serverClock) chaos.Target
-	}{
-		{"postgres", func(t *testing.T, clk *serverClock) chaos.Target {
-			srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-			return chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))}
-		}},
-	} {
+	for _, c := range steppedTargets {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := ctxT(t)
@@ -217,25 +266,61 @@ func TestServerClockForwardOverlap(t *testing.T) {
 }
 
 // TestServerClockBackAndDataLoss shows what is not guaranteed and that it
-// is reported: the database server's clock steps back by 10 TTLs, then
-// the lease table loses its data (emptied, as a restore of an old backup
-// would leave it). The next token for a key, max(last+1, the server's
+// is reported: the server's clock steps back by 10 TTLs, then the server
+// forgets its leases: Valkey is killed and restarted without persistence,
+// and PostgreSQL's lease table is emptied, as a restore of an old backup
+// would leave it. The next token for a key, max(last+1, the server's
 // clock in µs) with "last" forgotten, is below the tokens issued before.
-// The model reports it, and the fence, whose table kept its data, refuses
-// the new holder's writes as stale until the server's clock passes the
-// old tokens: safety holds, the key is unusable meanwhile.
+// The model reports it, and the fence, which kept its data (on Valkey it
+// lives on another server), refuses the new holder's writes as stale until
+// the server's clock passes the old tokens: safety holds, the key is
+// unusable meanwhile.
 func TestServerClockBackAndDataLoss(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	clk := newServerClock(t)
-	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-	url := migrate(t, srv.NewDatabase(t))
-	target := chaos.Target{Kind: "postgres", URL: url}
-	admin, err := chaos.Pool(ctx, url, "chaos-admin", 1)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		// start starts the server and returns a target on it, what the
+		// server loses and a function that makes it lose that.
+		start func(t *testing.T, clk *serverClock) (chaos.Target, string, func())
+	}{
+		{"valkey", func(t *testing.T, clk *serverClock) (chaos.Target, string, func()) {
+			srv := startSteppedValkey(t, clk)
+			target := valkeyTarget(srv.Addr())
+			target.FenceAddr = testserver.Valkey(t).Addr()
+			return target, "valkey-server killed and restarted without persistence: every lease forgotten", func() {
+				srv.Kill()
+				srv.Restart()
+			}
+		}},
+		{"postgres", func(t *testing.T, clk *serverClock) (chaos.Target, string, func()) {
+			url := startSteppedPostgres(t, clk)
+			admin, err := chaos.Pool(context.Background(), url, "chaos-admin", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(admin.Close)
+			return chaos.Target{Kind: "postgres", URL: url}, "the lease table emptied, as by a restore of an old backup", func() {
+				if _, err := admin.Exec(context.Background(), `TRUNCATE public.leases`); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newServerClock(t)
+			target, loss, lose := c.start(t, clk)
+			serverClockBackAndDataLoss(t, clk, target, loss, lose)
+		})
 	}
-	defer admin.Close()
+}
+
+// serverClockBackAndDataLoss steps the clock of target's server back by
+// 10 TTLs, then makes it lose its leases (the fault loss, injected by
+// lose), and checks that the lower token this brings is reported and
+// fenced out.
+func serverClockBackAndDataLoss(t *testing.T, clk *serverClock, target chaos.Target, loss string, lose func()) {
+	ctx := context.Background()
 	rec := chaos.NewRecorder(nil)
 	lanes := chaos.NewLanes("p")
 	p := rowPolicy(t)
@@ -267,13 +352,9 @@ func TestServerClockBackAndDataLoss(t *testing.T) {
 		rec.Add(op)
 	}
 	fault(chaos.Op{Fault: "server clock stepped back 10 TTLs"}, func() { clk.write(t, -10*ttl) })
-	fault(chaos.Op{Fault: "the lease table emptied, as by a restore of an old backup", LostData: true}, func() {
-		if _, err := admin.Exec(ctx, `TRUNCATE public.leases`); err != nil {
-			t.Fatal(err)
-		}
-	})
+	fault(chaos.Op{Fault: loss, LostData: true}, lose)
 	after, lane, store := hold("after")
-	t.Logf("token before the step and the loss: %d; after: %d (%v lower)", before.Token(), after.Token(),
+	t.Logf("%s: token before the step and the loss: %d; after: %d (%v lower)", target.Kind, before.Token(), after.Token(),
 		time.Duration(int64(before.Token())-int64(after.Token()))*time.Microsecond)
 	if after.Token() >= before.Token() {
 		t.Fatalf("token %d after a backward step of %v and data loss is not below %d: the step did not take", after.Token(), 10*ttl, before.Token())
