@@ -4,7 +4,7 @@
 #
 #   scripts/install-deps.sh [servers]  valkey-server (Valkey 7.2+), the PostgreSQL server,
 #                                      pgbouncer (for the pooler checks of backends/postgres),
-#                                      libfaketime (the fault matrix's server clock steps) and the
+#                                      a C compiler (the fault matrix builds its clock shim) and the
 #                                      ru_RU.UTF-8 locale (for the localized fault rows)
 #   scripts/install-deps.sh lint       staticcheck, into GOBIN (or GOPATH/bin)
 #   scripts/install-deps.sh bench      benchstat (for bench/*/run.sh), into GOBIN (or GOPATH/bin)
@@ -59,6 +59,8 @@ manual_instructions() {
 		  - valkey-server, Valkey 7.2 or newer (8.x preferred), on PATH
 		  - the PostgreSQL 15 server binaries (initdb, postgres); put their directory
 		    in LEASE_PG_BIN if it is not /usr/lib/postgresql/<version>/bin or on PATH
+		  - a C compiler as cc, with the C library's headers (the fault matrix's
+		    server clock rows build a small LD_PRELOAD library)
 		or point the tests at running servers instead:
 		  LEASE_VALKEY_ADDR=host:port  LEASE_POSTGRES_URL=postgres://user@host:port/db
 	EOF
@@ -141,19 +143,19 @@ apt_install() {
 	unblock_service_start
 }
 
-# have_faketime reports whether Debian's libfaketime is installed: the
-# fault matrix preloads it into a PostgreSQL server to step that server's
-# clock alone.
-have_faketime() {
-	[[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 || -e /usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1 ]]
+# have_cc reports whether a C compiler and the C library's headers are
+# installed: the fault matrix builds internal/chaos/testdata/clockshim.c and
+# preloads it into a server to step that server's clock alone.
+have_cc() {
+	command -v cc >/dev/null 2>&1 && [[ -e /usr/include/dlfcn.h ]]
 }
 
 install_servers() {
-	if have_valkey && have_postgres && have_pgbouncer && have_faketime; then
+	if have_valkey && have_postgres && have_pgbouncer && have_cc; then
 		log "valkey-server: $(valkey-server --version | head -n1)"
 		log "postgresql: found"
 		log "pgbouncer: found"
-		log "libfaketime: found"
+		log "cc: found"
 		return 0
 	fi
 	command -v apt-get >/dev/null 2>&1 || manual_instructions
@@ -187,12 +189,12 @@ install_servers() {
 		stop_service pgbouncer
 	fi
 
-	if ! have_faketime; then
+	if ! have_cc; then
 		apt_update
-		log "installing faketime and libfaketime"
-		apt_install faketime libfaketime
+		log "installing gcc and libc6-dev"
+		apt_install gcc libc6-dev
 	fi
-	log "libfaketime: found"
+	log "cc: found"
 }
 
 # install_locale compiles the ru_RU.UTF-8 locale when it is missing, so the

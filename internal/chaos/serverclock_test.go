@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,44 +17,47 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-// libfaketimes are where Debian's libfaketime (package libfaketime) puts
-// its variant for programs with threads.
-var libfaketimes = []string{
-	"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-	"/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-}
+// clockShim is the source of the library that steps a server's clock.
+var clockShim = filepath.Join("testdata", "clockshim.c")
 
 // serverClock steps the wall clock of one server process, and of nothing
-// else: the server runs with libfaketime preloaded, which reads the
-// clock's offset from a file on every call (FAKETIME_NO_CACHE), so a step
-// takes effect the moment the file is replaced. The monotonic clock is
-// left alone, as an NTP step leaves it.
+// else: the server runs with testdata/clockshim.c preloaded, which adds
+// the offset a file holds to every reading of the wall clock
+// (clock_gettime of CLOCK_REALTIME and CLOCK_REALTIME_COARSE,
+// gettimeofday, time) and reads the file on every call, so a step takes
+// effect the moment the file is replaced. The monotonic clock is left
+// alone, as an NTP step leaves it.
+//
+// The shim serves Valkey and PostgreSQL alike. It stands in for Debian's
+// libfaketime, which can't be preloaded into Debian's valkey-server:
+// that server is linked with jemalloc, and libfaketime 0.9.10 aborts it
+// at start with "Unexpected recursive calls to clock_gettime()".
 type serverClock struct {
-	lib    string
-	file   string
+	lib    string // the shim, built for this clock
+	file   string // the offset file
 	offset time.Duration
 }
 
-// newServerClock returns a clock with offset 0. It skips the test without
-// libfaketime, or fails it under LEASE_REQUIRE_SERVERS=1.
+// newServerClock builds the shim with the C compiler (cc) and returns a
+// clock with offset 0. It skips the test without a compiler that builds
+// the shim, or fails it under LEASE_REQUIRE_SERVERS=1.
 func newServerClock(t *testing.T) *serverClock {
 	t.Helper()
-	lib := ""
-	for _, l := range libfaketimes {
-		if _, err := os.Stat(l); err == nil {
-			lib = l
-			break
-		}
-	}
-	if lib == "" {
-		msg := "libfaketime is not installed: run scripts/install-deps.sh servers"
+	unavailable := func(msg string) {
+		t.Helper()
+		msg += "; the server clock rows build " + clockShim + " with it (scripts/install-deps.sh servers installs gcc)"
 		if os.Getenv("LEASE_REQUIRE_SERVERS") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	// The postgres user must read the file when the tests run as root.
-	dir, err := os.MkdirTemp("", "chaos-faketime-")
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		unavailable(fmt.Sprintf("no C compiler: %v", err))
+	}
+	// The postgres user must read the shim and the file when the tests run
+	// as root.
+	dir, err := os.MkdirTemp("", "chaos-clockshim-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +65,18 @@ func newServerClock(t *testing.T) *serverClock {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &serverClock{lib: lib, file: filepath.Join(dir, "offset")}
+	c := &serverClock{lib: filepath.Join(dir, "clockshim.so"), file: filepath.Join(dir, "offset")}
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", c.lib, clockShim, "-ldl").CombinedOutput()
+	if err != nil {
+		unavailable(fmt.Sprintf("%s can't build %s: %v\n%s", cc, clockShim, err, out))
+	}
 	c.write(t, 0)
 	return c
 }
 
 // env is the server's environment that fakes its clock.
 func (c *serverClock) env() []string {
-	return []string{"LD_PRELOAD=" + c.lib, "FAKETIME_TIMESTAMP_FILE=" + c.file,
-		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+	return []string{"LD_PRELOAD=" + c.lib, "CLOCKSHIM_OFFSET_FILE=" + c.file}
 }
 
 // write makes the server's clock run offset ahead of the real one (behind
@@ -99,34 +106,73 @@ func (c *serverClock) step(t *testing.T, r *run, offset time.Duration) {
 	r.h.FaultOp(op, func() { c.write(t, offset) })
 }
 
-// TestServerClockSteps steps the PostgreSQL server's clock (only the
-// server processes') forward and back by two to four TTLs, again and
-// again: from the true time to a step away and back. A forward step ends
-// every lease on the backend at once while its holder's local deadline is
-// still ahead (the step is marked as ending leases, which the model then
+// startSteppedValkey starts a dedicated Valkey server, without
+// persistence, whose clock clk steps.
+func startSteppedValkey(t *testing.T, clk *serverClock) *testserver.ValkeyServer {
+	t.Helper()
+	return testserver.StartValkey(t, testserver.ValkeyOptions{Env: clk.env()})
+}
+
+// startSteppedPostgres starts a dedicated PostgreSQL server whose clock
+// clk steps, and returns the URL of a fresh, migrated database on it.
+func startSteppedPostgres(t *testing.T, clk *serverClock) string {
+	t.Helper()
+	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
+	return migrate(t, srv.NewDatabase(t))
+}
+
+// steppedTargets start, for each kind of server, a dedicated one whose
+// clock clk steps and return a target on it; the fences live on the same
+// server as the leases, so their clock is stepped too.
+var steppedTargets = []struct {
+	name  string
+	start func(t *testing.T, clk *serverClock) chaos.Target
+}{
+	{"valkey", func(t *testing.T, clk *serverClock) chaos.Target {
+		return valkeyTarget(startSteppedValkey(t, clk).Addr())
+	}},
+	{"postgres", func(t *testing.T, clk *serverClock) chaos.Target {
+		return chaos.Target{Kind: "postgres", URL: startSteppedPostgres(t, clk)}
+	}},
+}
+
+// TestServerClockSteps steps the server's clock (only the server
+// process's) forward and back by two to four TTLs, again and again: from
+// the true time to a step away and back. A forward step ends every lease
+// on the backend at once while its holder's local deadline is still
+// ahead (the step is marked as ending leases, which the model then
 // allows); a backward step lengthens them. What must hold: no token is
 // issued twice and tokens keep rising (the data survives the steps), and
 // the fence refuses every stale write, also while two clients believe
 // they hold one lease. Tokens are not held to the wall clock here
-// (ClockTokens off): they follow the server's.
-//
-// Valkey is not in this row: Debian's libfaketime 0.9.10 can't be
-// preloaded into Debian's valkey-server, which is linked with jemalloc
-// (it aborts at start with "Unexpected recursive calls to
-// clock_gettime()"). Valkey's tokens and expiry follow its TIME exactly as
-// PostgreSQL's follow clock_timestamp(), so the row's findings carry over;
-// docs/reliability.md says so.
+// (ClockTokens off): they follow the server's. The row checks its history
+// a second time without the marks and logs that the checker then finds
+// leases a step ended early: the steps took.
 func TestServerClockSteps(t *testing.T) {
-	t.Parallel() // its server is its own, and nothing in it is timed
-	clk := newServerClock(t)
-	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-	serverClockSteps(t, clk, chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))})
+	t.Parallel() // its servers are its own, and nothing in it is timed
+	for _, s := range steppedTargets {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newServerClock(t)
+			serverClockSteps(t, clk, s.start(t, clk))
+		})
+	}
 }
 
+// serverClockSteps runs the row on target, whose server's clock clk
+// steps.
 func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 	o := rowOptions{steppedClock: true}
 	r := startRun(t, target, o)
-	steps := 0
+	forward, back := 0, 0
+	step := func(offset time.Duration) {
+		if offset > clk.offset {
+			forward++
+		} else {
+			back++
+		}
+		clk.step(t, r, offset)
+	}
 	for r.running() {
 		r.pause(300*time.Millisecond, ttl)
 		next := time.Duration(0)
@@ -136,16 +182,27 @@ func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 				next = -next
 			}
 		}
-		clk.step(t, r, next)
-		steps++
+		step(next)
 	}
 	if clk.offset != 0 {
-		clk.step(t, r, 0)
+		step(0)
 	}
 	res := r.finish(o)
 	ops := r.rec.Ops()
 	stale := count(ops, func(op chaos.Op) bool { return op.Kind == chaos.KindWrite && op.Outcome == chaos.Stale })
-	t.Logf("%d clock steps; %d stale writes refused; %d operations checked", steps, stale, res.Checked)
+	t.Logf("%s: %d clock steps (%d forward, %d back); %d stale writes refused; %d operations checked",
+		target.Kind, forward+back, forward, back, stale, res.Checked)
+	// Without the marks on the forward steps the checker should find
+	// leases that a step ended early: the steps took.
+	for i := range ops {
+		ops[i].EndsLeases = false
+	}
+	if unmarked := chaos.Check(ops, chaos.CheckOptions{NoFiles: true}); unmarked.OK() {
+		t.Log("without the marks on the forward steps the history still checks out: no step ended a lease early this time")
+	} else {
+		t.Logf("without the marks on the forward steps the checker refuses the history, as it should: %d partitions show a lease that a step ended early",
+			len(unmarked.Problems))
+	}
 }
 
 // TestServerClockForwardOverlap measures what a forward step of the
@@ -156,15 +213,7 @@ func serverClockSteps(t *testing.T, clk *serverClock, target chaos.Target) {
 // resource. docs/semantics.md quotes the figure this test logs.
 func TestServerClockForwardOverlap(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name  string
-		start func(t *testing.T, clk *serverClock) chaos.Target
-	}{
-		{"postgres", func(t *testing.T, clk *serverClock) chaos.Target {
-			srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-			return chaos.Target{Kind: "postgres", URL: migrate(t, srv.NewDatabase(t))}
-		}},
-	} {
+	for _, c := range steppedTargets {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := ctxT(t)
@@ -217,25 +266,61 @@ func TestServerClockForwardOverlap(t *testing.T) {
 }
 
 // TestServerClockBackAndDataLoss shows what is not guaranteed and that it
-// is reported: the database server's clock steps back by 10 TTLs, then
-// the lease table loses its data (emptied, as a restore of an old backup
-// would leave it). The next token for a key, max(last+1, the server's
+// is reported: the server's clock steps back by 10 TTLs, then the server
+// forgets its leases: Valkey is killed and restarted without persistence,
+// and PostgreSQL's lease table is emptied, as a restore of an old backup
+// would leave it. The next token for a key, max(last+1, the server's
 // clock in µs) with "last" forgotten, is below the tokens issued before.
-// The model reports it, and the fence, whose table kept its data, refuses
-// the new holder's writes as stale until the server's clock passes the
-// old tokens: safety holds, the key is unusable meanwhile.
+// The model reports it, and the fence, which kept its data (on Valkey it
+// lives on another server), refuses the new holder's writes as stale until
+// the server's clock passes the old tokens: safety holds, the key is
+// unusable meanwhile.
 func TestServerClockBackAndDataLoss(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	clk := newServerClock(t)
-	srv := testserver.StartPostgresWith(t, testserver.PostgresOptions{Env: clk.env()})
-	url := migrate(t, srv.NewDatabase(t))
-	target := chaos.Target{Kind: "postgres", URL: url}
-	admin, err := chaos.Pool(ctx, url, "chaos-admin", 1)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		// start starts the server and returns a target on it, what the
+		// server loses and a function that makes it lose that.
+		start func(t *testing.T, clk *serverClock) (chaos.Target, string, func())
+	}{
+		{"valkey", func(t *testing.T, clk *serverClock) (chaos.Target, string, func()) {
+			srv := startSteppedValkey(t, clk)
+			target := valkeyTarget(srv.Addr())
+			target.FenceAddr = testserver.Valkey(t).Addr()
+			return target, "valkey-server killed and restarted without persistence: every lease forgotten", func() {
+				srv.Kill()
+				srv.Restart()
+			}
+		}},
+		{"postgres", func(t *testing.T, clk *serverClock) (chaos.Target, string, func()) {
+			url := startSteppedPostgres(t, clk)
+			admin, err := chaos.Pool(context.Background(), url, "chaos-admin", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(admin.Close)
+			return chaos.Target{Kind: "postgres", URL: url}, "the lease table emptied, as by a restore of an old backup", func() {
+				if _, err := admin.Exec(context.Background(), `TRUNCATE public.leases`); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newServerClock(t)
+			target, loss, lose := c.start(t, clk)
+			serverClockBackAndDataLoss(t, clk, target, loss, lose)
+		})
 	}
-	defer admin.Close()
+}
+
+// serverClockBackAndDataLoss steps the clock of target's server back by
+// 10 TTLs, then makes it lose its leases (the fault loss, injected by
+// lose), and checks that the lower token this brings is reported and
+// fenced out.
+func serverClockBackAndDataLoss(t *testing.T, clk *serverClock, target chaos.Target, loss string, lose func()) {
+	ctx := context.Background()
 	rec := chaos.NewRecorder(nil)
 	lanes := chaos.NewLanes("p")
 	p := rowPolicy(t)
@@ -267,13 +352,9 @@ func TestServerClockBackAndDataLoss(t *testing.T) {
 		rec.Add(op)
 	}
 	fault(chaos.Op{Fault: "server clock stepped back 10 TTLs"}, func() { clk.write(t, -10*ttl) })
-	fault(chaos.Op{Fault: "the lease table emptied, as by a restore of an old backup", LostData: true}, func() {
-		if _, err := admin.Exec(ctx, `TRUNCATE public.leases`); err != nil {
-			t.Fatal(err)
-		}
-	})
+	fault(chaos.Op{Fault: loss, LostData: true}, lose)
 	after, lane, store := hold("after")
-	t.Logf("token before the step and the loss: %d; after: %d (%v lower)", before.Token(), after.Token(),
+	t.Logf("%s: token before the step and the loss: %d; after: %d (%v lower)", target.Kind, before.Token(), after.Token(),
 		time.Duration(int64(before.Token())-int64(after.Token()))*time.Microsecond)
 	if after.Token() >= before.Token() {
 		t.Fatalf("token %d after a backward step of %v and data loss is not below %d: the step did not take", after.Token(), 10*ttl, before.Token())
