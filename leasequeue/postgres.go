@@ -155,6 +155,14 @@ func (n pgNames) query(name string) string {
 // one to finish it, or a share of one: Complete calls that overlap go out
 // together (see Complete). Create the tables with MigratePostgres. It is
 // safe for concurrent use.
+//
+// Tokens are bigints: Begin, Complete and Fail refuse a token of 2^63 or
+// more with an error wrapping fence.ErrInvalid before any I/O, and, in
+// the statement that would write it, a token more than fence.MaxTokenLead
+// ahead of the database's clock, as fence.Tx does, with a
+// *fence.ImplausibleTokenError, writing nothing. The claims pass over an
+// item whose fence already holds such a token (see Claimer), so the token
+// they compute never overflows.
 type PostgresSource struct {
 	db       PostgresDB
 	queue    string
@@ -401,12 +409,6 @@ func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.
 	// the caller try again.
 	return fmt.Errorf("leasequeue: item %q changed while it was written; try again", id)
 }
-
-// maxLead is fence.MaxTokenLead in microseconds, as the statements count:
-// the statements that take a caller's token refuse one above the
-// database's clock in microseconds plus maxLead, and the claims pass over
-// an item whose next token would be above it (see queries/claim.sql).
-const maxLead = int64(fence.MaxTokenLead / time.Microsecond)
 
 // checkToken refuses a token that does not fit a bigint, before any I/O.
 // Tokens that fit but are implausible are refused by the statements, on
