@@ -2,7 +2,7 @@ package fence
 
 // Exported for the tests in package fence_test.
 var (
-	FenceLua       = fenceLua
+	FenceLua       = fenceSource
 	KeySlot        = keySlot
 	CommitError    = commitError
 	CheckPredicate = checkPredicate

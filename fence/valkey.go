@@ -23,11 +23,15 @@ const DefaultPrefix = "fence:"
 //go:embed lua/fence.lua
 var fenceLua string
 
+// fenceSource is lua/fence.lua behind the token helpers of valkeystore,
+// which bound tokens by MaxTokenLead.
+var fenceSource = valkeystore.TokenScript(fenceLua, maxLeadMicros)
+
 // fenceScript is loaded with SCRIPT LOAD, so the server computes its hash,
 // then run with EVALSHA (falling back to EVAL once after the server forgot
 // it). It is deliberately not NewLuaScriptRetryable: valkey-go must not
 // resend a write that may already have been applied.
-var fenceScript = valkey.NewLuaScript(fenceLua, valkey.WithLoadSHA1(true))
+var fenceScript = valkey.NewLuaScript(fenceSource, valkey.WithLoadSHA1(true))
 
 // ValkeyOptions configure a Valkey fence. The zero value is valid.
 type ValkeyOptions struct {

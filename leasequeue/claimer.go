@@ -33,6 +33,17 @@ import (
 // lease.ErrIndeterminate when the request may have been applied). Complete
 // and Fail are fenced by the claim's token, as for every Source, and clear
 // the claim. A Claimer must be safe for concurrent use.
+//
+// A token must be plausible, too (see Source.Begin): PostgresSource and
+// ValkeySource grant one only if it is at most fence.MaxTokenLead ahead of
+// their clock. An item whose fence already holds a token at or above that
+// bound (written by a version of this package that did not refuse
+// implausible tokens, or by hand) cannot get a greater plausible one:
+// ClaimNext passes over it, so that it never holds up the items behind
+// it, and ClaimItem refuses it with a *fence.ImplausibleTokenError that
+// carries the item's token, writing nothing. It becomes claimable once
+// the source's clock catches up with its token, or once an operator
+// resets its fence while no claim holds it.
 type Claimer interface {
 	Source
 

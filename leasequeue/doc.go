@@ -38,6 +38,16 @@
 // item together with writes of your own, atomically and under the same
 // fence, so those writes happen exactly once.
 //
+// A snapshot is plain data, so a forged one can carry any token. Set as an
+// item's fence, a token far above the real ones would refuse every later
+// claim of the item (and on PostgreSQL, at 2^63−1, make the next claim's
+// token overflow). So PostgresSource and ValkeySource apply the fences'
+// rule: Begin, Complete and Fail refuse a token more than
+// fence.MaxTokenLead ahead of the source's own clock with a
+// *fence.ImplausibleTokenError (fence.ErrImplausibleToken), writing
+// nothing, and their claims pass over an item whose fence already holds
+// one, so it never holds up the others (see Claimer).
+//
 // # Sources
 //
 // A Source hands out the IDs of items that may be ready and records each

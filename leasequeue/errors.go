@@ -5,8 +5,10 @@ import "errors"
 // Sentinel errors. Test for them with [errors.Is]. Besides these, claims
 // report the errors of packages lease and fence: a *lease.NotAcquiredError
 // when another worker holds an item, a *lease.LostError when a claim's
-// lease is gone, and a *fence.StaleError when a newer claim has written the
-// item.
+// lease is gone, a *fence.StaleError when a newer claim has written the
+// item, and a *fence.ImplausibleTokenError (fence.ErrImplausibleToken)
+// when a token is more than fence.MaxTokenLead ahead of the source's clock
+// (see Source).
 var (
 	// ErrFinished means the item is done or dead: there is nothing left to
 	// claim.

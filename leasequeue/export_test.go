@@ -52,3 +52,17 @@ func (s *PostgresSource) CompleterIdle() bool {
 	defer s.batch.mu.Unlock()
 	return !s.batch.lone && !s.batch.busy
 }
+
+// DB and Queue return the database and the queue name of the source.
+func (s *PostgresSource) DB() PostgresDB { return s.db }
+func (s *PostgresSource) Queue() string  { return s.queue }
+
+// WithTokenLead returns a copy of s whose scripts admit tokens up to lead
+// microseconds ahead of the server's clock, instead of fence.MaxTokenLead:
+// raised far enough, the tests reach the scripts' token arithmetic with
+// tokens near 2^64.
+func (s *ValkeySource) WithTokenLead(lead int64) *ValkeySource {
+	c := *s
+	c.scripts = newTokenScripts(lead)
+	return &c
+}

@@ -155,6 +155,14 @@ func (n pgNames) query(name string) string {
 // one to finish it, or a share of one: Complete calls that overlap go out
 // together (see Complete). Create the tables with MigratePostgres. It is
 // safe for concurrent use.
+//
+// Tokens are bigints: Begin, Complete and Fail refuse a token of 2^63 or
+// more with an error wrapping fence.ErrInvalid before any I/O, and, in
+// the statement that would write it, a token more than fence.MaxTokenLead
+// ahead of the database's clock, as fence.Tx does, with a
+// *fence.ImplausibleTokenError, writing nothing. The claims pass over an
+// item whose fence already holds such a token (see Claimer), so the token
+// they compute never overflows.
 type PostgresSource struct {
 	db       PostgresDB
 	queue    string
@@ -209,10 +217,13 @@ func (s *PostgresSource) Enqueue(ctx context.Context, ids ...string) (int, error
 
 // Item returns the state of item id, or an error matching ErrNotFound.
 func (s *PostgresSource) Item(ctx context.Context, id string) (Item, error) {
-	return s.readItem(ctx, s.db, id)
+	it, _, err := s.readItem(ctx, s.db, id)
+	return it, err
 }
 
-func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string) (Item, error) {
+// readItem reads item id, and the largest plausible token at that moment
+// (see maxLead).
+func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string) (Item, int64, error) {
 	var (
 		it       = Item{ID: id}
 		state    string
@@ -221,13 +232,14 @@ func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string)
 		owner    *string
 		lastErr  *string
 		attempts int32
+		largest  int64
 	)
-	err := db.QueryRow(ctx, s.item, s.queue, id).Scan(&state, &attempts, &key, &token, &owner, &lastErr)
+	err := db.QueryRow(ctx, s.item, s.queue, id, maxLead).Scan(&state, &attempts, &key, &token, &owner, &lastErr, &largest)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Item{}, notFound(id)
+		return Item{}, 0, notFound(id)
 	case err != nil:
-		return Item{}, pgError("read item", id, err)
+		return Item{}, 0, pgError("read item", id, err)
 	}
 	it.State, it.Attempts = State(state), int(attempts)
 	if key != nil {
@@ -242,7 +254,7 @@ func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string)
 	if lastErr != nil {
 		it.LastError = *lastErr
 	}
-	return it, nil
+	return it, largest, nil
 }
 
 // Next implements Source.
@@ -267,7 +279,7 @@ func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id stri
 		attempt int32
 		age     *int64 // microseconds
 	)
-	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide)).Scan(&attempt, &age)
+	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide), maxLead).Scan(&attempt, &age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Begun{}, s.refusal(ctx, s.db, snap, id, false)
@@ -313,7 +325,7 @@ func (s *PostgresSource) finish(ctx context.Context, db PostgresDB, snap lease.S
 		return err
 	}
 	args := append([]any{s.queueArg, id, snap.Key, int64(snap.Token), snap.Owner}, more...)
-	tag, err := db.Exec(ctx, sql, args...)
+	tag, err := db.Exec(ctx, sql, append(args, maxLead)...)
 	switch {
 	case err != nil:
 		return pgError("finish", id, err)
@@ -366,15 +378,20 @@ func (s *PostgresSource) Defer(ctx context.Context, id string, d time.Duration) 
 	return nil
 }
 
-// refusal explains why a fenced statement on item id wrote nothing: the
-// fence refused snap, the item is unknown, or its state did not allow
-// the write. With fenceFirst, a refusing fence wins over a finished item
-// (for writes of a running claim); without, a finished item wins (for
-// Begin).
+// refusal explains why a fenced statement on item id wrote nothing: snap's
+// token is implausible, the fence refused snap, the item is unknown, or
+// its state did not allow the write. With fenceFirst, a refusing fence
+// wins over a finished item (for writes of a running claim); without, a
+// finished item wins (for Begin).
 func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.Snapshot, id string, fenceFirst bool) error {
-	it, err := s.readItem(ctx, db, id)
+	it, largest, err := s.readItem(ctx, db, id)
 	if err != nil {
 		return err
+	}
+	// The read follows the statement, so its bound is at least the
+	// statement's: a token above it was above the statement's too.
+	if int64(snap.Token) > largest {
+		return &fence.ImplausibleTokenError{Resource: keyspace.Tag(s.queue, id), Key: snap.Key, Token: snap.Token, Largest: lease.Token(largest)}
 	}
 	var stale error
 	if it.FenceKey != "" {
@@ -394,6 +411,8 @@ func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.
 }
 
 // checkToken refuses a token that does not fit a bigint, before any I/O.
+// Tokens that fit but are implausible are refused by the statements, on
+// the database's clock.
 func checkToken(snap lease.Snapshot) error {
 	if snap.Token == 0 || snap.Token > math.MaxInt64 {
 		return fmt.Errorf("%w: token %d of lease %q is not between 1 and 2^63−1", fence.ErrInvalid, snap.Token, snap.Key)

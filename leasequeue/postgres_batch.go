@@ -247,7 +247,7 @@ func (s *PostgresSource) sendBatch(ctx context.Context, batch []*completion) {
 // completeOne runs complete.sql for one item and returns its ID if it
 // marked the item done.
 func (s *PostgresSource) completeOne(ctx context.Context, snap lease.Snapshot, id string) ([]string, error) {
-	tag, err := s.db.Exec(ctx, s.complete, s.queueArg, id, snap.Key, int64(snap.Token), snap.Owner)
+	tag, err := s.db.Exec(ctx, s.complete, s.queueArg, id, snap.Key, int64(snap.Token), snap.Owner, maxLead)
 	if err != nil || tag.RowsAffected() == 0 {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func (s *PostgresSource) completeMany(ctx context.Context, batch []*completion) 
 	for i, c := range batch {
 		ids[i], keys[i], tokens[i], owners[i] = c.id, c.snap.Key, int64(c.snap.Token), c.snap.Owner
 	}
-	rows, err := s.db.Query(ctx, s.completeBatch, s.queueArg, ids, keys, tokens, owners)
+	rows, err := s.db.Query(ctx, s.completeBatch, s.queueArg, ids, keys, tokens, owners, maxLead)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -24,7 +26,7 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 		// against a plain SKIP LOCKED loop's claim; read through QueryRow,
 		// which allocates less than collecting rows.
 		var g grantRow
-		err := s.db.QueryRow(ctx, s.claimOne, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL)).
+		err := s.db.QueryRow(ctx, s.claimOne, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL), maxLead).
 			Scan(&g.id, &g.token, &g.attempt, &g.age)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -34,7 +36,7 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 		}
 		return []Granted{g.granted()}, nil
 	}
-	rows, err := s.db.Query(ctx, s.claim, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL))
+	rows, err := s.db.Query(ctx, s.claim, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL), maxLead)
 	if err != nil {
 		return nil, pgError("claim from", s.queue, err)
 	}
@@ -77,7 +79,7 @@ func (g grantRow) granted() Granted {
 // it was refused.
 func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
 	g, key := grantRow{id: id}, r.KeyPrefix+escapeID(id)
-	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, key, r.Owner, r.Nonce, millis(r.TTL)).
+	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, key, r.Owner, r.Nonce, millis(r.TTL), maxLead).
 		Scan(&g.token, &g.attempt, &g.age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -91,12 +93,15 @@ func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id strin
 // claimRefusal explains why item id, whose lease key is key, could not be
 // claimed.
 func (s *PostgresSource) claimRefusal(ctx context.Context, id, key string) error {
-	rec, state, err := s.claimState(ctx, id)
+	rec, state, largest, err := s.claimState(ctx, id)
 	switch {
 	case err != nil:
 		return err
 	case state == Done || state == Dead:
 		return finished(id, state)
+	case !rec.Held && int64(rec.Token) >= largest:
+		// No claim can get a plausible token above the item's.
+		return &fence.ImplausibleTokenError{Resource: keyspace.Tag(s.queue, id), Key: key, Token: rec.Token, Largest: lease.Token(largest)}
 	}
 	// Held by a current claim, or locked by a claim being written right
 	// now: either way another worker has it.
@@ -139,7 +144,7 @@ func (s *PostgresSource) ReleaseClaim(ctx context.Context, id string, a lease.Ac
 // by a renew or release: Superseded if the item carries a newer token,
 // Expired otherwise.
 func (s *PostgresSource) lostClaim(ctx context.Context, id string, a lease.Acquisition) error {
-	rec, _, err := s.claimState(ctx, id)
+	rec, _, _, err := s.claimState(ctx, id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
@@ -153,7 +158,7 @@ func (s *PostgresSource) lostClaim(ctx context.Context, id string, a lease.Acqui
 // InspectClaim implements Claimer in one statement. The Record's Key is
 // left empty.
 func (s *PostgresSource) InspectClaim(ctx context.Context, id string) (lease.Record, error) {
-	rec, _, err := s.claimState(ctx, id)
+	rec, _, _, err := s.claimState(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return lease.Record{}, nil // never claimed: free, no token known
 	}
@@ -161,25 +166,27 @@ func (s *PostgresSource) InspectClaim(ctx context.Context, id string) (lease.Rec
 }
 
 // claimState reads the claim of item id: held while the item is running
-// under a claim that has not expired.
-func (s *PostgresSource) claimState(ctx context.Context, id string) (lease.Record, State, error) {
+// under a claim that has not expired. It also returns the largest
+// plausible token at that moment (see maxLead).
+func (s *PostgresSource) claimState(ctx context.Context, id string) (lease.Record, State, int64, error) {
 	var (
-		state  string
-		claim  bool
-		owner  string
-		token  int64
-		remain int64 // microseconds
+		state   string
+		claim   bool
+		owner   string
+		token   int64
+		remain  int64 // microseconds
+		largest int64
 	)
-	err := s.db.QueryRow(ctx, s.claimStateQ, s.queue, id).Scan(&state, &claim, &owner, &token, &remain)
+	err := s.db.QueryRow(ctx, s.claimStateQ, s.queue, id, maxLead).Scan(&state, &claim, &owner, &token, &remain, &largest)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return lease.Record{}, "", notFound(id)
+		return lease.Record{}, "", 0, notFound(id)
 	case err != nil:
-		return lease.Record{}, "", pgError("read claim of", id, err)
+		return lease.Record{}, "", 0, pgError("read claim of", id, err)
 	}
 	rec := lease.Record{Token: lease.Token(token)}
 	if State(state) == Running && claim && remain > 0 {
 		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(remain)*time.Microsecond
 	}
-	return rec, State(state), nil
+	return rec, State(state), largest, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
 
@@ -36,6 +37,15 @@ type Source interface {
 	// returns a *fence.StaleError or *fence.ForeignLeaseError, an error
 	// matching ErrFinished if the item is done or dead, or ErrNotFound if
 	// the source does not know id.
+	//
+	// A source with a clock refuses, as the fences do, a token more than
+	// fence.MaxTokenLead ahead of it with a *fence.ImplausibleTokenError
+	// (matching fence.ErrImplausibleToken), in Begin, Complete and Fail:
+	// no backend can have issued such a token, so it comes from a forged
+	// or corrupted snapshot, and as the item's fence it would refuse every
+	// later claim. PostgresSource and ValkeySource do, checking it on
+	// their own clock in the request that would write the token;
+	// MemorySource, like fence.Memory, has no such bound.
 	Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error)
 
 	// Complete marks the running item id done, if its fence admits snap.
@@ -113,6 +123,12 @@ type Item struct {
 	// LastError is the text of the last recorded failure, if any.
 	LastError string
 }
+
+// maxLead is fence.MaxTokenLead in microseconds, as the sources count: the
+// PostgreSQL statements and Valkey scripts that take a caller's token
+// refuse one above the source's clock in microseconds plus maxLead, and
+// their claims pass over an item whose next token would be above it.
+const maxLead = int64(fence.MaxTokenLead / time.Microsecond)
 
 // finished returns the error for an item found done or dead.
 func finished(id string, s State) error {

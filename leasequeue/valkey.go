@@ -25,6 +25,7 @@ const DefaultValkeyPrefix = "leasequeue:"
 // loaded with SCRIPT LOAD, so that the server computes their hash, then
 // run with EVALSHA. The short defer script is sent with EVAL instead, so
 // that it can share a pipeline with other commands. inspect only reads.
+// The scripts that compare or advance tokens are tokenScripts.
 var (
 	//go:embed lua/next.lua
 	nextLua string
@@ -45,12 +46,31 @@ var (
 
 	nextScript    = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
 	enqueueScript = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
-	beginScript   = valkey.NewLuaScript(beginLua, valkey.WithLoadSHA1(true))
-	claimScript   = valkey.NewLuaScript(claimLua, valkey.WithLoadSHA1(true))
 	claimOpScript = valkey.NewLuaScript(claimOpLua, valkey.WithLoadSHA1(true))
 	inspectScript = valkey.NewLuaScriptReadOnly(inspectLua, valkey.WithLoadSHA1(true))
-	endScript     = valkey.NewLuaScript(endLua, valkey.WithLoadSHA1(true))
 )
+
+// tokenScripts are the scripts that compare or advance tokens: begin,
+// claim and end, each behind the token helpers of
+// valkeystore.TokenScript, which compare and add tokens as decimal
+// strings and refuse tokens more than a lead ahead of the server's clock.
+type tokenScripts struct {
+	begin, claim, end *valkey.Lua
+}
+
+// newTokenScripts returns the token scripts that bound tokens by lead, in
+// microseconds.
+func newTokenScripts(lead int64) *tokenScripts {
+	return &tokenScripts{
+		begin: valkey.NewLuaScript(valkeystore.TokenScript(beginLua, lead), valkey.WithLoadSHA1(true)),
+		claim: valkey.NewLuaScript(valkeystore.TokenScript(claimLua, lead), valkey.WithLoadSHA1(true)),
+		end:   valkey.NewLuaScript(valkeystore.TokenScript(endLua, lead), valkey.WithLoadSHA1(true)),
+	}
+}
+
+// boundedScripts are the token scripts of every ValkeySource: they bound
+// tokens by fence.MaxTokenLead, as the fences do.
+var boundedScripts = newTokenScripts(maxLead)
 
 // ValkeyOptions configure the Valkey source and roster. The zero value is
 // valid.
@@ -102,11 +122,19 @@ func (o ValkeyOptions) prefix() (string, error) {
 // script on the queue's keys and Begin one on the item's, under the
 // caller's lease. Queue names and IDs may hold any character but control
 // characters. It is safe for concurrent use and never closes the client.
+//
+// The scripts compare and advance tokens as decimal strings, never as Lua
+// numbers (exact only up to 2^53), so they are exact for every uint64.
+// Begin, Complete and Fail refuse a token more than fence.MaxTokenLead
+// ahead of the server's clock, as fence.Valkey does, with a
+// *fence.ImplausibleTokenError, and write nothing; the claims pass over an
+// item whose fence already holds such a token (see Claimer).
 type ValkeySource struct {
-	client valkey.Client
-	fence  *fence.Valkey
-	prefix string
-	queue  string
+	client  valkey.Client
+	fence   *fence.Valkey
+	scripts *tokenScripts
+	prefix  string
+	queue   string
 
 	ready, due, dead, since, items string
 }
@@ -130,7 +158,7 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 		return nil, err
 	}
 	tag := keyspace.Tag(queue)
-	return &ValkeySource{client: client, fence: f, prefix: prefix, queue: queue,
+	return &ValkeySource{client: client, fence: f, scripts: boundedScripts, prefix: prefix, queue: queue,
 		ready: keyspace.Name(prefix, tag, ":ready"),
 		due:   keyspace.Name(prefix, tag, ":due"),
 		dead:  keyspace.Name(prefix, tag, ":dead"),
@@ -245,7 +273,7 @@ func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string
 	if snap.Token == 0 || snap.Key == "" {
 		return Begun{}, fmt.Errorf("%w: leasequeue: begin %q: snapshot without a key or token", fence.ErrInvalid, id)
 	}
-	arr, err := beginScript.Exec(ctx, s.client,
+	arr, err := s.scripts.begin.Exec(ctx, s.client,
 		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.since},
 		[]string{id, snap.Key, snap.Token.String(), snap.Owner, strconv.FormatInt(millis(hide), 10)}).ToArray()
 	if err != nil {
@@ -270,10 +298,16 @@ func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string
 }
 
 // fenceRefusal returns the error of a script that refused snap by the
-// item's fence: {'stale', token} or {'foreign', key, token}.
+// item's fence: {'stale', token} or {'foreign', key, token}; or because
+// its token is implausible: {'implausible', largest}.
 func fenceRefusal(res string, snap lease.Snapshot, arr []valkey.ValkeyMessage) error {
 	verdict, _ := arr[0].ToString()
 	switch {
+	case verdict == "implausible" && len(arr) == 2:
+		s, _ := arr[1].ToString()
+		if largest, err := strconv.ParseUint(s, 10, 64); err == nil {
+			return &fence.ImplausibleTokenError{Resource: res, Key: snap.Key, Token: snap.Token, Largest: lease.Token(largest)}
+		}
 	case verdict == "stale" && len(arr) == 2:
 		tok, _ := arr[1].ToString()
 		cur, _ := strconv.ParseUint(tok, 10, 64)
@@ -361,7 +395,10 @@ func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, 
 	if err != nil {
 		return err
 	}
-	arr, err := endScript.Exec(ctx, s.client,
+	if snap.Token == 0 {
+		return fmt.Errorf("%w: leasequeue: finish %q: snapshot without a token", fence.ErrInvalid, id)
+	}
+	arr, err := s.scripts.end.Exec(ctx, s.client,
 		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.dead, s.since},
 		[]string{id, snap.Token.String(), snap.Owner, string(state), text, strconv.FormatInt(millis(retry), 10)}).ToArray()
 	if err != nil {

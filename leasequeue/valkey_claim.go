@@ -9,6 +9,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
 
@@ -46,7 +47,8 @@ func (s *ValkeySource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]
 
 // ClaimItem implements Claimer in one script (see lua/claim.lua).
 func (s *ValkeySource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
-	if _, err := s.resource(id); err != nil {
+	res, err := s.resource(id)
+	if err != nil {
 		return Granted{}, err
 	}
 	if err := checkRequest(r); err != nil {
@@ -69,6 +71,15 @@ func (s *ValkeySource) ClaimItem(ctx context.Context, r ClaimRequest, id string)
 		t, _ := strconv.ParseUint(tok, 10, 64)
 		left, _ := arr[3].AsInt64()
 		return Granted{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: owner, Token: lease.Token(t), Remaining: time.Duration(left) * time.Microsecond}
+	case verdict == "implausible" && len(arr) == 3:
+		tok, _ := arr[1].ToString()
+		t, _ := strconv.ParseUint(tok, 10, 64)
+		l, _ := arr[2].ToString()
+		largest, err := strconv.ParseUint(l, 10, 64)
+		if err != nil {
+			break
+		}
+		return Granted{}, &fence.ImplausibleTokenError{Resource: res, Key: r.KeyPrefix + escapeID(id), Token: lease.Token(t), Largest: lease.Token(largest)}
 	case verdict == "state" && len(arr) == 2:
 		state, _ := arr[1].ToString()
 		return Granted{}, finished(id, State(state))
@@ -89,7 +100,7 @@ func checkRequest(r ClaimRequest) error {
 
 // claim runs the claim script in mode with its argument.
 func (s *ValkeySource) claim(ctx context.Context, r ClaimRequest, mode, arg string) ([]valkey.ValkeyMessage, error) {
-	arr, err := claimScript.Exec(ctx, s.client, []string{s.ready, s.due, s.since},
+	arr, err := s.scripts.claim.Exec(ctx, s.client, []string{s.ready, s.due, s.since},
 		[]string{s.items, r.KeyPrefix, r.Owner, r.Nonce, strconv.FormatInt(millis(r.TTL), 10), mode, arg}).ToArray()
 	if valkey.IsValkeyNil(err) {
 		return nil, nil
@@ -97,12 +108,14 @@ func (s *ValkeySource) claim(ctx context.Context, r ClaimRequest, mode, arg stri
 	return arr, err
 }
 
-// granted reads the token, attempt and age (ms, or -1) of a claim of id.
+// granted reads the token (a decimal string), attempt and age (ms, or -1)
+// of a claim of id.
 func granted(id string, m []valkey.ValkeyMessage) (Granted, error) {
-	tok, err1 := m[0].AsInt64()
+	s, err1 := m[0].ToString()
+	tok, err := strconv.ParseUint(s, 10, 64)
 	attempt, err2 := m[1].AsInt64()
 	age, err3 := m[2].AsInt64()
-	if err1 != nil || err2 != nil || err3 != nil || tok <= 0 {
+	if err1 != nil || err != nil || err2 != nil || err3 != nil || tok == 0 {
 		return Granted{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim %q: unexpected reply", id))
 	}
 	g := Granted{ID: id, Token: lease.Token(tok), Begun: Begun{Attempt: int(attempt)}}

@@ -20,8 +20,9 @@
 -- {2, fenced key, fenced token} when the fence has accepted a higher token of
 -- the same lease; {3, fenced key, fenced token} when another lease fences the
 -- resource; {4, largest token} when the token is implausible: above the
--- server's clock (TIME) in microseconds plus LEAD, more than any lease
--- backend can have issued yet. Nothing is written in those three cases.
+-- server's clock (TIME) in microseconds plus fence.MaxTokenLead
+-- (tokens.largest), more than any lease backend can have issued yet.
+-- Nothing is written in those three cases.
 -- {5, c, error} when command c failed although the checks passed: the fence
 -- and commands 1..c-1 were applied, c and the rest were not.
 --
@@ -56,12 +57,12 @@
 -- first write (here the fence), never a later one.
 --
 -- Tokens are compared as decimal strings (length, then digits), never as Lua
--- numbers, so every uint64 compares exactly.
+-- numbers, so every uint64 compares exactly: the helpers of the table tokens
+-- (internal/valkeystore/lua/tokens.lua) are in front of this script.
 
 local MAX_EX = 3153600000          -- 100 years in seconds
 local MAX_PX = MAX_EX * 1000
 local INCR_LIMIT = 9.2e18          -- below 2^63 by far more than a double's error
-local LEAD = 86400000000           -- fence.MaxTokenLead (24 hours) in microseconds
 
 local ARGV, KEYS = ARGV, KEYS
 local byte, match, tonumber = string.byte, string.match, tonumber
@@ -149,26 +150,18 @@ local function shape(name, i, j)
   return nil
 end
 
--- less(a, b) reports a < b for canonical decimal strings: length, then
--- digits, byte by byte (Lua's string < follows the server's locale).
-local function less(a, b)
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = byte(a, i), byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
-end
+-- less(a, b) reports a < b for canonical decimal strings (tokens, and
+-- the parts of stream IDs).
+local less = tokens.less
 
 -- The token: canonical decimal, compared as a string.
 local token = ARGV[2]
-if type(token) ~= 'string' or #token > 20 or not match(token, '^[1-9]%d*$') then
+if not tokens.valid(token) then
   return refuse('bad token')
 end
--- Plausible: at most the server's clock in microseconds plus LEAD (exact
--- in a Lua number: about 1.8e15, far below 2^53).
-local now = redis.call('TIME')
-local largest = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]) + LEAD)
+-- Plausible: at most the server's clock in microseconds plus
+-- fence.MaxTokenLead.
+local largest = tokens.largest(redis.call('TIME'))
 if less(largest, token) then return {4, largest} end
 if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
   return refuse('bad lease key or owner')

@@ -1,8 +1,10 @@
 // Package valkeystore is the one home of what every package of this module
 // that talks to Valkey needs to agree on: whether a request was applied, not
 // applied, or has an unknown outcome ([Classify] and the reasons a server
-// refused it, [NoPermission] and [WrongType]), and the shard-channel
-// subscription that wakes waiters up ([Subscribe]).
+// refused it, [NoPermission] and [WrongType]), the shard-channel
+// subscription that wakes waiters up ([Subscribe]), and the Lua helpers
+// that compare and advance fencing tokens exactly and bound them by the
+// server's clock ([TokenScript]).
 //
 // backends/valkey, fence, cache and leasequeue use it and keep no copy of
 // their own; they only choose the words of their errors.

@@ -10,6 +10,14 @@
 -- database's clock; its attempt count goes up by one. SKIP LOCKED lets
 -- concurrent claimers pass over each other's rows instead of waiting.
 --
+-- A row is claimed only if its new token is plausible: at most the
+-- database's clock in microseconds plus $7 (fence.MaxTokenLead in
+-- microseconds), that is if its fence_token is below that. The statements
+-- that take a caller's token refuse one above it, so only a row written
+-- before they did, or by hand, can hold a higher one: claims pass over
+-- it, instead of failing on a token no bigint holds (2^63-1 + 1) or
+-- handing out one no fence accepts.
+--
 -- Returns per claimed item its ID, token, attempt count, and age in
 -- microseconds (as begin.sql).
 --
@@ -21,6 +29,7 @@ WITH rescue AS (
     SELECT id
     FROM public.leasequeue_jobs
     WHERE queue = $1::text AND state = 'running' AND visible_at <= statement_timestamp()
+      AND coalesce(fence_token, 0) < (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $7::bigint
     ORDER BY visible_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
@@ -28,6 +37,7 @@ WITH rescue AS (
     SELECT id
     FROM public.leasequeue_jobs
     WHERE queue = $1::text AND state = 'pending' AND visible_at <= statement_timestamp()
+      AND coalesce(fence_token, 0) < (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $7::bigint
     ORDER BY visible_at
     LIMIT $2::integer - (SELECT count(*) FROM rescue)
     FOR UPDATE SKIP LOCKED

@@ -1,5 +1,6 @@
 -- complete: mark the running item $2 of queue $1 done, if its fence admits
--- lease key $3 and token $4. No row when refused.
+-- lease key $3 and token $4 and the token is plausible (see begin.sql; $6
+-- is fence.MaxTokenLead in microseconds). No row when refused.
 UPDATE public.leasequeue_jobs
 SET state       = 'done',
     fence_token = $4::bigint,
@@ -10,3 +11,4 @@ SET state       = 'done',
 WHERE queue = $1::text AND id = $2::text
   AND state = 'running'
   AND fence_key = $3::text AND fence_token <= $4::bigint
+  AND $4::bigint <= (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $6::bigint

@@ -1,9 +1,9 @@
 -- complete_batch: mark done, in one statement, the running items of queue
 -- $1 whose fences admit the claims given element by element in $2 (item
 -- IDs, none twice), $3 (lease keys), $4 (tokens) and $5 (owners), as
--- complete.sql does for one. One row, with its ID, per item marked done;
--- an item refused gets none, and the caller explains it as for
--- complete.sql.
+-- complete.sql does for one ($6 is fence.MaxTokenLead in microseconds).
+-- One row, with its ID, per item marked done; an item refused gets none,
+-- and the caller explains it as for complete.sql.
 --
 -- Like complete.sql, it waits for a row only when the row's committed
 -- version admits the claim and another transaction writes the row: the
@@ -23,4 +23,5 @@ FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS c(id, key, toke
 WHERE j.queue = $1::text AND j.id = c.id
   AND j.state = 'running'
   AND j.fence_key = c.key AND j.fence_token <= c.token
+  AND c.token <= (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $6::bigint
 RETURNING j.id

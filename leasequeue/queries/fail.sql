@@ -1,7 +1,8 @@
 -- fail: record a failed attempt at the running item $2 of queue $1, if its
--- fence admits lease key $3 and token $4: state $6 ('pending' or 'dead'),
--- hidden for $7 milliseconds and ready again after them, error text $8.
--- No row when refused.
+-- fence admits lease key $3 and token $4 and the token is plausible (see
+-- begin.sql; $9 is fence.MaxTokenLead in microseconds): state $6
+-- ('pending' or 'dead'), hidden for $7 milliseconds and ready again after
+-- them, error text $8. No row when refused.
 UPDATE public.leasequeue_jobs
 SET state       = $6::text,
     visible_at  = now() + $7::bigint * interval '1 millisecond',
@@ -14,3 +15,4 @@ SET state       = $6::text,
 WHERE queue = $1::text AND id = $2::text
   AND state = 'running'
   AND fence_key = $3::text AND fence_token <= $4::bigint
+  AND $4::bigint <= (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $9::bigint

@@ -1,0 +1,31 @@
+package valkeystore
+
+import (
+	_ "embed"
+	"strconv"
+	"strings"
+)
+
+//go:embed lua/tokens.lua
+var tokensLua string
+
+// TokenScript returns the Lua script src with the token helpers of
+// lua/tokens.lua in front of it: a local table tokens whose functions
+// compare and add fencing tokens as canonical decimal strings, exactly for
+// every uint64 (a Lua number is a double, exact only up to 2^53), and
+// compute the largest plausible token: the server's clock in microseconds
+// plus leadMicros (fence.MaxTokenLead in microseconds; a count of
+// microseconds, not a time.Duration, so that the tests can raise it past
+// 2^63 nanoseconds and reach the arithmetic with tokens near 2^64). Every
+// script of this module that compares or advances a token uses them, so
+// none does token arithmetic in doubles.
+//
+// A first line of src that starts with "#!" (the shebang that declares
+// flags) stays first, as Valkey requires.
+func TokenScript(src string, leadMicros int64) string {
+	head := "local tokens = {LEAD = '" + strconv.FormatInt(leadMicros, 10) + "'}\n" + tokensLua
+	if first, rest, ok := strings.Cut(src, "\n"); ok && strings.HasPrefix(first, "#!") {
+		return first + "\n" + head + rest
+	}
+	return head + src
+}
