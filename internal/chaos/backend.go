@@ -121,5 +121,25 @@ func (r *RecordingBackend) WatchReleases(ctx context.Context, key string) (<-cha
 	return nil, nil, errors.New("chaos: the backend does not watch releases")
 }
 
+// ForceRelease records a call of the wrapped backend's
+// lease.ForceReleaser, which it must implement.
+func (r *RecordingBackend) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
+	f, ok := r.b.(lease.ForceReleaser)
+	if !ok {
+		return lease.Record{}, errors.New("chaos: the backend does not force releases")
+	}
+	lane := laneOf(ctx, r.fallback)
+	op := Op{Lane: lane.ID(), Kind: KindForceRelease, Key: key, Token: uint64(token), Call: r.rec.Now()}
+	prev, err := f.ForceRelease(ctx, key, token)
+	op.Return = r.rec.Now()
+	op.Outcome, _ = outcomeOf(err)
+	op.Err = errText(err)
+	if err == nil && prev.Held {
+		op.Out, op.Holder = uint64(prev.Token), prev.Owner
+	}
+	lane.record(r.rec, op)
+	return prev, err
+}
+
 // micros returns d in whole microseconds, rounded down.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

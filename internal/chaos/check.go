@@ -181,7 +181,7 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 type acqRef struct{ key, acq string }
 
 func isLeaseOp(op Op) bool {
-	return op.Kind == KindAcquire || op.Kind == KindRenew || op.Kind == KindRelease
+	return op.Kind == KindAcquire || op.Kind == KindRenew || op.Kind == KindRelease || op.Kind == KindForceRelease
 }
 
 // splitAcquisitions returns the acquisitions with a lease operation

@@ -22,6 +22,10 @@ const (
 	KindRenew Kind = "renew"
 	// KindRelease is one Backend.Release call.
 	KindRelease Kind = "release"
+	// KindForceRelease is one ForceReleaser.ForceRelease call: Token is the
+	// token asked for (0: whichever acquisition holds the key), Out the
+	// token of the holder it reported ending (0: none).
+	KindForceRelease Kind = "force-release"
 	// KindWrite is one fenced write of a value to a resource; with Claim
 	// set it advances the fence and writes nothing else.
 	KindWrite Kind = "write"

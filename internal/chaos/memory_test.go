@@ -86,6 +86,14 @@ func memoryBackendModel(t *testing.T) {
 				defer tick()
 				_ = b.Release(ctx, pick(rt).a)
 			},
+			"force release": func(rt *rapid.T) {
+				defer tick()
+				var token lease.Token
+				if len(grants) > 0 && rapid.Bool().Draw(rt, "by token") {
+					token = pick(rt).a.Token
+				}
+				_, _ = b.ForceRelease(ctx, rapid.SampledFrom(keys).Draw(rt, "key"), token)
+			},
 			"write": func(rt *rapid.T) {
 				if len(grants) == 0 {
 					rt.Skip("nothing granted")

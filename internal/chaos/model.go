@@ -12,7 +12,7 @@ import (
 // that takes no part in the model.
 func partition(op Op) string {
 	switch op.Kind {
-	case KindAcquire, KindRenew, KindRelease:
+	case KindAcquire, KindRenew, KindRelease, KindForceRelease:
 		return "lease " + op.Key
 	case KindWrite, KindRead:
 		return "resource " + op.Resource
@@ -98,6 +98,18 @@ type ModelOptions struct {
 //     renewed); ExpLo becomes c + d.
 //   - release OK by acquisition A: as for renew; A is released and ExpLo
 //     falls to c.
+//   - force release OK that reports ending token T: T must be the latest
+//     acquisition's token and it must not have been released ("a forced
+//     release that reports ending a holder it did not end"); it is
+//     released and ExpLo falls to c. One that reports nothing held: the
+//     latest acquisition, if any, must have been released, or may have
+//     ended by the operation's return (ExpLo not after it), or the store
+//     lost data since ("nothing held while a lease certainly was").
+//   - force release Lost (token T was not holding): unless data was lost,
+//     T must not be the latest acquisition while it certainly held the
+//     lease (not released, ExpLo after the return).
+//   - force release Unknown: either nothing changed, or it ended the
+//     latest acquisition (if T is 0 or its token) as an OK one would.
 //   - release Unknown by the latest acquisition, a fault that lost the
 //     lease store's data, and a fault that ended leases early (the
 //     server's clock stepped forward): ExpLo falls to c (the lease may
@@ -213,6 +225,27 @@ func step(o ModelOptions, s state, op Op) []any {
 				s.ExpLo = min(s.ExpLo, op.Call)
 			}
 		}
+	case KindForceRelease:
+		ended := s
+		ended.Released, ended.ExpLo = true, min(s.ExpLo, op.Call)
+		held := s.Holder != 0 && !s.Released && s.ExpLo > op.Return && !s.Lossy
+		switch op.Outcome {
+		case OK:
+			if op.Out != 0 && s.Lossy {
+				// After lost data the store may show an earlier holder.
+				return one(op.Out <= s.Max && (op.Token == 0 || op.Token == op.Out), ended)
+			}
+			if op.Out != 0 {
+				return one(op.Out == s.Holder && !s.Released && (op.Token == 0 || op.Token == op.Out), ended)
+			}
+			return one(op.Token == 0 && !held, s)
+		case Lost:
+			return one(op.Token != 0 && !(held && op.Token == s.Holder), s)
+		case Unknown:
+			if s.Holder != 0 && !s.Released && (op.Token == 0 || op.Token == s.Holder) {
+				return []any{s, ended}
+			}
+		}
 	case KindFault:
 		switch {
 		case op.LostData:
@@ -281,6 +314,8 @@ func relevant(op Op) bool {
 		return op.Outcome == OK || op.Outcome == Stale || op.Outcome == Unknown
 	case KindRead:
 		return op.Outcome == OK
+	case KindForceRelease:
+		return op.Outcome == OK || op.Outcome == Unknown || op.Outcome == Lost && op.Token != 0
 	case KindFault:
 		return op.LostData || op.EndsLeases
 	}
@@ -298,6 +333,11 @@ func describe(op Op) string {
 		}
 	case KindRenew, KindRelease:
 		return fmt.Sprintf("%s %s/%d → %s", op.Kind, op.Acq, op.Token, op.Outcome)
+	case KindForceRelease:
+		if op.Outcome == OK {
+			return fmt.Sprintf("force release %d → ended %d", op.Token, op.Out)
+		}
+		return fmt.Sprintf("force release %d → %s", op.Token, op.Outcome)
 	case KindWrite:
 		what := "write " + op.Value
 		if op.Claim {

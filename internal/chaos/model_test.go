@@ -33,6 +33,11 @@ func leaseOp(kind chaos.Kind, lane, acq string, token uint64, outcome chaos.Outc
 		Outcome: outcome, Call: t0 + call*ms, Return: t0 + ret*ms}
 }
 
+func force(token uint64, outcome chaos.Outcome, ended uint64, call, ret int64) chaos.Op {
+	return chaos.Op{Lane: "op/0", Kind: chaos.KindForceRelease, Key: "k", Token: token, Outcome: outcome, Out: ended,
+		Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
 func write(lane string, token uint64, value string, outcome chaos.Outcome, out uint64, call, ret int64) chaos.Op {
 	return chaos.Op{Lane: lane, Kind: chaos.KindWrite, Key: "k", Token: token, Resource: "r", Value: value,
 		Claim: value == "", Outcome: outcome, Out: out, Call: t0 + call*ms, Return: t0 + ret*ms}
@@ -122,6 +127,39 @@ func TestModel(t *testing.T) {
 			grant("a/0", "A", 1, 0, 10, ttl),
 			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 20, 30, 0),
 			refused("c/0", "C", 1, 40, 50),
+		}, false},
+		{"a forced release ends the holder", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			force(0, chaos.OK, 1, 20, 30),
+			leaseOp(chaos.KindRenew, "a/0", "A", 1, chaos.Lost, 40, 50, ttl),
+			grant("b/0", "B", 2, 60, 70, ttl),
+			force(1, chaos.Lost, 0, 80, 90),
+		}, true},
+		{"a forced release reports a holder that renews afterwards", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			force(0, chaos.OK, 1, 20, 30),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 40, 50, 0),
+		}, false},
+		{"a forced release reports a holder granted after it took effect", []chaos.Op{
+			// Issue 22: the update saw the key free, the fallback read a
+			// grant that committed later, and reported it ended.
+			grant("a/0", "A", 1, 0, 10, ttl),
+			leaseOp(chaos.KindRelease, "a/0", "A", 1, chaos.OK, 20, 30, 0),
+			grant("b/0", "B", 2, 40, 60, ttl),
+			force(0, chaos.OK, 2, 35, 70),
+			leaseOp(chaos.KindRenew, "b/0", "B", 2, chaos.OK, 80, 90, ttl),
+		}, false},
+		{"a forced release finds nothing while a lease certainly holds", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			force(0, chaos.OK, 0, 20, 30),
+		}, false},
+		{"a forced release finds nothing after the lease may have expired", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			force(0, chaos.OK, 0, 900, 1100),
+		}, true},
+		{"a forced release by token refused while that token certainly holds", []chaos.Op{
+			grant("a/0", "A", 1, 0, 10, ttl),
+			force(1, chaos.Lost, 0, 20, 30),
 		}, false},
 		{"data loss ends the lease", []chaos.Op{
 			grant("a/0", "A", 1, 0, 10, ttl),
