@@ -114,8 +114,9 @@ func Check(history []Op, o CheckOptions) Result {
 const unknownReturn = math.MaxInt64
 
 // porcupineHistory turns the relevant operations of history into
-// porcupine operations (a copy of each data-losing fault per lease key),
-// and the others into annotations for the visualisation.
+// porcupine operations (a copy of each data-losing fault per lease key,
+// and of each replica's catching up and each fault that lost the fences
+// per resource), and the others into annotations for the visualisation.
 func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotation) {
 	lanes := map[string]int{}
 	var names []string
@@ -129,10 +130,13 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 	for i, n := range names {
 		lanes[n] = i
 	}
-	keys := map[string]bool{}
+	keys, resources := map[string]bool{}, map[string]bool{}
 	for _, op := range history {
-		if op.Kind == KindAcquire {
+		switch op.Kind {
+		case KindAcquire:
 			keys[op.Key] = true
+		case KindWrite, KindRead:
+			resources[op.Resource] = true
 		}
 	}
 	split := splitAcquisitions(history)
@@ -146,6 +150,12 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 		}
 		ops = append(ops, porcupine.Operation{ClientId: lanes[op.Lane], Input: op, Call: op.Call, Output: nil, Return: op.Return})
 	}
+	perResource := func(op Op) {
+		for _, r := range slices.Sorted(maps.Keys(resources)) {
+			op.Key, op.Resource, op.Lane = "", r, "nemesis"
+			add(op)
+		}
+	}
 	for _, op := range history {
 		switch {
 		case op.Kind == KindFault:
@@ -158,6 +168,13 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 					add(op)
 				}
 			}
+			if op.LostData && op.LostFences {
+				perResource(op)
+			}
+		case op.Kind == KindReplicated:
+			notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: op.Call, End: op.Return,
+				Description: describe(op), BackgroundColor: "#d9ead3"})
+			perResource(op)
 		case split[acqRef{op.Key, op.Acq}] && isLeaseOp(op):
 			notes = append(notes, porcupine.Annotation{ClientId: lanes[op.Lane], Start: op.Call, End: op.Return,
 				Description: "split brain: " + describe(op), Details: strings.TrimSuffix(string(op.Outcome)+": "+op.Err, ": "), BackgroundColor: "#fce5cd"})

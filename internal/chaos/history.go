@@ -45,9 +45,15 @@ const (
 	// by Managed (Err holds it); it is drawn in the visualisation only.
 	KindEvent Kind = "event"
 	// KindFault is a fault injected by the nemesis, from its start (Call)
-	// to its end (Return). Only a fault with LostData takes part in the
-	// model; the others are drawn in the visualisation.
+	// to its end (Return). Only a fault with LostData or EndsLeases takes
+	// part in the model; the others are drawn in the visualisation.
 	KindFault Kind = "fault"
+	// KindReplicated says that a replica of the store had every write the
+	// primary had acknowledged when the operation was called: the nemesis
+	// read the primary's log position just after Call and returned once the
+	// replica had replayed up to it. A later fault with LostFences can take
+	// each resource back to a state it had since then, not before.
+	KindReplicated Kind = "replicated"
 )
 
 // Outcome is what an operation returned.
@@ -112,6 +118,14 @@ type Op struct {
 	// failover to a replica that missed writes).
 	Fault    string `json:"fault,omitempty"`
 	LostData bool   `json:"lost_data,omitempty"`
+	// LostFences says that a fault with LostData lost writes to the
+	// fenced resources too, because they live in the lease store: a
+	// PostgreSQL failover to a replica takes the fences table with it.
+	// The replica had a prefix of the primary's transactions, so each
+	// resource goes back to some state it had since the last
+	// KindReplicated before the fault; without one, nothing is taken
+	// back and the model holds the store to every write.
+	LostFences bool `json:"lost_fences,omitempty"`
 	// EndsLeases says the fault may have ended every lease early on the
 	// backend's clock without losing data: the server's clock stepped
 	// forward by more than the TTL.

@@ -3,7 +3,10 @@ package chaos
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -17,8 +20,15 @@ func partition(op Op) string {
 	case KindWrite, KindRead:
 		return "resource " + op.Resource
 	case KindFault:
+		if op.Resource != "" {
+			return "resource " + op.Resource // a copy per resource; see Check
+		}
 		if (op.LostData || op.EndsLeases) && op.Key != "" {
 			return "lease " + op.Key // a copy per key; see Check
+		}
+	case KindReplicated:
+		if op.Resource != "" {
+			return "resource " + op.Resource // a copy per resource; see Check
 		}
 	}
 	return ""
@@ -38,6 +48,10 @@ type state struct {
 	// Resource partition.
 	Mark  uint64 // highest token the fence accepted
 	Value string // the resource's value
+	// Since holds, from a KindReplicated op until the next fault that
+	// lost the fences, every state the resource was in since that op (see
+	// sinceWith); "" when there is none.
+	Since string
 }
 
 // ModelOptions configure the model.
@@ -53,7 +67,8 @@ type ModelOptions struct {
 //
 // The model is checked per partition: one per lease key, with the key's
 // acquire, renew and release calls (and faults that lost the lease store's
-// data), and one per fenced resource, with its writes and reads. A history
+// data), and one per fenced resource, with its writes and reads (and the
+// replicas' catching up and faults that lost the fences). A history
 // is accepted if every partition is linearizable: there is an order of its
 // operations, consistent with real time (an operation that returned before
 // another was called comes first), in which every step below is allowed.
@@ -136,6 +151,17 @@ type ModelOptions struct {
 //   - write Unknown: either nothing changed, or (if T is at least the
 //     mark) the write was applied.
 //   - read OK: the mark and value read must be the state's.
+//   - replicated (KindReplicated: a replica had every write acknowledged
+//     before it): the states the resource goes through from here are
+//     remembered, starting with the current one.
+//   - a fault that lost data, the fences' included (LostFences, a
+//     failover to that replica): the state goes back to any state
+//     remembered since the last replicated, and nothing is remembered
+//     any more. Physical replication replays the primary's transactions
+//     in order, and a fenced write commits its value and its mark in one
+//     transaction, so the promoted replica has the resource as it was at
+//     some point since it caught up. Without a replicated before it, the
+//     fault takes nothing back.
 //
 // # Porcupine
 //
@@ -248,17 +274,28 @@ func step(o ModelOptions, s state, op Op) []any {
 		}
 	case KindFault:
 		switch {
+		case op.Resource != "": // a copy for a resource
+			if !op.LostData || !op.LostFences || s.Since == "" {
+				return []any{s}
+			}
+			return sinceStates(s.Since)
 		case op.LostData:
 			s.ExpLo = min(s.ExpLo, op.Call)
 			s.Lossy = true
 		case op.EndsLeases:
 			s.ExpLo = min(s.ExpLo, op.Call)
 		}
+	case KindReplicated:
+		s.Since = sinceWith("", s.Mark, s.Value)
+		return []any{s}
 	case KindWrite:
 		applied := s
 		applied.Mark = op.Token
 		if !op.Claim {
 			applied.Value = op.Value
+		}
+		if s.Since != "" {
+			applied.Since = sinceWith(s.Since, applied.Mark, applied.Value)
 		}
 		admitted := op.Token >= s.Mark
 		switch op.Outcome {
@@ -318,8 +355,39 @@ func relevant(op Op) bool {
 		return op.Outcome == OK || op.Outcome == Unknown || op.Outcome == Lost && op.Token != 0
 	case KindFault:
 		return op.LostData || op.EndsLeases
+	case KindReplicated:
+		return true
 	}
 	return false
+}
+
+// sinceWith returns the set of resource states since, encoded as sorted,
+// distinct "mark NUL value" entries separated by SOH (so that equal sets
+// are equal strings), with the state (mark, value) added. Values come
+// from the harness and hold neither byte.
+func sinceWith(since string, mark uint64, value string) string {
+	entry := strconv.FormatUint(mark, 10) + "\x00" + value
+	var entries []string
+	if since != "" {
+		entries = strings.Split(since, "\x01")
+	}
+	i, found := slices.BinarySearch(entries, entry)
+	if found {
+		return since
+	}
+	return strings.Join(slices.Insert(entries, i, entry), "\x01")
+}
+
+// sinceStates returns the resource states of the set since, each with no
+// set of its own.
+func sinceStates(since string) []any {
+	var out []any
+	for _, entry := range strings.Split(since, "\x01") {
+		markText, value, _ := strings.Cut(entry, "\x00")
+		mark, _ := strconv.ParseUint(markText, 10, 64)
+		out = append(out, state{Mark: mark, Value: value})
+	}
+	return out
 }
 
 func describe(op Op) string {
@@ -354,6 +422,8 @@ func describe(op Op) string {
 		return fmt.Sprintf("read → mark %d, %q", op.Out, op.Value)
 	case KindFault:
 		return "fault: " + op.Fault
+	case KindReplicated:
+		return "replica caught up"
 	case KindEvent:
 		return fmt.Sprintf("%s %s/%d: %s", op.Fault, op.Key, op.Token, op.Err)
 	}
@@ -368,8 +438,12 @@ func describeState(s state) string {
 			rel = ", released"
 		}
 		return fmt.Sprintf("holder %s/%d%s, ends ≥ %d µs", s.Acq, s.Holder, rel, s.ExpLo)
-	case s.Mark != 0 || s.Value != "":
-		return fmt.Sprintf("mark %d, value %q", s.Mark, s.Value)
+	case s.Mark != 0 || s.Value != "" || s.Since != "":
+		since := ""
+		if s.Since != "" {
+			since = fmt.Sprintf(", %d states since the replica caught up", strings.Count(s.Since, "\x01")+1)
+		}
+		return fmt.Sprintf("mark %d, value %q%s", s.Mark, s.Value, since)
 	}
 	return "initial"
 }

@@ -43,6 +43,17 @@ func write(lane string, token uint64, value string, outcome chaos.Outcome, out u
 		Claim: value == "", Outcome: outcome, Out: out, Call: t0 + call*ms, Return: t0 + ret*ms}
 }
 
+// replicated is a replica catching up with the store; failover is a
+// failover to it, which lost data, the fences' included.
+func replicated(call, ret int64) chaos.Op {
+	return chaos.Op{Lane: "nemesis", Kind: chaos.KindReplicated, Outcome: chaos.OK, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
+func failover(call, ret int64) chaos.Op {
+	return chaos.Op{Lane: "nemesis", Kind: chaos.KindFault, Fault: "failover", LostData: true, LostFences: true,
+		Outcome: chaos.OK, Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
 func read(lane string, mark uint64, value string, call, ret int64) chaos.Op {
 	return chaos.Op{Lane: lane, Kind: chaos.KindRead, Resource: "r", Outcome: chaos.OK, Out: mark, Value: value,
 		Call: t0 + call*ms, Return: t0 + ret*ms}
@@ -205,6 +216,57 @@ func TestModel(t *testing.T) {
 			write("a/0", 1, "x", chaos.Unknown, 0, 0, 10),
 			read("c/0", 0, "", 20, 30),
 		}, true},
+		{"a failover takes a resource back to a state since the replica caught up", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			replicated(20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			failover(60, 100),
+			write("a/0", 1, "z", chaos.OK, 0, 110, 120),
+			read("c/0", 1, "z", 130, 140),
+		}, true},
+		{"a failover to a state in between", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			replicated(20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			write("b/0", 2, "y2", chaos.OK, 0, 60, 70),
+			failover(80, 100),
+			read("c/0", 2, "y", 110, 120),
+		}, true},
+		{"a failover to a state that never was", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			replicated(20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			failover(60, 100),
+			read("c/0", 2, "x", 110, 120),
+		}, false},
+		{"a failover to a state before the replica caught up", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			write("b/0", 2, "y", chaos.OK, 0, 20, 30),
+			replicated(40, 50),
+			failover(60, 100),
+			write("a/0", 1, "z", chaos.OK, 0, 110, 120),
+		}, false},
+		{"a stale write accepted on the promoted replica", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			replicated(20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			failover(60, 100),
+			write("c/0", 3, "", chaos.OK, 0, 110, 120),
+			write("a/0", 1, "z", chaos.OK, 0, 130, 140),
+		}, false},
+		{"a failover with no replica caught up takes nothing back", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			write("b/0", 2, "y", chaos.OK, 0, 20, 30),
+			failover(60, 100),
+			write("a/0", 1, "z", chaos.OK, 0, 110, 120),
+		}, false},
+		{"a fault that lost only the leases keeps the fences", []chaos.Op{
+			write("a/0", 1, "x", chaos.OK, 0, 0, 10),
+			replicated(20, 30),
+			write("b/0", 2, "y", chaos.OK, 0, 40, 50),
+			{Lane: "nemesis", Kind: chaos.KindFault, Fault: "kill -9", LostData: true, Outcome: chaos.OK, Call: t0 + 60*ms, Return: t0 + 100*ms},
+			write("a/0", 1, "z", chaos.OK, 0, 110, 120),
+		}, false},
 		{"unknown write applied, then undone", []chaos.Op{
 			write("a/0", 1, "x", chaos.Unknown, 0, 0, 10),
 			read("c/0", 1, "x", 20, 30),

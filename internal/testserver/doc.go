@@ -19,6 +19,9 @@
 // server for one test, stopped when that test ends. Their methods inject faults
 // on the real process: stop, kill -9, restart on the same port and data, pause
 // with SIGSTOP and resume with SIGCONT.
+// [PostgresServer.StartReplica] adds an asynchronous streaming replica of a
+// dedicated PostgreSQL server, which [PostgresServer.Promote] turns into a
+// primary: a failover.
 //
 // # TestMain
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -86,6 +87,9 @@ func startSharedPostgres() (*SharedPostgres, error) {
 type PostgresServer struct {
 	t  testing.TB
 	pp *pgProc
+	// primary is the server a replica streams from; nil for a primary,
+	// and once the replica was promoted.
+	primary *pgProc
 }
 
 // StartPostgres starts a dedicated PostgreSQL server, stopped and deleted when
@@ -218,6 +222,107 @@ func (s *PostgresServer) Resume() {
 	}
 }
 
+// ReplicaOptions configures a replica from [PostgresServer.StartReplica].
+// The zero value streams straight from the primary.
+type ReplicaOptions struct {
+	// Via is the address (host:port) at which the replica reaches its
+	// primary, for the base backup and then for streaming: a proxy in
+	// front of the primary, which a test can cut so that the replica
+	// misses writes. Default the primary's own address.
+	Via string
+}
+
+// StartReplica starts a physical streaming replica of s, a dedicated server
+// stopped and deleted when t ends. Its cluster is a base backup of s
+// (pg_basebackup -R, run as the user that runs s), and it runs as a hot
+// standby: it streams s's write-ahead log asynchronously, answers reads and
+// refuses writes. It has the settings and environment of s, on a port of
+// its own. s must be a running primary; the harness's servers need no
+// setting for it, since wal_level=replica, max_wal_senders=10 and pg_hba
+// entries that trust replication connections from loopback are the
+// defaults of PostgreSQL and initdb.
+//
+// [PostgresServer.CatchUp] waits until the replica has what s committed,
+// and [PostgresServer.Promote] makes it a primary. It fails the test if s
+// isn't a primary, and skips or fails it as [StartPostgres] does if the
+// replica can't be started.
+func (s *PostgresServer) StartReplica(t testing.TB, opts ReplicaOptions) *PostgresServer {
+	t.Helper()
+	if s.primary != nil {
+		t.Fatalf("testserver: replica of postgres at %s: it is a replica itself", s.pp.hostPort())
+	}
+	via := opts.Via
+	if via == "" {
+		via = s.pp.hostPort()
+	}
+	pp, err := startReplicaProc(s.pp, via)
+	if err != nil {
+		unavailable(t, "can't start a PostgreSQL replica", dedicatedErr(err, envPostgresURL))
+	}
+	t.Cleanup(pp.close)
+	return &PostgresServer{t: t, pp: pp, primary: s.pp}
+}
+
+// CatchUp waits until the replica s has replayed its primary's write-ahead
+// log up to where the primary had flushed it when CatchUp was called
+// (pg_current_wal_flush_lsn() there, pg_last_wal_replay_lsn() here): every
+// transaction whose commit was flushed before the call, so with
+// synchronous_commit on every acknowledged commit, is then visible on the
+// replica. It fails the test if s is not a replica, or if it has not caught
+// up within 30s (its link to the primary cut, the primary down).
+func (s *PostgresServer) CatchUp() {
+	s.t.Helper()
+	if s.primary == nil {
+		s.t.Fatalf("testserver: catch up postgres at %s: it is not a replica", s.pp.hostPort())
+	}
+	if err := catchUp(s.primary.url(), s.pp.url()); err != nil {
+		s.t.Fatalf("testserver: catch up postgres at %s with %s: %v", s.pp.hostPort(), s.primary.hostPort(), err)
+	}
+}
+
+func catchUp(primaryURL, replicaURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var lsn string
+	if err := queryPostgres(ctx, primaryURL, "SELECT pg_current_wal_flush_lsn()::text", nil, &lsn); err != nil {
+		return fmt.Errorf("primary's WAL position: %w", err)
+	}
+	for {
+		var replayed bool
+		err := queryPostgres(ctx, replicaURL, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", []any{lsn}, &replayed)
+		if err == nil && replayed {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("WAL not replayed up to %s within %v (last error: %v)", lsn, readyTimeout, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// Promote makes the replica s a primary, as `pg_ctl promote` does (SELECT
+// pg_promote(): recovery ends and a new timeline begins), and waits until it
+// accepts writes. Its old primary, if it still runs, goes on as a primary of
+// its own: stop or kill it first for a failover. It fails the test if s is
+// not a replica or is not promoted within 30s.
+func (s *PostgresServer) Promote() {
+	s.t.Helper()
+	if s.primary == nil {
+		s.t.Fatalf("testserver: promote postgres at %s: it is not a replica", s.pp.hostPort())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var promoted bool
+	err := queryPostgres(ctx, s.pp.url(), "SELECT pg_promote(true, $1)", []any{int(readyTimeout / time.Second)}, &promoted)
+	if err == nil && !promoted {
+		err = fmt.Errorf("not promoted within %v%s", readyTimeout, logTail(s.pp.proc.logPath))
+	}
+	if err != nil {
+		s.t.Fatalf("testserver: promote postgres at %s: %v", s.pp.hostPort(), err)
+	}
+	s.primary = nil
+}
+
 // pgBinaries is the directory holding initdb and postgres.
 type pgBinaries struct {
 	dir string
@@ -291,11 +396,22 @@ type pgProc struct {
 	proc *process
 	dir  string
 	port int
+	cfg  pgConfig
+}
+
+// pgConfig says how to run a server, and so how to run a replica of it.
+type pgConfig struct {
+	bin  pgBinaries
+	cred *syscall.Credential // nil runs as the current user
+	// Without syncCommit, a commit returns before its WAL is written, so a
+	// crash can lose it.
+	syncCommit bool
+	env        []string
+	settings   []string
 }
 
 // startPostgresProc creates a cluster with initdb in a new directory, starts
-// a server on it and waits until it accepts connections. Without syncCommit,
-// a commit returns before its WAL is written, so a crash can lose it.
+// a server on it and waits until it accepts connections.
 func startPostgresProc(syncCommit bool, env, settings []string) (*pgProc, error) {
 	bin, err := pgBin.get(findPostgres)
 	if err != nil {
@@ -305,11 +421,24 @@ func startPostgresProc(syncCommit bool, env, settings []string) (*pgProc, error)
 	if err != nil {
 		return nil, err
 	}
+	cfg := pgConfig{bin: bin, cred: cred, syncCommit: syncCommit, env: env, settings: settings}
+	return newPostgresDir(cfg, func(dir string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		return run(ctx, filepath.Join(dir, "postgres.log"), dir, cred, filepath.Join(bin.dir, "initdb"),
+			"-D", filepath.Join(dir, "data"), "--auth=trust", "--username=postgres", "--encoding=UTF8", "--locale=C", "--no-sync")
+	})
+}
+
+// newPostgresDir creates a directory for a server run as cfg says, has
+// create fill its data/ with a cluster, and starts a server on it. The
+// directory is deleted if that fails.
+func newPostgresDir(cfg pgConfig, create func(dir string) error) (*pgProc, error) {
 	dir, err := makeDir("postgres")
 	if err != nil {
 		return nil, err
 	}
-	pp, err := initPostgres(bin, cred, dir, syncCommit, env, settings)
+	pp, err := initPostgres(cfg, dir, create)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -317,23 +446,20 @@ func startPostgresProc(syncCommit bool, env, settings []string) (*pgProc, error)
 	return pp, nil
 }
 
-func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncCommit bool, env, settings []string) (*pgProc, error) {
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+func initPostgres(cfg pgConfig, dir string, create func(dir string) error) (*pgProc, error) {
+	if cfg.cred != nil {
+		if err := os.Chown(dir, int(cfg.cred.Uid), int(cfg.cred.Gid)); err != nil {
 			return nil, err
 		}
 	}
-	logPath := filepath.Join(dir, "postgres.log")
-	data := filepath.Join(dir, "data")
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	err := run(ctx, logPath, dir, cred, filepath.Join(bin.dir, "initdb"),
-		"-D", data, "--auth=trust", "--username=postgres", "--encoding=UTF8", "--locale=C", "--no-sync")
-	if err != nil {
+	if err := create(dir); err != nil {
 		return nil, err
 	}
+	logPath := filepath.Join(dir, "postgres.log")
+	data := filepath.Join(dir, "data")
+	var err error
 	for range maxPortTries {
-		pp := &pgProc{dir: dir}
+		pp := &pgProc{dir: dir, cfg: cfg}
 		if pp.port, err = freePort(); err != nil {
 			return nil, err
 		}
@@ -344,21 +470,21 @@ func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncComm
 			"-c", "unix_socket_directories=" + dir,
 			"-c", "max_connections=200",
 			"-c", "fsync=off",
-			"-c", "synchronous_commit=" + onOff(syncCommit),
+			"-c", "synchronous_commit=" + onOff(cfg.syncCommit),
 			"-c", "full_page_writes=off",
 			"-c", "logging_collector=off",
 		}
-		for _, kv := range settings {
+		for _, kv := range cfg.settings {
 			args = append(args, "-c", kv)
 		}
 		pp.proc = &process{
 			name:    "postgres",
-			path:    filepath.Join(bin.dir, "postgres"),
+			path:    filepath.Join(cfg.bin.dir, "postgres"),
 			args:    args,
 			dir:     dir,
 			logPath: logPath,
-			cred:    cred,
-			env:     env,
+			cred:    cfg.cred,
+			env:     cfg.env,
 		}
 		if err = pp.start(); err == nil {
 			return pp, nil
@@ -369,6 +495,28 @@ func initPostgres(bin pgBinaries, cred *syscall.Credential, dir string, syncComm
 		}
 	}
 	return nil, err
+}
+
+// startReplicaProc starts a physical streaming replica of primary, run as
+// primary is: pg_basebackup copies primary's cluster through via
+// (host:port) into a new directory and, with -R, writes standby.signal and
+// a primary_conninfo that streams from via.
+func startReplicaProc(primary *pgProc, via string) (*pgProc, error) {
+	host, port, err := net.SplitHostPort(via)
+	if err != nil {
+		return nil, fmt.Errorf("replica of %s via %q: %w", primary.hostPort(), via, err)
+	}
+	cfg := primary.cfg
+	return newPostgresDir(cfg, func(dir string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		// -c fast: a spread checkpoint on the primary would hold the
+		// backup up for minutes. -X stream: the WAL written meanwhile
+		// comes along, over a temporary replication slot.
+		return run(ctx, filepath.Join(dir, "postgres.log"), dir, cfg.cred, filepath.Join(cfg.bin.dir, "pg_basebackup"),
+			"-D", filepath.Join(dir, "data"), "-h", host, "-p", port, "-U", "postgres",
+			"-R", "-X", "stream", "-c", "fast", "--no-sync")
+	})
 }
 
 func (pp *pgProc) hostPort() string { return "127.0.0.1:" + strconv.Itoa(pp.port) }
@@ -431,6 +579,17 @@ func newDatabase(t testing.TB, adminURL string, drop bool) string {
 		})
 	}
 	return u.String()
+}
+
+// queryPostgres runs a query with args that returns one row on the server
+// at url and scans the row into dest.
+func queryPostgres(ctx context.Context, url, sql string, args []any, dest ...any) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
 func execPostgres(ctx context.Context, url, sql string) error {

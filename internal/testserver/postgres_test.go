@@ -3,12 +3,17 @@ package testserver_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/golib/lease/internal/testserver"
 )
@@ -178,4 +183,133 @@ func TestStartPostgresWithSettings(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPostgresReplica fails a database over to its replica and builds a
+// replica of the promoted server, as the failover row of internal/chaos
+// does: the replica streams through Via, refuses writes, and has every
+// commit CatchUp waited for; promoted once the primary is killed, it
+// accepts writes, and a replica of it follows it.
+func TestPostgresReplica(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	primary := testserver.StartPostgres(t)
+	url := primary.NewDatabase(t)
+	conn := connect(ctx, t, url)
+	mustExec(ctx, t, conn, "CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'in the backup')")
+
+	via := forward(t, hostPort(t, primary.URL()))
+	replica := primary.StartReplica(t, testserver.ReplicaOptions{Via: via})
+	mustExec(ctx, t, conn, "INSERT INTO kv VALUES ('b', 'streamed')")
+	replica.CatchUp()
+	rconn := connect(ctx, t, onServer(t, url, replica.URL()))
+	if got := queryString(ctx, t, rconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
+		t.Errorf("replica: pg_is_in_recovery() = %s; want true", got)
+	}
+	_, port, _ := strings.Cut(via, ":")
+	if got := queryString(ctx, t, rconn, "SHOW primary_conninfo"); !strings.Contains(got, "port="+port) {
+		t.Errorf("replica: primary_conninfo = %q; want it through Via (%s)", got, via)
+	}
+	if got := queryString(ctx, t, conn, "SELECT string_agg(sync_state, ',') FROM pg_stat_replication"); got != "async" {
+		t.Errorf("primary: pg_stat_replication.sync_state = %q; want one asynchronous replica", got)
+	}
+	if got := queryString(ctx, t, rconn, kvRows); got != "a=in the backup,b=streamed" {
+		t.Errorf("replica after CatchUp: %q; want the backup and the streamed commit", got)
+	}
+	var pgErr *pgconn.PgError
+	if _, err := rconn.Exec(ctx, "INSERT INTO kv VALUES ('x', 'refused')"); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Errorf("write on the replica: %v; want read_only_sql_transaction (25006)", err)
+	}
+
+	primary.Kill()
+	replica.Promote()
+	if got := queryString(ctx, t, rconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
+		t.Errorf("promoted: pg_is_in_recovery() = %s; want false", got)
+	}
+	mustExec(ctx, t, rconn, "INSERT INTO kv VALUES ('c', 'after the promotion')")
+
+	second := replica.StartReplica(t, testserver.ReplicaOptions{})
+	mustExec(ctx, t, rconn, "INSERT INTO kv VALUES ('d', 'on the new timeline')")
+	second.CatchUp()
+	sconn := connect(ctx, t, onServer(t, url, second.URL()))
+	if got, want := queryString(ctx, t, sconn, kvRows), "a=in the backup,b=streamed,c=after the promotion,d=on the new timeline"; got != want {
+		t.Errorf("replica of the promoted server: %q; want %q", got, want)
+	}
+}
+
+// kvRows reads the rows of TestPostgresReplica's table as one string.
+const kvRows = "SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM kv"
+
+func mustExec(ctx context.Context, t *testing.T, conn *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// hostPort returns the host:port of a postgres:// URL.
+func hostPort(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// onServer returns the database URL dbURL on the server of serverURL.
+func onServer(t *testing.T, dbURL, serverURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = hostPort(t, serverURL)
+	return u.String()
+}
+
+// forward relays TCP connections from a new loopback address, which it
+// returns, to upstream until t ends.
+func forward(t *testing.T, upstream string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			down, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				down.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, down, up)
+			mu.Unlock()
+			for _, pair := range [][2]net.Conn{{up, down}, {down, up}} {
+				wg.Go(func() {
+					_, _ = io.Copy(pair[0], pair[1])
+					pair[0].Close()
+					pair[1].Close()
+				})
+			}
+		}
+	})
+	return l.Addr().String()
 }
