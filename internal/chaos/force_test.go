@@ -11,9 +11,9 @@ import (
 )
 
 // TestForcedReleases runs an operator beside the clients: at random times
-// it force-releases one of the keys, half the time whichever acquisition
-// holds it (token 0), half the time only the holder it has just inspected
-// (by token). Every call goes into the history, so the model holds what
+// it force-releases one of the keys in a burst of up to 20 calls, each
+// half the time whichever acquisition holds it (token 0), half the time
+// only the holder it has just inspected (by token). Every call goes into the history, so the model holds what
 // ForceRelease reports to what happened: a holder it names as ended must
 // be the current acquisition and must never renew or release afterwards,
 // a "nothing held" must come while no lease certainly held the key, and a
@@ -47,21 +47,27 @@ func forcedReleases(t *testing.T, target chaos.Target) {
 	calls, ended := 0, 0
 	for r.running() {
 		r.pause(10*time.Millisecond, ttl/4)
+		// A burst of forced releases of one key: each frees it, a waiting
+		// client takes it at once (woken by the release), and the next
+		// force races that grant, where a force that reports a holder it
+		// did not end would show.
 		key := keys[r.rng.IntN(len(keys))]
-		var token lease.Token
-		if r.rng.IntN(2) == 0 {
-			rec, err := raw.Inspect(ctxT(t), key)
-			if err != nil || !rec.Held {
-				continue
+		for range 1 + r.rng.IntN(20) {
+			var token lease.Token
+			if r.rng.IntN(2) == 0 {
+				rec, err := raw.Inspect(ctxT(t), key)
+				if err != nil || !rec.Held {
+					continue
+				}
+				token = rec.Token
 			}
-			token = rec.Token
-		}
-		octx, cancel := context.WithTimeout(ctx, time.Second)
-		prev, err := op.ForceRelease(octx, key, token)
-		cancel()
-		calls++
-		if err == nil && prev.Held {
-			ended++
+			octx, cancel := context.WithTimeout(ctx, time.Second)
+			prev, err := op.ForceRelease(octx, key, token)
+			cancel()
+			calls++
+			if err == nil && prev.Held {
+				ended++
+			}
 		}
 	}
 	res := r.finish(rowOptions{})
