@@ -375,15 +375,7 @@ func TestWaitingAcquirerWakesOnRelease(t *testing.T) {
 		got <- err
 	}()
 	// Release only once the waiter has seen the lease held and subscribed.
-	c := standalone(t)
-	ctx := ctxT(t)
-	for numSub(t, c, s) == 0 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the waiting Acquire never subscribed to releases")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitSubscribed(t, standalone(t), s)
 	if err := h.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
