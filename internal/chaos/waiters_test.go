@@ -43,6 +43,20 @@ const probeKey = "probe"
 var waiterPolicy = lease.PolicyOptions{TTL: time.Hour, Retry: 10 * time.Minute, Wait: 20 * time.Minute,
 	OperationTimeout: 5 * time.Second}
 
+// restartWaiterPolicy is waiterPolicy with a Retry of 2s, for the restart
+// rows. After a restart the waiter's watch subscribes again and wakes it,
+// but its attempt may go out on a connection of the client that died with
+// the server and has not been found dead yet: it fails (EOF, outcome
+// unknown), and Client.Acquire then waits its Retry before it asks again
+// (10 minutes with waiterPolicy), although the restart freed the key.
+// With a Retry of 2s the waiter is still granted only if woken: while it
+// watches a held key, Acquire asks again only when woken (a release or a
+// new subscription) or after a failed attempt, never on a timer, so a
+// waiter whose watch did not wake it after the restart would wait out its
+// Wait of 20 minutes.
+var restartWaiterPolicy = lease.PolicyOptions{TTL: time.Hour, Retry: 2 * time.Second, Wait: 20 * time.Minute,
+	OperationTimeout: 5 * time.Second}
+
 // probe is a waiter probe: two lease clients on connections of their own
 // take turns, one holding probeKey while the other waits for it. Their
 // backend calls are recorded into the run's history, so the model checks
@@ -57,22 +71,29 @@ type probe struct {
 	next    int           // the client that waits in the next round
 	waits   []time.Duration
 	ctx     context.Context // bounds every waiter, ends with the test
+	rec     *chaos.Recorder
 }
 
-// newProbe starts a probe on r's target and lets its first client take
-// probeKey.
-func newProbe(t *testing.T, r *run) *probe {
+// newProbe starts a probe on r's target, whose waiters use the policy
+// of o, and lets its first client take probeKey. Its clients are made as
+// the run's are (Target.ValkeyClient), but with pipelined they always
+// pipeline: valkey-go then reads every connection in a goroutine of its
+// own, which finds at once a connection that a killed server closed,
+// where a connection used one request at a time is found dead only by
+// the next request on it, which fails.
+func newProbe(t *testing.T, r *run, o lease.PolicyOptions, pipelined bool) *probe {
 	t.Helper()
-	policy, err := lease.NewPolicy(waiterPolicy)
+	policy, err := lease.NewPolicy(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &probe{t: t, policy: policy, ctx: ctx}
+	p := &probe{t: t, policy: policy, ctx: ctx, rec: r.rec}
 	lanes := chaos.NewLanes("w")
 	for i := range p.clients {
-		c, err := r.target.ValkeyClient(r.target.Addr)
+		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{r.target.Addr}, DisableCache: true,
+			ConnWriteTimeout: 2 * time.Second, Dialer: net.Dialer{Timeout: 2 * time.Second}, AlwaysPipelining: pipelined})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,6 +156,7 @@ func (p *probe) awaitWatching() {
 			}
 		}
 		if time.Now().After(deadline) {
+			p.logOps()
 			p.t.Fatalf("the probe's waiter did not subscribe to %s within %v (last: %v)", ch, wakeBound, err)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -165,8 +187,29 @@ func (p *probe) granted(got <-chan granted, since time.Time, after string) {
 		p.t.Logf("probe round %d: waiter granted %v after %s", len(p.waits), d.Round(time.Millisecond), after)
 		p.holder, p.next = g.h, 1-p.next
 	case <-time.After(wakeBound):
+		p.logOps()
 		p.t.Fatalf("the probe's waiter was not granted within %v %s: its watch did not wake it", wakeBound, after)
 	}
+}
+
+// logOps logs the probe's operations and the faults, to show why a
+// waiter was not granted in time.
+func (p *probe) logOps() {
+	p.t.Helper()
+	for _, op := range p.rec.Ops() {
+		if lanePrefix(op, "w") || op.Kind == chaos.KindFault {
+			p.t.Logf("%s", op)
+		}
+	}
+}
+
+// deadConnAttempts counts the probe's acquire and renew calls made at or
+// after the recorder's time since that failed or whose outcome is unknown.
+func (p *probe) deadConnAttempts(since int64) int {
+	return count(p.rec.Ops(), func(op chaos.Op) bool {
+		return lanePrefix(op, "w") && (op.Kind == chaos.KindAcquire || op.Kind == chaos.KindRenew) && op.Call >= since &&
+			(op.Outcome == chaos.Unknown || op.Outcome == chaos.Failed)
+	})
 }
 
 // stop releases the last holder's lease, and logs the rounds: how many,
@@ -222,7 +265,7 @@ func TestValkeyClusterFailoverUnderWaiters(t *testing.T) {
 	defer ctl.Close()
 	target := valkeyTarget(cl.Addrs()[0])
 	r := startRun(t, target, rowOptions{})
-	p := newProbe(t, r)
+	p := newProbe(t, r, waiterPolicy, false)
 	probeSlot := keySlot(t, ctl, p.stores[0].RecordKey(probeKey))
 	var runSlots []int
 	for _, k := range keys {
@@ -315,5 +358,103 @@ func awaitReplicaSynced(t *testing.T, addr string) {
 			t.Fatalf("the replica %s did not sync with its primary within 30s", addr)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestValkeyRestartUnderWaiters kills the lease server with SIGKILL and
+// restarts it while the probe's waiter waits, as TestValkeyKillNoPersistence
+// and TestValkeyKillAOF do under the harness's clients (and with the same
+// marks: data lost without persistence, none with the append-only file).
+// Without persistence the restart forgets the probe holder's lease, so
+// the key is free and the waiter must be granted once its subscription
+// is back, since no release will ever be announced. With the append-only
+// file the holder still holds the lease after the restart, with the same
+// token; it then releases, and that release must wake the waiter.
+//
+// The probe's clients always pipeline (see newProbe): with valkey-go's
+// default, a call right after the restart often goes out on a connection
+// that died with the server and fails with EOF, outcome unknown; for the
+// holder's release that leaves the lease held for its hour and nothing
+// to wake the waiter. The harness's clients keep the default, and the
+// waiters' Retry is 2s (see restartWaiterPolicy).
+func TestValkeyRestartUnderWaiters(t *testing.T) {
+	for _, aof := range []bool{false, true} {
+		name := "no-persistence"
+		if aof {
+			name = "aof"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			restartUnderWaiters(t, aof)
+		})
+	}
+}
+
+func restartUnderWaiters(t *testing.T, aof bool) {
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{AppendOnly: aof})
+	target := valkeyTarget(srv.Addr())
+	if !aof {
+		target.FenceAddr = testserver.Valkey(t).Addr() // the fences must outlive the lease server's data
+	}
+	r := startRun(t, target, rowOptions{})
+	p := newProbe(t, r, restartWaiterPolicy, true)
+	restarts, deadConn := 0, 0
+	for round := 0; r.running() || round < minProbeRounds; round++ {
+		r.pause(ttl/2, ttl)
+		got := p.wait()
+		var restarted time.Time
+		from := r.rec.Now()
+		desc := "kill -9 valkey-server under a waiter, restart it empty"
+		if aof {
+			desc = "kill -9 valkey-server under a waiter, restart it on its AOF"
+		}
+		r.h.Fault(desc, !aof, func() {
+			srv.Kill()
+			restarted = time.Now()
+			srv.Restart()
+		})
+		restarts++
+		if !aof {
+			p.granted(got, restarted, "the restart (from its start) that freed the key")
+		} else {
+			p.stillHeld()
+			p.awaitWatching() // so that it is the release that wakes the waiter
+			p.granted(got, p.release(), "a release after a restart on the AOF")
+		}
+		if p.deadConnAttempts(from) > 0 {
+			deadConn++
+		}
+	}
+	p.stop()
+	res := r.finish(rowOptions{})
+	t.Logf("%d restarts; in %d of them a call of the probe's clients met a connection that died with the server (an acquire attempt then waits its Retry); %d operations checked by the model",
+		restarts, deadConn, res.Checked)
+	if !aof {
+		r.withoutDataLoss()
+	}
+}
+
+// stillHeld checks that the probe's holder still holds its lease after a
+// restart on the append-only file: it renews it, asking again while the
+// renewal fails. A renewal, like the release that follows, is a script
+// that valkey-go does not send again by itself, so its first attempt may
+// meet a connection that died with the server (EOF, outcome unknown); a
+// renewal can be tried again, a release cannot.
+func (p *probe) stillHeld() {
+	p.t.Helper()
+	deadline := time.Now().Add(wakeBound)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := p.holder.Renew(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, lease.ErrLost):
+			p.t.Fatalf("the probe's holder lost its lease in a restart on the append-only file: %v", err)
+		case time.Now().After(deadline):
+			p.t.Fatalf("the probe's holder could not renew its lease within %v of the restart: %v", wakeBound, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
