@@ -764,3 +764,45 @@ func TestAcquireSetsUpAFailedWatchAgainAfterPoll(t *testing.T) {
 	}
 	wantGranted(t, done, "after the release", "the release did not wake the waiter: its second watch does not work")
 }
+
+// forgetful is a backend that, once told to, shows every key without a
+// record, as a backend that lost its data does.
+type forgetful struct {
+	lease.Backend
+	forgot atomic.Bool
+}
+
+func (f *forgetful) Inspect(ctx context.Context, key string) (lease.Record, error) {
+	if f.forgot.Load() {
+		return lease.Record{Key: key}, nil
+	}
+	return f.Backend.Inspect(ctx, key)
+}
+
+// TestValidateReportsLostRecord: Validate of a handle whose key the
+// backend no longer has a record of reports RecordLost, not Expired.
+func TestValidateReportsLostRecord(t *testing.T) {
+	ctx := context.Background()
+	b := &forgetful{Backend: memory.New(memory.Options{})}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	h, err := c.TryAcquire(ctx, "k", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Validate(ctx); err != nil {
+		t.Fatalf("Validate of a held lease: %v", err)
+	}
+	b.forgot.Store(true)
+	err = h.Validate(ctx)
+	var le *lease.LostError
+	if !errors.As(err, &le) || le.Reason != lease.RecordLost {
+		t.Fatalf("Validate after the record was lost = %v, want a *LostError with reason RecordLost", err)
+	}
+	if want := `lease: validate "k": token 1 lost: record lost`; err.Error() != want {
+		t.Fatalf("error text %q, want %q", err, want)
+	}
+}
