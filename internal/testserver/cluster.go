@@ -233,6 +233,11 @@ func (c *ValkeyClusterServers) AddReplica(t testing.TB, i int) *ValkeyServer {
 // slots and the old primary becomes the replica's replica. It waits until
 // every node sees the replica as a primary. The two swap places: the
 // replica is then among Nodes and Addrs, the old primary is not.
+//
+// The other primaries vote for a failover of one shard at most once per
+// twice cluster-node-timeout (10s here): a second Failover of the same
+// shard sooner gets too few votes, changes nothing, and fails t once
+// its wait runs out.
 func (c *ValkeyClusterServers) Failover(t testing.TB, replica *ValkeyServer) {
 	t.Helper()
 	r := slices.Index(c.replicas, replica)
