@@ -45,7 +45,7 @@ const minFailovers = 2
 func TestPostgresFailover(t *testing.T) {
 	primary := testserver.StartPostgres(t)
 	f := &failoverRig{t: t, dbURL: migrate(t, primary.NewDatabase(t)), primary: primary,
-		repl: newProxy(t, hostPort(t, primary.URL())), front: newProxy(t, hostPort(t, primary.URL()))}
+		repl: newProxy(t, primary.Addr()), front: newProxy(t, primary.Addr())}
 	f.newReplica()
 	r := startRun(t, chaos.Target{Kind: "postgres", URL: onServer(t, f.dbURL, f.front.Addr())}, rowOptions{})
 	var (
@@ -129,7 +129,7 @@ type failoverRig struct {
 // newReplica starts a replica of the primary that streams through repl.
 func (f *failoverRig) newReplica() {
 	f.t.Helper()
-	if err := f.repl.SetUpstream(hostPort(f.t, f.primary.URL())); err != nil {
+	if err := f.repl.SetUpstream(f.primary.Addr()); err != nil {
 		f.t.Fatal(err)
 	}
 	f.replica = f.primary.StartReplica(f.t, testserver.ReplicaOptions{Via: f.repl.Addr()})
@@ -170,8 +170,8 @@ func (f *failoverRig) failOver(r *run, cut bool, lag time.Duration) failedOver {
 		f.primary.Kill()
 		f.replica.Promote()
 		fo.promotion = time.Duration(r.rec.Now()-fo.killed) * time.Microsecond
-		fo.db = readDB(t, onServer(t, f.dbURL, f.replica.URL()))
-		if err := f.front.SetUpstream(hostPort(t, f.replica.URL())); err != nil {
+		fo.db = readDB(t, f.replica.DatabaseURL(f.dbURL))
+		if err := f.front.SetUpstream(f.replica.Addr()); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -361,26 +361,12 @@ func minTokenLead(ops []chaos.Op, kills []int64) time.Duration {
 	return time.Duration(lead) * time.Microsecond
 }
 
-// hostPort returns the host:port of a URL.
-func hostPort(t *testing.T, raw string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.Host
-}
-
-// onServer returns dbURL with its host:port replaced by addr's, which is a
-// URL or a host:port.
+// onServer returns dbURL with its host:port replaced by addr.
 func onServer(t *testing.T, dbURL, addr string) string {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if pu, err := url.Parse(addr); err == nil && pu.Host != "" {
-		addr = pu.Host
 	}
 	u.Host = addr
 	return u.String()

@@ -140,6 +140,22 @@ func StartPostgresWith(t testing.TB, opts PostgresOptions) *PostgresServer {
 // postgres. It stays the same across restarts.
 func (s *PostgresServer) URL() string { return s.pp.url() }
 
+// Addr returns the server's address as host:port. It stays the same
+// across restarts.
+func (s *PostgresServer) Addr() string { return s.pp.hostPort() }
+
+// DatabaseURL returns dbURL, the URL of a database of another server (a
+// replica's primary, say), pointed at this server's host and port, with
+// the same user, database and parameters.
+func (s *PostgresServer) DatabaseURL(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		s.t.Fatalf("testserver: DatabaseURL(%q): %v", dbURL, err)
+	}
+	u.Host = s.Addr()
+	return u.String()
+}
+
 // NewDatabase creates an empty database named after t and returns its URL. It
 // goes when the server does, at the end of the test that started it. It fails
 // the test if the database can't be created.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -198,11 +197,11 @@ func TestPostgresReplica(t *testing.T) {
 	conn := connect(ctx, t, url)
 	mustExec(ctx, t, conn, "CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'in the backup')")
 
-	via := forward(t, hostPort(t, primary.URL()))
+	via := forward(t, primary.Addr())
 	replica := primary.StartReplica(t, testserver.ReplicaOptions{Via: via})
 	mustExec(ctx, t, conn, "INSERT INTO kv VALUES ('b', 'streamed')")
 	replica.CatchUp()
-	rconn := connect(ctx, t, onServer(t, url, replica.URL()))
+	rconn := connect(ctx, t, replica.DatabaseURL(url))
 	if got := queryString(ctx, t, rconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Errorf("replica: pg_is_in_recovery() = %s; want true", got)
 	}
@@ -231,7 +230,7 @@ func TestPostgresReplica(t *testing.T) {
 	second := replica.StartReplica(t, testserver.ReplicaOptions{})
 	mustExec(ctx, t, rconn, "INSERT INTO kv VALUES ('d', 'on the new timeline')")
 	second.CatchUp()
-	sconn := connect(ctx, t, onServer(t, url, second.URL()))
+	sconn := connect(ctx, t, second.DatabaseURL(url))
 	if got, want := queryString(ctx, t, sconn, kvRows), "a=in the backup,b=streamed,c=after the promotion,d=on the new timeline"; got != want {
 		t.Errorf("replica of the promoted server: %q; want %q", got, want)
 	}
@@ -245,27 +244,6 @@ func mustExec(ctx context.Context, t *testing.T, conn *pgx.Conn, sql string) {
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// hostPort returns the host:port of a postgres:// URL.
-func hostPort(t *testing.T, raw string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.Host
-}
-
-// onServer returns the database URL dbURL on the server of serverURL.
-func onServer(t *testing.T, dbURL, serverURL string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = hostPort(t, serverURL)
-	return u.String()
 }
 
 // forward relays TCP connections from a new loopback address, which it
