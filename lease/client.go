@@ -23,6 +23,22 @@ type ClientOptions struct {
 	// Observer receives an event for every state change. Default
 	// NopObserver.
 	Observer Observer
+
+	// SweepEvery is how often, at most, the client removes the records
+	// that outlived their retention: those of its backend, if the backend
+	// is a Sweeper, and those of Sweepers. The client does it in the
+	// background, with Sweep, under the lease SweepKey (so one replica
+	// sweeps at a time), triggered by its own acquisitions and releases:
+	// the first sweep comes between one half and one SweepEvery after the
+	// client's first use, then about every SweepEvery while it is used. A
+	// background sweep's errors are dropped (its acquire and release of
+	// SweepKey are observed as any other); call Sweep to see them.
+	// Default DefaultSweepEvery; negative never sweeps in the background.
+	SweepEvery time.Duration
+
+	// Sweepers are swept with the backend: the fence tables and queue
+	// sources whose records this client's leases protect. Default none.
+	Sweepers []Sweeper
 }
 
 // A Client acquires leases from a Backend on behalf of one owner. It is
@@ -39,6 +55,9 @@ type Client struct {
 	// deadlines bound the first attempt of an acquire and a Handle's
 	// release under a parent that cannot end (opContext.beginShared).
 	deadlines sharedDeadlines
+	// sweep schedules background sweeps of the backend and extra.
+	sweep sweeping
+	extra []Sweeper
 }
 
 // NewClient returns a Client that acquires leases from b. It fails if b is
@@ -60,6 +79,13 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 	}
 	c.quiet = c.obs == NopObserver
 	_, c.sysClock = c.clock.(systemClock)
+	for i, s := range o.Sweepers {
+		if s == nil {
+			return nil, fmt.Errorf("lease: NewClient: nil Sweepers[%d]", i)
+		}
+	}
+	c.extra = append([]Sweeper(nil), o.Sweepers...)
+	c.sweep.start(o.SweepEvery, len(c.sweepers()) > 0)
 	return c, nil
 }
 
@@ -239,6 +265,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
 					at.n, c.clock.Now().Sub(at.start)})
 			}
+			c.maybeSweep()
 			return h, nil
 		}
 		lastErr = err

@@ -219,6 +219,9 @@ func (h *Handle) Release(ctx context.Context) error {
 		err = wrapOp("release", h.key, err)
 	}
 	if h.c.quiet {
+		if err == nil {
+			h.c.maybeSweep()
+		}
 		return err
 	}
 	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: h.c.clock.Now().Sub(start), Err: err}
@@ -227,5 +230,6 @@ func (h *Handle) Release(ctx context.Context) error {
 		return err
 	}
 	h.c.obs.Observe(&Released{info})
+	h.c.maybeSweep()
 	return nil
 }
