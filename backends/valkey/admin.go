@@ -221,7 +221,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		return lease.Record{}, beforeSend(ctx, op)
 	}
 	rec := recordKey(s.prefix, key)
-	vals, err := forceReleaseScript.Exec(ctx, s.client, []string{rec}, []string{token.String(), releaseChannel(rec)}).ToArray()
+	vals, err := forceReleaseScript.Exec(ctx, s.client, []string{rec}, []string{token.String(), releaseChannel(rec), s.retentionArg}).ToArray()
 	if err != nil {
 		return lease.Record{}, classify(op, err)
 	}

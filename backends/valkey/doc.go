@@ -90,13 +90,13 @@
 // ACL rules apply to the commands inside scripts too. The least a user
 // needs to do everything the Store does, on the default prefix:
 //
-//	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info
 //
 // that is: the keys and shard channels of the prefix (~lease:* and
 // &lease:* follow Options.Prefix); the scripts, run with EVALSHA (EVAL
 // after the server forgot them), read-only ones with EVALSHA_RO, loaded
-// with SCRIPT LOAD; the commands inside them (HMGET, HSET, TIME,
-// SPUBLISH); SSUBSCRIBE and SUNSUBSCRIBE for release watches; INFO for
+// with SCRIPT LOAD; the commands inside them (HMGET, HSET, PERSIST,
+// PEXPIRE, TIME, SPUBLISH); SSUBSCRIBE and SUNSUBSCRIBE for release watches; INFO for
 // Check; and CLIENT TRACKING, which valkey-go sends on connecting unless
 // ClientOption.DisableCache is set. On a Valkey Cluster add
 // +cluster|shards (valkey-go reads the topology with it) and create the

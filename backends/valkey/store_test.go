@@ -445,9 +445,52 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 		if _, err := s.Inspect(ctx, "acl"); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.ForceRelease(ctx, "acl", 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	valkeyacl.CheckAllUsed(t, admin, aclRule)
 	valkeyacl.CheckForbidden(t, admin, c, "other:{tenant}")
+}
+
+// TestScriptCommandsRefused: a user refused a command that the lease
+// scripts run only on some paths (an ACL rule of an older version of this
+// package, without +persist or +pexpire) is refused before anything is
+// written: Acquire creates no record, Release and ForceRelease leave the
+// lease held with no TTL on its record.
+func TestScriptCommandsRefused(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"persist", "pexpire"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			s, _, admin := aclStore(t, "old", strings.Replace(aclRule, " +"+cmd+" ", " ", 1))
+			ctx := ctxT(t)
+			if cmd == "persist" {
+				_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "acl", Owner: "o", Nonce: "n", TTL: time.Minute})
+				if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+					t.Fatalf("Acquire = %v, want a definite permission error", err)
+				}
+				if p := pttl(t, admin, s.RecordKey("acl")); p != -2 {
+					t.Fatalf("record after the refused Acquire: PTTL %d, want -2 (none)", p)
+				}
+				return
+			}
+			a := acquire(t, s, "acl", "o", time.Minute)
+			err := s.Release(ctx, a)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("Release = %v, want a definite permission error", err)
+			}
+			if _, err := s.ForceRelease(ctx, "acl", 0); err == nil || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("ForceRelease = %v, want a permission error", err)
+			}
+			if r, err := s.Inspect(ctx, "acl"); err != nil || !r.Held || r.Token != a.Token {
+				t.Fatalf("after the refused releases Inspect = %+v, %v; want the lease still held", r, err)
+			}
+			if p := pttl(t, admin, s.RecordKey("acl")); p != -1 {
+				t.Fatalf("held record after the refused releases: PTTL %d, want -1", p)
+			}
+		})
+	}
 }
 
 // renewWatchRelease acquires key, renews it, watches for its release and

@@ -22,11 +22,12 @@ package valkeyacl
 const Cluster = "+cluster|shards"
 
 // Lease is the rule of a user of the Valkey lease backend
-// (backends/valkey): the lease scripts (HMGET, HSET, TIME, SPUBLISH),
+// (backends/valkey): the lease scripts (HMGET, HSET, TIME, SPUBLISH, and
+// PERSIST and PEXPIRE for the retention of ended leases' records),
 // release watches (SSUBSCRIBE), and Store.Check (INFO).
 const Lease = "reset on >secret ~lease:* &lease:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +time +spublish +ssubscribe +sunsubscribe +info"
+	"+hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info"
 
 // Fence is the rule of a user of fence.Valkey, for fenced writes to
 // keys under data:* (replace it with the patterns of your data): the
@@ -44,7 +45,7 @@ const Fence = "reset on >secret ~fence:* ~data:* " +
 // UNLINK).
 const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hget +hset +get +mget +set +unlink +time " +
+	"+hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
 // Queue is the rule of a user of leasequeue's Valkey source and roster
@@ -54,7 +55,7 @@ const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 // script with the commands items are written with (HSET, INCRBY).
 const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
+	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
 	"+zadd +zrange +zscore +zrem +sadd +smembers +srem +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
@@ -64,4 +65,4 @@ const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 // gets the union of their rules.
 const Quickstart = "reset on >secret ~lease:* &lease:* ~fence:* ~report:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +time +spublish +ssubscribe +sunsubscribe +info +set"
+	"+hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info +set"
