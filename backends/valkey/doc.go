@@ -88,7 +88,8 @@
 // go back.
 //
 // ACL rules apply to the commands inside scripts too. The least a user
-// needs to do everything the Store does, on the default prefix:
+// needs to do everything the Store does but List and Sweep, on the
+// default prefix:
 //
 //	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info
 //
@@ -107,9 +108,20 @@
 // records under the prefix: keep it to the services that take leases.
 //
 // Store.List, which the leasectl command's list uses, also needs +scan
-// and +role (to tell primaries from replicas): give those to an
-// operator's user, not to the services'. Store.ForceRelease needs nothing
-// beyond the rule above.
+// and +role (to tell primaries from replicas), and Store.Sweep needs
+// +scan +role +del. SCAN shows the names of all keys on the server,
+// whatever the user's key patterns: give those to an operator's user, and
+// to the services' only where they have the server to themselves.
+// Store.ForceRelease needs nothing beyond the rule above.
+//
+// A lease.Client sweeps its Store in the background (see
+// lease.ClientOptions.SweepEvery), as the services' user: with the rule
+// above alone, that sweep is refused at its first command (ROLE) and
+// changes nothing. Released records still end by themselves; only the
+// records of leases that expired without a release (crashed holders) then
+// stay, until a user with +scan +role +del sweeps (lease.Client.Sweep, or
+// the leasectl command's gc verb). Set SweepEvery negative where the
+// services' sweep would only be refused.
 //
 // ACL credentials and TLS are options of the valkey-go client
 // (ClientOption.Username, Password and TLSConfig); see

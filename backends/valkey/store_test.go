@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -448,9 +449,46 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 		if _, err := s.ForceRelease(ctx, "acl", 0); err != nil {
 			t.Fatal(err)
 		}
+		sweepACL(ctx, t, c, admin, round)
 	}
-	valkeyacl.CheckAllUsed(t, admin, aclRule)
+	valkeyacl.CheckAllUsed(t, admin, aclRule+" "+valkeyacl.Scan+" "+valkeyacl.Sweep)
 	valkeyacl.CheckForbidden(t, admin, c, "other:{tenant}")
+}
+
+// sweepACL checks what the documentation says Sweep needs: as the user of
+// c, with the documented rule alone, Sweep is refused and removes nothing;
+// a user with the rule, +scan +role and +del, created through admin,
+// sweeps.
+func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round int) {
+	t.Helper()
+	text, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grants := valkeyacl.Scan + " " + valkeyacl.Sweep; !strings.Contains(string(text), grants) {
+		t.Errorf("doc.go does not say that Sweep needs %s", grants)
+	}
+	s, err := leasevalkey.New(c, leasevalkey.Options{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "acl/crashed/" + strconv.Itoa(round)
+	acquire(t, s, key, "o", time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Sweep(ctx, lease.SweepOptions{Limit: 100}); err == nil || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Sweep with the documented rule = %v, want a permission error", err)
+	}
+	var addr string
+	for a := range admin.Nodes() {
+		addr = a
+	}
+	sweeper, err := leasevalkey.New(valkeyacl.Login(t, admin, addr, "sweeper", aclRule+" "+valkeyacl.Scan+" "+valkeyacl.Sweep), leasevalkey.Options{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sweepAll(t, sweeper, 100, false); !slices.Contains(got, key) {
+		t.Fatalf("Sweep with +scan +role +del removed %q, want %q among them", got, key)
+	}
 }
 
 // TestScriptCommandsRefused: a user refused a command that the lease

@@ -24,10 +24,24 @@ const Cluster = "+cluster|shards"
 // Lease is the rule of a user of the Valkey lease backend
 // (backends/valkey): the lease scripts (HMGET, HSET, TIME, SPUBLISH, and
 // PERSIST and PEXPIRE for the retention of ended leases' records),
-// release watches (SSUBSCRIBE), and Store.Check (INFO).
+// release watches (SSUBSCRIBE), and Store.Check (INFO). Store.List needs
+// Scan on top, and Store.Sweep Scan and Sweep.
 const Lease = "reset on >secret ~lease:* &lease:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
 	"+hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info"
+
+// Scan is what a user of the Valkey lease backend needs besides Lease to
+// walk the records, with Store.List and Store.Sweep: SCAN on each primary,
+// and ROLE to tell primaries from replicas. SCAN returns the names of
+// every key on the server, other tenants' too, whatever the user's key
+// patterns: give it to an operator's user, or to the services' only where
+// they are alone on the server.
+const Scan = "+scan +role"
+
+// Sweep is what Store.Sweep needs besides Lease and Scan: DEL, with which
+// its script removes the record of a lease that ended more than a
+// retention ago.
+const Sweep = "+del"
 
 // Fence is the rule of a user of fence.Valkey, for fenced writes to
 // keys under data:* (replace it with the patterns of your data): the
