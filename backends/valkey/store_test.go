@@ -456,9 +456,9 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 }
 
 // sweepACL checks what the documentation says Sweep needs: as the user of
-// c, with the documented rule alone, Sweep is refused and removes nothing;
-// a user with the rule, +scan +role and +del, created through admin,
-// sweeps.
+// c, with the documented rule alone, Sweep is refused and removes nothing,
+// and Diagnose advises of it; a user with the rule, +scan +role and +del,
+// created through admin, sweeps.
 func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round int) {
 	t.Helper()
 	text, err := os.ReadFile("doc.go")
@@ -478,6 +478,9 @@ func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round i
 	if _, err := s.Sweep(ctx, lease.SweepOptions{Limit: 100}); err == nil || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Sweep with the documented rule = %v, want a permission error", err)
 	}
+	if advice := strings.Join(s.Diagnose(ctx).Advice, "\n"); !strings.Contains(advice, "DEL, SCAN, ROLE") {
+		t.Errorf("Diagnose advice with the documented rule = %q, want the commands Sweep needs", advice)
+	}
 	var addr string
 	for a := range admin.Nodes() {
 		addr = a
@@ -485,6 +488,9 @@ func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round i
 	sweeper, err := leasevalkey.New(valkeyacl.Login(t, admin, addr, "sweeper", aclRule+" "+valkeyacl.Scan+" "+valkeyacl.Sweep), leasevalkey.Options{Retention: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r := sweeper.Diagnose(ctx); r.Err() != nil || len(r.Advice) != 0 {
+		t.Errorf("Diagnose as the sweeper = %+v, want nothing to report", r)
 	}
 	if got := sweepAll(t, sweeper, 100, false); !slices.Contains(got, key) {
 		t.Fatalf("Sweep with +scan +role +del removed %q, want %q among them", got, key)
@@ -495,7 +501,8 @@ func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round i
 // scripts run only on some paths (an ACL rule of an older version of this
 // package, without +persist or +pexpire) is refused before anything is
 // written: Acquire creates no record, Release and ForceRelease leave the
-// lease held with no TTL on its record.
+// lease held with no TTL on its record; and Check names the command at
+// start-up.
 func TestScriptCommandsRefused(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"persist", "pexpire"} {
@@ -503,6 +510,9 @@ func TestScriptCommandsRefused(t *testing.T) {
 			t.Parallel()
 			s, _, admin := aclStore(t, "old", strings.Replace(aclRule, " +"+cmd+" ", " ", 1))
 			ctx := ctxT(t)
+			if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), strings.ToUpper(cmd)) {
+				t.Fatalf("Check = %v, want a problem naming %s", err, strings.ToUpper(cmd))
+			}
 			if cmd == "persist" {
 				_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "acl", Owner: "o", Nonce: "n", TTL: time.Minute})
 				if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
