@@ -707,3 +707,34 @@ func checkGrants(t *testing.T, key string, gs []grant) {
 		}
 	}
 }
+
+// TestSweepExecModes sweeps with each of pgx's query exec modes, as a
+// connection pooler in transaction mode needs some of them.
+func TestSweepExecModes(t *testing.T) {
+	t.Parallel()
+	url := newDatabase(t)
+	for i, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement,
+		pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec,
+		pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			s := newStore(t, pool, leasepostgres.Options{Table: fmt.Sprintf("leases_%d", i), Retention: time.Minute})
+			ctx := ctxT(t)
+			if _, err := pool.Exec(ctx, "INSERT INTO "+s.Table()+" (key, owner, nonce, token, expires_at) VALUES ('a', 'o', 'n', 1, statement_timestamp() - interval '1 hour'), ('b', 'o', 'n', 1, statement_timestamp())"); err != nil {
+				t.Fatal(err)
+			}
+			p, err := s.Sweep(ctx, lease.SweepOptions{Limit: 1, DryRun: true})
+			if err != nil || !slices.Equal(p.Removed, []string{"a"}) || p.Next != "a" {
+				t.Fatalf("dry run = %+v, %v; want [a], next a", p, err)
+			}
+			if removed, pages := sweepAll(t, s, 1, false); !slices.Equal(removed, []string{"a"}) || pages != 3 {
+				t.Fatalf("Sweep removed %q in %d pages, want [a] in 3", removed, pages)
+			}
+		})
+	}
+}
