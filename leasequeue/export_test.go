@@ -66,3 +66,6 @@ func (s *ValkeySource) WithTokenLead(lead int64) *ValkeySource {
 	c.scripts = newTokenScripts(lead)
 	return &c
 }
+
+// PruneStatement returns the statement of the source's Sweep pages.
+func (s *PostgresSource) PruneStatement() string { return s.prune }
