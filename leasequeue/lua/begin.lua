@@ -3,7 +3,7 @@
 -- backend (Source.Begin; a Queue on this source claims with claim.lua).
 --
 -- KEYS[1]  the item's hash, KEYS[2] its fence (see claim.lua), KEYS[3]
---          the due set, KEYS[4] the ready-time hash
+--          the due set, KEYS[4] the ready-time hash, KEYS[5] the done set
 -- ARGV[1]  the item's ID, ARGV[2] the lease key, ARGV[3] the token
 --          (canonical decimal, any uint64), ARGV[4] the owner, ARGV[5]
 --          how long to hide the item, in milliseconds
@@ -14,7 +14,9 @@
 -- have issued yet and which, as the fence, would let no claim pass it; a
 -- token below the fence's ({'stale', token}) or another lease key's fence
 -- ({'foreign', key, token}); a finished item ({'state', state}, and
--- forgets it in the due set and ready-time hash). Otherwise it advances
+-- forgets it in the due set and ready-time hash; a done one whose
+-- completion was not indexed, see finished.lua, is indexed now).
+-- Otherwise it advances
 -- the fence to the token, makes the item running under the owner without
 -- a claim of its own, counts the attempt, scores the item now + hide in
 -- the due set and returns {'ok', attempt, age in ms or -1}. Tokens are
@@ -37,6 +39,10 @@ end
 if f[1] and f[1] ~= ARGV[2] then return {'foreign', f[1], f[2] or '0'} end
 if f[2] and tokens.less(token, f[2]) then return {'stale', f[2]} end
 if state == 'done' or state == 'dead' then
+  if state == 'done' then
+    redis.call('HSETNX', KEYS[1], 'fin', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    redis.call('ZADD', KEYS[5], 'NX', redis.call('HGET', KEYS[1], 'fin'), ARGV[1])
+  end
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
   return {'state', state}
