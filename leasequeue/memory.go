@@ -68,7 +68,8 @@ func NewMemorySource(o MemoryOptions) *MemorySource {
 
 // Enqueue adds pending items with the given IDs, ready at once, and
 // returns how many were added: an ID the source already has, in any
-// state, is left alone. IDs must be valid fence resource names (see
+// state, is left alone. A finished item is kept until Sweep removes it
+// after its retention; from then on its ID is new again (see Sweep). IDs must be valid fence resource names (see
 // fence.ValidateResource); Enqueue panics otherwise.
 func (s *MemorySource) Enqueue(ids ...string) int {
 	s.mu.Lock()

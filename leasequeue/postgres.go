@@ -224,7 +224,8 @@ func (s *PostgresSource) Table() string { return s.n.jobs }
 
 // Enqueue adds pending items with the given IDs, ready at once, and
 // returns how many were added: IDs the queue already has, in any state,
-// are left alone.
+// are left alone. A finished item is kept until Sweep removes it after
+// its retention; from then on its ID is new again (see Sweep).
 func (s *PostgresSource) Enqueue(ctx context.Context, ids ...string) (int, error) {
 	tag, err := s.db.Exec(ctx, s.enqueue, s.queue, ids)
 	if err != nil {

@@ -215,7 +215,9 @@ func (s *ValkeySource) ItemKey(id, suffix string) string {
 // Enqueue adds pending items with the given IDs and pushes them to the
 // ready list; it returns how many were new. An ID the queue has already is
 // pushed again but keeps its state (a finished item is dropped when it is
-// handed out), so calling Enqueue again after an error is safe.
+// handed out), so calling Enqueue again after an error is safe. A finished
+// item is kept until Sweep removes it after its retention; from then on
+// its ID is new again (see Sweep).
 func (s *ValkeySource) Enqueue(ctx context.Context, ids ...string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
