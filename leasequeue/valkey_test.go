@@ -280,3 +280,51 @@ func TestValkeySweepOfOlderDeadItems(t *testing.T) {
 		}
 	}
 }
+
+// TestValkeySweepLeavesNoReadyTimes: an ID enqueued again while its item
+// was done leaves nothing behind: a claim that pops it drops its ready
+// time, and once Sweep removed the item, Next and Begin that meet it drop
+// its due entry.
+func TestValkeySweepLeavesNoReadyTimes(t *testing.T) {
+	t.Parallel()
+	s := valkeyStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shared := valkeyClient(t, []string{testserver.Valkey(t).Addr()})
+	for _, claims := range []bool{true, false} {
+		src := s.retaining(t, fmt.Sprint("again-", claims), time.Nanosecond, time.Nanosecond).(*leasequeue.ValkeySource)
+		c := claimer{t, src}
+		mustEnqueue(ctx, t, src, "x")
+		c.complete(ctx, "x")
+		// Enqueued again while done: left alone, but pushed and given a
+		// ready time, as Enqueue does.
+		if n, err := src.Enqueue(ctx, "x"); err != nil || n != 0 {
+			t.Fatalf("Enqueue of a done item = %d, %v; want 0", n, err)
+		}
+		if claims {
+			if gs, err := src.ClaimNext(ctx, leasequeue.ClaimRequest{KeyPrefix: pruneKeyPrefix, Owner: "w", Nonce: "n", TTL: time.Minute}, 1); err != nil || len(gs) != 0 {
+				t.Fatalf("ClaimNext = %+v, %v; want nothing", gs, err)
+			}
+			if ok, err := shared.Do(ctx, shared.B().Hexists().Key(src.SinceKey()).Field("x").Build()).AsBool(); err != nil || ok {
+				t.Errorf("x's ready time after a claim dropped it: %v, %v; want none", ok, err)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		if got := sweepAll(ctx, t, src, lease.SweepOptions{Limit: 10}); !slices.Equal(got, []string{"x"}) {
+			t.Fatalf("Sweep removed %q; want x", got)
+		}
+		if !claims {
+			if ids := mustNext(ctx, t, src, 10, time.Hour); !slices.Equal(ids, []string{"x"}) {
+				t.Fatalf("Next = %q; want x", ids)
+			}
+			if _, err := src.Begin(ctx, lease.Snapshot{Key: pruneKeyPrefix + "x", Owner: "w", Token: 1}, "x", time.Hour); !errors.Is(err, leasequeue.ErrNotFound) {
+				t.Fatalf("Begin of a removed item = %v; want ErrNotFound", err)
+			}
+		}
+		for _, key := range []string{src.SinceKey(), src.DueKey(), src.ReadyKey(), src.DoneKey()} {
+			if n, err := shared.Do(ctx, shared.B().Exists().Key(key).Build()).AsInt64(); err != nil || n != 0 {
+				t.Errorf("claims %v: %s exists (%d, %v); want it empty, so gone", claims, key, n, err)
+			}
+		}
+	}
+}

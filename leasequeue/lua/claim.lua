@@ -124,6 +124,10 @@ while #out < 4 * n do
       for _, v in ipairs(g) do out[#out + 1] = v end
     elseif fenced then
       redis.call('ZADD', KEYS[2], now + ttl, id) -- look again a TTL later
+    else
+      -- Finished (enqueued again) or unknown (removed by Sweep since):
+      -- drop its ready time, which the second Enqueue recorded.
+      redis.call('HDEL', KEYS[3], id)
     end
   end
 end
