@@ -26,13 +26,16 @@ var _ lease.Sweeper = (*PostgresSource)(nil)
 // expired, which its worker may still complete.
 //
 // An item is removed only once its token is below the database's clock
-// in microseconds, which it is by then unless its token came from a
-// clock ahead of the database's (a lease backend on another server, see
-// Source.Begin); so a claim of an item enqueued again under a removed ID,
-// whose token is at least the clock (see Claimer), gets a token above
-// every token the removed item carried. Enqueue then adds the ID as a new
-// item. A fence of your own keyed by the item (a row written with
-// CompleteTx, say) keeps its own last token.
+// in microseconds (statement_timestamp()), which it is by then unless its
+// token came from a clock ahead of the database's (a lease backend on
+// another server, see Source.Begin). Enqueue then adds the ID as a new
+// item, whose first claim gets max(0 + 1, the clock in microseconds): its
+// statement starts after the enqueue that follows the delete's commit, so
+// its clock reads at least the delete's, and its token is above every
+// token the removed item carried (as long as the clock does not step
+// back). So none of the removed item's claims can write the new one. A
+// fence of your own keyed by the item (a row written with CompleteTx, say)
+// keeps its own last token.
 func (s *PostgresSource) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPage, error) {
 	state, pos, err := parseSweepCursor(o.Cursor)
 	if err != nil {
