@@ -121,6 +121,7 @@ const (
 	GroupMember    = "members"    // leasequeue.Group: Name + "/members/" + worker
 	GroupPartition = "partitions" // leasequeue.Group: Name + "/partitions/" + partition
 	SchedulerRun   = "run"        // leasescheduler.Locker: Prefix + "run/" + job
+	QueuePrune     = "prune"      // leasequeue.Queue: Name + "/prune/" (x empty)
 )
 
 // SchedulerSlots is the number of slot kinds: SchedulerSlot(0) to
@@ -135,7 +136,7 @@ func SchedulerSlot(n int64) string {
 
 // Kinds returns every kind of derived lease key.
 func Kinds() []string {
-	k := []string{QueueItem, GroupMember, GroupPartition, SchedulerRun}
+	k := []string{QueueItem, GroupMember, GroupPartition, SchedulerRun, QueuePrune}
 	for n := range int64(SchedulerSlots) {
 		k = append(k, SchedulerSlot(n))
 	}

@@ -65,11 +65,12 @@ const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 // Queue is the rule of a user of leasequeue's Valkey source and roster
 // whose leases live on the Valkey lease backend: the lease rules, the
 // queue's commands and scripts (HSETNX, RPUSH, HGET, HDEL, LPOP, ZADD,
-// ZRANGE, ZSCORE, ZREM), the roster's (SADD, SMEMBERS, SREM), and the fence
-// script with the commands items are written with (HSET, INCRBY).
+// ZRANGE, ZSCORE, ZREM, and DEL for Sweep), the roster's (SADD, SMEMBERS,
+// SREM), and the fence script with the commands items are written with
+// (HSET, INCRBY).
 const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
+	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +del +rpush +lpop " +
 	"+zadd +zrange +zscore +zrem +sadd +smembers +srem +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
