@@ -28,6 +28,7 @@ type config struct {
 	fenceSchema, fenceTable string
 	disableNotify, json     bool
 	timeout                 time.Duration
+	retention               time.Duration
 	valkeySet, postgresSet  bool // given as flags (possibly empty)
 }
 
@@ -50,6 +51,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.disableNotify, "disable-notify", false, "the application sets Options.DisableNotify")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on each operation")
+	fs.DurationVar(&c.retention, "retention", 0, "the stores' Options.Retention, for gc (default lease.DefaultRetention)")
 }
 
 // target is the backend leasectl talks to.
@@ -161,7 +163,7 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Valkey at %s: %w", strings.Join(opt.InitAddress, ","), err)
 	}
-	store, err := leasevalkey.New(client, leasevalkey.Options{Prefix: c.cfg.valkeyPrefix})
+	store, err := leasevalkey.New(client, leasevalkey.Options{Prefix: c.cfg.valkeyPrefix, Retention: c.cfg.retention})
 	if err != nil {
 		client.Close()
 		return nil, usagef("%v", err)
@@ -218,7 +220,7 @@ func (c *cli) connectPostgres(ctx context.Context) (*target, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", scrub(err, cfg.ConnConfig.Password))
 	}
-	store, err := leasepostgres.New(pool, leasepostgres.Options{Schema: c.cfg.schema, Table: c.cfg.table, DisableNotify: c.cfg.disableNotify})
+	store, err := leasepostgres.New(pool, leasepostgres.Options{Schema: c.cfg.schema, Table: c.cfg.table, DisableNotify: c.cfg.disableNotify, Retention: c.cfg.retention})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)
