@@ -8,6 +8,7 @@ var (
 	KeySlot        = keySlot
 	CommitError    = commitError
 	CheckPredicate = checkPredicate
+	SlotTag        = slotTag
 )
 
 // WithoutRetireLock returns a copy of t whose retirements do not lock the
