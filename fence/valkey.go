@@ -186,9 +186,13 @@ func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, c
 // queue's keys, so that one script claims an item and writes its fence).
 // The fence key must be a hash in the format of the fence script (fields
 // key, token and owner, see FenceKey) that only fenced writes and its own
-// package write; resource only names the write in errors. Every command's
-// key must be in the hash slot of fenceKey and must not be fenceKey; the
-// errors are those of Do.
+// package write; resource only names the write in errors. The floor of the
+// snapshot's lease key is read from its floor key in fenceKey's slot, named
+// as FloorKey names it; Sweep retires only the fence keys it names itself,
+// so a fence key of DoAt never retires and that floor is only raised by
+// fences of the same lease in the same slot. Every command's key must be
+// in the hash slot of fenceKey and must be neither fenceKey nor a floor
+// key; the errors are those of Do.
 func (v *Valkey) DoAt(ctx context.Context, snap lease.Snapshot, resource, fenceKey string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
 	if err := validSnapshot(snap); err != nil {
 		return nil, err
