@@ -38,8 +38,8 @@ import (
 // turns.
 //
 // db must be a pool or a connection (not a transaction: the table lock
-// must end with the page). The role needs DELETE on the fences table and
-// SELECT, INSERT, UPDATE on its floors table.
+// must end with the page). The role needs SELECT, DELETE on the fences
+// table and SELECT, INSERT, UPDATE on its floors table.
 func (t *Table) Sweep(ctx context.Context, db TxBeginner, o lease.SweepOptions) (lease.SweepPage, error) {
 	if db == nil {
 		return lease.SweepPage{}, invalid("Sweep: nil database")
@@ -130,7 +130,7 @@ func (t *Table) sweepError(step string, err error) error {
 	case pgstore.IsMissingTable(err):
 		return fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (run fence.Migrate or apply fence.Migrations): %w", t.qualified, step, t.floors, err)
 	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
-		return fmt.Errorf("fence: sweep %s: %s: permission denied (grant DELETE on the fences table, SELECT, INSERT, UPDATE on %s): %w", t.qualified, step, t.floors, err)
+		return fmt.Errorf("fence: sweep %s: %s: permission denied (grant SELECT, DELETE on the fences table, SELECT, INSERT, UPDATE on %s): %w", t.qualified, step, t.floors, err)
 	}
 	return fmt.Errorf("fence: sweep %s: %s: %w", t.qualified, step, err)
 }
