@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -459,6 +461,63 @@ func TestTableRetireNestedRepeatableRead(t *testing.T) {
 				t.Fatalf("without the check: fence %v, floor %d", m, readFloor(t, pool, "k"))
 			}
 			t.Logf("%s without the check: token 5 admitted on r under the floor 6", iso)
+		})
+	}
+}
+
+// TestTableRetireExecModes retires and refuses by the floor with each of
+// pgx's query exec modes, as a connection pooler in transaction mode
+// needs some of them.
+func TestTableRetireExecModes(t *testing.T) {
+	t.Parallel()
+	url := testserver.Postgres(t).NewDatabase(t)
+	for i, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement,
+		pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec,
+		pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			table, err := fence.NewTable(fence.TableOptions{Table: fmt.Sprintf("fences_%d", i), Retention: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fence.Migrate(ctx, pool, fence.TableOptions{Table: fmt.Sprintf("fences_%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []string{"a", "b"} {
+				if err := table.Claim(ctx, pool, snap("k", 5), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := pool.Exec(ctx, "UPDATE "+table.Name()+" SET updated_at = now() - interval '2 hours' WHERE resource = 'a'"); err != nil {
+				t.Fatal(err)
+			}
+			if got := walk(t, table.Sweeper(pool), 1, true); !slices.Equal(got, []string{"a"}) {
+				t.Fatalf("dry run lists %q; want a", got)
+			}
+			if got := walk(t, table.Sweeper(pool), 1, false); !slices.Equal(got, []string{"a"}) {
+				t.Fatalf("Sweep removed %q; want a", got)
+			}
+			for _, iso := range isoLevels {
+				wantFloor(t, table.Tx(ctx, fence.WithTxOptions(pool, pgx.TxOptions{IsoLevel: iso}), snap("k", 4), []string{"a", "c"}, nil), 4, 5)
+			}
+			if err := table.Claim(ctx, pool, snap("k", 5), "a"); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }
