@@ -104,7 +104,7 @@
 // needs to do everything the Cache and its lease Store do, on the default
 // prefixes (SECURITY.md explains each grant, and what a cluster needs):
 //
-//	ACL SETUSER web reset on >secret ~lease:* &lease:* ~cache:* &cache:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hget +hset +get +mget +set +unlink +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER web reset on >secret ~lease:* &lease:* ~cache:* &cache:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time +spublish +ssubscribe +sunsubscribe +info
 //
 // # Errors
 //

@@ -265,7 +265,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
 					at.n, c.clock.Now().Sub(at.start)})
 			}
-			c.maybeSweep()
+			c.maybeSweep(c.realNow(sent))
 			return h, nil
 		}
 		lastErr = err

@@ -220,7 +220,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	if h.c.quiet {
 		if err == nil {
-			h.c.maybeSweep()
+			h.c.maybeSweep(now)
 		}
 		return err
 	}
@@ -230,6 +230,6 @@ func (h *Handle) Release(ctx context.Context) error {
 		return err
 	}
 	h.c.obs.Observe(&Released{info})
-	h.c.maybeSweep()
+	h.c.maybeSweep(now)
 	return nil
 }

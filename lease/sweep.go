@@ -178,13 +178,13 @@ func (s *sweeping) start(every time.Duration, any bool) {
 	s.every = every
 }
 
-// maybeSweep starts a background sweep if one is due. It costs one atomic
-// load when none is.
-func (c *Client) maybeSweep() {
+// maybeSweep starts a background sweep if one is due at t, a reading of
+// the system clock. It costs one atomic load when none is.
+func (c *Client) maybeSweep(t time.Time) {
 	if c.sweep.every <= 0 {
 		return
 	}
-	now := time.Now().UnixNano()
+	now := t.UnixNano()
 	next := c.sweep.next.Load()
 	if next == 0 {
 		// First use: the first sweep comes half to one period later, so

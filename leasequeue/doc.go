@@ -71,7 +71,7 @@
 // Valkey lease backend and the default prefixes (SECURITY.md explains each
 // grant, and what a cluster needs):
 //
-//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
 //
 // # Partitions
 //

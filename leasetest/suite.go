@@ -27,6 +27,15 @@ type Suite struct {
 	// TTL is the lease TTL of subtests that wait for expiry on real time.
 	// Default 1s. Raise it for a backend with slow round trips.
 	TTL time.Duration
+
+	// NewRetentionBackend, if not nil, returns a backend that is a
+	// lease.Sweeper with a retention of Retention, for the Sweeper
+	// subtests. Its records must be apart from those of NewBackend's
+	// backend (another prefix or table): its sweeps remove every record
+	// past that short retention. On real time, a Retention of a second or
+	// two leaves room for the subtests' round trips.
+	NewRetentionBackend func(t *testing.T) lease.Backend
+	Retention           time.Duration
 }
 
 // RunBackendSuite runs the conformance suite against the backend that
@@ -45,7 +54,9 @@ func RunBackendSuite(t *testing.T, s Suite) {
 	}
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
-			if s.Clock == nil {
+			// Sweeper subtests run one at a time: each sweep walks the
+			// whole retention backend.
+			if s.Clock == nil && !strings.HasPrefix(c.name, "Sweeper/") {
 				t.Parallel()
 			}
 			e := &env{t: t, s: s, b: s.NewBackend(t)}
@@ -73,6 +84,7 @@ func cases() []testCase {
 	all = append(all, standbyCases()...)
 	all = append(all, managedCases()...)
 	all = append(all, adminCases()...)
+	all = append(all, sweepCases()...)
 	return all
 }
 

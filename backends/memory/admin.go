@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/golib/lease/lease"
 )
@@ -79,7 +80,76 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	case live == nil:
 		return prev, nil
 	}
-	live.held, live.forced = false, true
+	live.held, live.forced, live.ended = false, true, now
 	s.notify(key)
 	return prev, nil
+}
+
+// expired reports whether r ended at least the retention before now. s.mu
+// must be held.
+func (s *Store) expired(r *record, now time.Time) bool {
+	if s.retention == lease.KeepForever {
+		return false
+	}
+	end, ok := r.end(now)
+	return ok && !now.Before(end.Add(s.retention))
+}
+
+// forget removes the record of key, keeping its token in s.floor. s.mu
+// must be held.
+func (s *Store) forget(key string) {
+	s.floor = max(s.floor, s.recs[key].token)
+	delete(s.recs, key)
+}
+
+// forgetSome forgets the records past their retention, in one pass over
+// them all once per a quarter as many new records as there are records, so
+// that each new record costs at most four visits. s.mu must be held.
+func (s *Store) forgetSome(now time.Time) {
+	s.grants++
+	if s.retention == lease.KeepForever || s.grants < max(len(s.recs)/4, 64) {
+		return
+	}
+	s.grants = 0
+	for k, r := range s.recs {
+		if s.expired(r, now) {
+			s.forget(k)
+		}
+	}
+}
+
+// Sweep implements lease.Sweeper: it forgets the records past their
+// retention among the next limit keys after the cursor, in key order.
+func (s *Store) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPage, error) {
+	if err := ctx.Err(); err != nil {
+		return lease.SweepPage{}, err
+	}
+	if o.Limit < 1 {
+		return lease.SweepPage{}, fmt.Errorf("leasememory: sweep: limit %d is not positive", o.Limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.recs {
+		if k > o.Cursor {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var page lease.SweepPage
+	if len(keys) > o.Limit {
+		keys = keys[:o.Limit]
+		page.Next = keys[o.Limit-1]
+	}
+	now := s.clock.Now()
+	for _, k := range keys {
+		if !s.expired(s.recs[k], now) {
+			continue
+		}
+		page.Removed = append(page.Removed, k)
+		if !o.DryRun {
+			s.forget(k)
+		}
+	}
+	return page, nil
 }

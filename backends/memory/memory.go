@@ -20,16 +20,35 @@ type Options struct {
 	// Clock decides expiry. Default lease.SystemClock(). Tests pass a
 	// leasetest.FakeClock, usually the same one the client uses.
 	Clock lease.Clock
+
+	// Retention is how long the record of a key is kept after its lease
+	// ended (released, expired or force-released): Inspect and List show
+	// its last token until then. Default lease.DefaultRetention;
+	// lease.KeepForever keeps every record. The Store forgets records past
+	// their retention by itself, a few at a time as it acquires (so its
+	// memory stays proportional to the keys in use), and when swept (see
+	// Sweep).
+	//
+	// Tokens never go back for that: the Store's tokens are not seeded
+	// from a clock, so it keeps one counter, the highest token of every
+	// record it forgot, and a key without a record starts above it.
+	Retention time.Duration
 }
 
 // Store is an in-memory lease.Backend. The zero value is not usable; call
 // New.
 type Store struct {
-	clock lease.Clock
+	clock     lease.Clock
+	retention time.Duration // lease.KeepForever: never forget
 
 	mu       sync.Mutex
 	recs     map[string]*record
 	watchers map[string]map[chan struct{}]struct{}
+	// floor is the highest token of every record forgotten: a key without
+	// a record starts above it.
+	floor lease.Token
+	// grants counts acquisitions since the last pass of forget.
+	grants int
 }
 
 type record struct {
@@ -38,14 +57,28 @@ type record struct {
 	held         bool
 	forced       bool // ForceRelease ended the last acquisition
 	expires      time.Time
+	ended        time.Time // when Release or ForceRelease ended it
 }
 
-// New returns an empty Store.
+// end returns when r's last acquisition ended, and false if it has not
+// ended at now.
+func (r *record) end(now time.Time) (time.Time, bool) {
+	if r.held {
+		return r.expires, !now.Before(r.expires)
+	}
+	return r.ended, true
+}
+
+// New returns an empty Store. A negative Retention other than
+// lease.KeepForever counts as the default.
 func New(o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = lease.SystemClock()
 	}
-	return &Store{clock: o.Clock, recs: make(map[string]*record), watchers: make(map[string]map[chan struct{}]struct{})}
+	if o.Retention == 0 || (o.Retention < 0 && o.Retention != lease.KeepForever) {
+		o.Retention = lease.DefaultRetention
+	}
+	return &Store{clock: o.Clock, retention: o.Retention, recs: make(map[string]*record), watchers: make(map[string]map[chan struct{}]struct{})}
 }
 
 var (
@@ -53,6 +86,7 @@ var (
 	_ lease.ReleaseWatcher = (*Store)(nil)
 	_ lease.Lister         = (*Store)(nil)
 	_ lease.ForceReleaser  = (*Store)(nil)
+	_ lease.Sweeper        = (*Store)(nil)
 )
 
 // live returns the record of key if it is held and not expired at now.
@@ -81,7 +115,8 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 	}
 	r := s.recs[req.Key]
 	if r == nil {
-		r = &record{}
+		s.forgetSome(now)
+		r = &record{token: s.floor}
 		s.recs[req.Key] = r
 	}
 	r.token++
@@ -135,7 +170,7 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 	if err != nil {
 		return err
 	}
-	r.held = false
+	r.held, r.ended = false, s.clock.Now()
 	s.notify(a.Key)
 	return nil
 }

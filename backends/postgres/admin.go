@@ -86,8 +86,12 @@ var forceLost = map[int32]lease.LostReason{
 }
 
 // ForceRelease implements lease.ForceReleaser in one statement
-// (queries/forcerelease.sql) that sets the row's expiry to the Unix epoch,
-// long past as Release's, and notifies waiters if one marked the key.
+// (queries/forcerelease.sql) that sets the row's expiry to two thousand
+// years before now, long past as Release's thousand years, and notifies
+// waiters if one marked the key. The ended holder's Renew and Release
+// tell that expiry from Release's, and Sweep reads the time of the forced
+// release from it; a row whose expiry is the Unix epoch, as the previous
+// version of this statement set it, counts as force-released too.
 func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token) (lease.Record, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Record{}, fmt.Errorf("leasepostgres: force release: %w", err)

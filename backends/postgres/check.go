@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/golib/lease/internal/pgmigrate"
+	"github.com/golib/lease/lease"
 )
 
 // CheckReport is what Diagnose found.
@@ -54,7 +55,9 @@ const poolerProbeTimeout = 3 * time.Second
 //   - a versions table (Table + "_migrations", kept by Migrate) that lists
 //     fewer migrations than this version of the package has;
 //   - a role without USAGE on the schema, or without SELECT, INSERT or
-//     UPDATE on the table;
+//     UPDATE on the table; or without DELETE, unless Options.Retention is
+//     lease.KeepForever: Sweep would fail, and the rows of ended leases
+//     would never be removed;
 //   - a read-only session, or a standby server;
 //   - a connection pooler in transaction (or statement) mode while release
 //     notifications are on with no ListenPool of their own: LISTEN needs a
@@ -103,15 +106,16 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 		return r
 	}
 	var (
-		exists, sel, ins, upd bool
-		persistence           string
+		exists, sel, ins, upd, del bool
+		persistence                string
 	)
 	err = s.db.QueryRow(ctx, `SELECT to_regclass($1::text) IS NOT NULL,
        coalesce(has_table_privilege(to_regclass($1::text), 'SELECT'), false),
        coalesce(has_table_privilege(to_regclass($1::text), 'INSERT'), false),
        coalesce(has_table_privilege(to_regclass($1::text), 'UPDATE'), false),
+       coalesce(has_table_privilege(to_regclass($1::text), 'DELETE'), false),
        coalesce((SELECT relpersistence::text FROM pg_catalog.pg_class WHERE oid = to_regclass($1::text)), '')`,
-		exec, table).Scan(&exists, &sel, &ins, &upd, &persistence)
+		exec, table).Scan(&exists, &sel, &ins, &upd, &del, &persistence)
 	if err != nil {
 		problem("reading the catalog: %w", classify(err, table))
 		return r
@@ -130,6 +134,9 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 		}
 		if len(missing) > 0 {
 			problem("the role lacks %s on lease table %s: GRANT SELECT, INSERT, UPDATE ON %s TO the role", strings.Join(missing, ", "), table, table)
+		}
+		if !del && s.retention != lease.KeepForever {
+			problem("the role lacks DELETE on lease table %s: the records of ended leases are never removed (Store.Sweep, which a lease.Client runs in the background, fails), so the table keeps a row per key ever used; GRANT DELETE ON %s TO the role, or set Options.Retention to lease.KeepForever", table, table)
 		}
 		s.checkColumns(ctx, &r)
 		if persistence == "u" {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/lease"
 )
 
 // problems returns Diagnose's problems as one string.
@@ -114,6 +115,21 @@ func TestCheckPrivileges(t *testing.T) {
 		t.Fatalf("Diagnose as a role with SELECT only: %q", p)
 	}
 	if _, err := admin.Exec(ctx, `GRANT INSERT, UPDATE ON public.leases TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	p = problems(s.Diagnose(ctx))
+	if !strings.Contains(p, "lacks DELETE on lease table") || !strings.Contains(p, "never removed") || strings.Contains(p, "lacks INSERT") {
+		t.Fatalf("Diagnose as a role without DELETE: %q", p)
+	}
+	forever, err := leasepostgres.New(pool, leasepostgres.Options{Retention: lease.KeepForever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forever.Close()
+	if err := forever.Check(ctx); err != nil {
+		t.Fatalf("Check without DELETE, keeping rows forever: %v", err)
+	}
+	if _, err := admin.Exec(ctx, `GRANT DELETE ON public.leases TO `+role); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Check(ctx); err != nil {

@@ -16,21 +16,30 @@ import (
 // subtest expects to be held.
 const suiteTTL = 1500 * time.Millisecond
 
+// suiteRetention is the retention of the suite's Sweeper subtests.
+const suiteRetention = time.Second
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	s, _ := freshStore(t, leasepostgres.Options{})
+	short, _ := freshStore(t, leasepostgres.Options{Retention: suiteRetention})
 	leasetest.RunBackendSuite(t, leasetest.Suite{
-		NewBackend: func(*testing.T) lease.Backend { return s },
-		TTL:        suiteTTL,
+		NewBackend:          func(*testing.T) lease.Backend { return s },
+		NewRetentionBackend: func(*testing.T) lease.Backend { return short },
+		Retention:           suiteRetention,
+		TTL:                 suiteTTL,
 	})
 }
 
 func TestConformanceUnlogged(t *testing.T) {
 	t.Parallel()
 	s, _ := freshStore(t, leasepostgres.Options{Schema: "leases unlogged", Table: "Lease \"Table\"", Unlogged: true})
+	short, _ := freshStore(t, leasepostgres.Options{Schema: "leases unlogged", Table: "short \"retention\"", Unlogged: true, Retention: suiteRetention})
 	leasetest.RunBackendSuite(t, leasetest.Suite{
-		NewBackend: func(*testing.T) lease.Backend { return s },
-		TTL:        suiteTTL,
+		NewBackend:          func(*testing.T) lease.Backend { return s },
+		NewRetentionBackend: func(*testing.T) lease.Backend { return short },
+		Retention:           suiteRetention,
+		TTL:                 suiteTTL,
 	})
 }
 

@@ -16,16 +16,34 @@
 //
 // Leases live in one table, public.leases by default (Options.Schema and
 // Options.Table choose another; names are always quoted, so any name is
-// safe). It has one row per key that was ever acquired:
+// safe). It has one row per key that was acquired, until a sweep removes
+// it a retention after its lease ended (see Retention below):
 //
 //	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz,
 //	watched_until timestamptz
 //
-// Rows are never deleted: release sets expires_at to a thousand years
-// before the release (long past, so a backward step of the database's
-// clock cannot bring a released lease back; ForceRelease sets the Unix
-// epoch), so that the key's last token stays known and the next one is
-// greater.
+// Release sets expires_at to a thousand years before the release, and
+// ForceRelease to two thousand years before it: long past, so a backward
+// step of the database's clock cannot bring an ended lease back, and
+// still telling when the lease ended.
+//
+// # Retention
+//
+// A row stays for Options.Retention (lease.DefaultRetention, a day, by
+// default) after its lease ended: was released, expired, or was
+// force-released. Until then Inspect and List show the key's last token.
+// Store.Sweep removes the rows past their retention, one page of the
+// table per statement, and a lease.Client calls it in the background
+// (see lease.ClientOptions.SweepEvery), so the table holds the keys in
+// use rather than every key ever used. The next acquisition of a removed
+// key still gets a greater token, because tokens are seeded from the
+// database's clock (below): the removed token was issued at least a
+// retention ago, so a backward step of the clock of up to the retention
+// cannot bring the next token below it. lease.KeepForever keeps every row.
+// Sweeping needs DELETE on the table. A row that an earlier version of
+// this package force-released (its expiry is the Unix epoch) does not tell
+// when its lease ended, only when it began (its token): it is removed once
+// its token is a retention old.
 //
 // # Migrations
 //
@@ -38,7 +56,7 @@
 //
 // # Operations
 //
-// Each operation is one SQL statement (the files are in the queries
+// Each lease operation is one SQL statement (the files are in the queries
 // directory of this package), so it is atomic without an explicit
 // transaction and costs one round trip:
 //
@@ -51,7 +69,11 @@
 //     expired; when they refuse, they write the row back unchanged and the
 //     same statement says whether the acquisition expired or was
 //     superseded;
-//   - Inspect reads the row.
+//   - Inspect reads the row;
+//   - Sweep reads a page of rows in key order and, in the same statement,
+//     deletes those whose lease ended a retention ago, skipping rows that
+//     another session has locked and keeping any that an acquisition took
+//     meanwhile (it runs in a READ COMMITTED transaction of its own).
 //
 // Expiry is decided by the database's clock, never the client's: "now" is
 // statement_timestamp(), the time the statement reached the server, read
@@ -66,9 +88,11 @@
 //
 // A new token is greatest(previous token + 1, microseconds since 1970 on
 // the database's clock), stored as bigint. So tokens of a key always grow,
-// also after the table was lost or restored from an older backup, as long
-// as the database's clock does not step back; and they stay below 2^53
-// (until the year 2255), so they survive JSON and Lua numbers exactly.
+// also after Sweep removed its row and after the table was lost or
+// restored from an older backup, as long as the database's clock does not
+// step back by more than the time since the last token was issued (at
+// least the retention, for a removed row); and they stay below 2^53 (until
+// the year 2255), so they survive JSON and Lua numbers exactly.
 //
 // # UNLOGGED tables
 //

@@ -50,7 +50,7 @@ func pgError(pgErr *pgconn.PgError, err error, table string) error {
 	case pgstore.IsMissingTable(err):
 		return fmt.Errorf("leasepostgres: lease table %s not found (configuration: run leasepostgres.Migrate or apply leasepostgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
 	case code == pgstore.InsufficientPrivilege:
-		return fmt.Errorf("leasepostgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE on it to the role): %w", table, err)
+		return fmt.Errorf("leasepostgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE, DELETE on it to the role): %w", table, err)
 	case strings.HasPrefix(code, "42"):
 		return fmt.Errorf("leasepostgres: lease table %s does not match this version of the library (configuration: run leasepostgres.Migrate): %w", table, err)
 	case code == pgstore.InFailedTransaction:

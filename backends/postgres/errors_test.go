@@ -85,6 +85,12 @@ func TestPermissionDeniedIsAConfigurationError(t *testing.T) {
 	if _, err := s.Inspect(ctx, "k"); err != nil {
 		t.Fatalf("Inspect with SELECT granted: %v", err)
 	}
+	_, err = s.Sweep(ctx, lease.SweepOptions{Limit: 10})
+	checkConfigError(t, "Sweep", err, "permission denied")
+	checkConfigError(t, "Sweep", err, "DELETE")
+	if _, err := s.Sweep(ctx, lease.SweepOptions{Limit: 10, DryRun: true}); err != nil {
+		t.Fatalf("Sweep's dry run with SELECT granted: %v", err)
+	}
 }
 
 // TestStoreOnTransaction runs the Store on a pgx.Tx: it works

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -96,5 +97,59 @@ func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 			t.Fatalf("%d sessions wait for a lock after 30s, want %d", waiting, n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestForceReleaseMarksItsTime: the expiry a forced release writes is two
+// thousand years before the statement, which is how Sweep finds its end.
+func TestForceReleaseMarksItsTime(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	if _, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if _, err := s.ForceRelease(ctx, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	var end time.Time
+	if err := pool.QueryRow(ctx, "SELECT expires_at + interval '17520000 hours' FROM public.leases WHERE key = 'k'").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	if end.Before(before.Add(-time.Second)) || end.After(after.Add(time.Second)) {
+		t.Fatalf("the forced release's end reads %v, want between %v and %v", end, before, after)
+	}
+}
+
+func isLost(err error, reason lease.LostReason) bool {
+	le, ok := errors.AsType[*lease.LostError](err)
+	return ok && le.Reason == reason
+}
+
+// TestLegacyForceReleaseMarker: a row whose expiry is the Unix epoch, as
+// the previous version's forced release wrote it, still tells its holder
+// that an operator ended it.
+func TestLegacyForceReleaseMarker(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	a := lease.Acquisition{Key: "legacy", Owner: "o", Nonce: "n"}
+	var err error
+	if a.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE public.leases SET expires_at = to_timestamp(0) WHERE key = $1", a.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Renew(ctx, a, time.Minute); !isLost(err, lease.ForceReleased) {
+		t.Fatalf("Renew = %v, want force released", err)
+	}
+	if err := s.Release(ctx, a); !isLost(err, lease.ForceReleased) {
+		t.Fatalf("Release = %v, want force released", err)
+	}
+	if _, err := s.ForceRelease(ctx, a.Key, a.Token); !isLost(err, lease.ForceReleased) {
+		t.Fatalf("ForceRelease by token = %v, want force released", err)
 	}
 }

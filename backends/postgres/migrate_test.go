@@ -140,8 +140,9 @@ func TestMigrateUnlogged(t *testing.T) {
 }
 
 // TestMigrationsForTools applies the exported files the way a migration
-// tool does, up and down, and checks that Migrate adopts a table created
-// that way and that the goose files say the same.
+// tool does, every up file in order and every down file in reverse, and
+// checks that Migrate adopts a table created that way and that the goose
+// files say the same.
 func TestMigrationsForTools(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDatabase(t), nil)
@@ -154,9 +155,18 @@ func TestMigrationsForTools(t *testing.T) {
 		}
 		return string(b)
 	}
-	up, down := read(fsys, "001_lease.up.sql"), read(fsys, "001_lease.down.sql")
-	if _, err := pool.Exec(ctx, up); err != nil {
-		t.Fatalf("up: %v", err)
+	ups, err := fs.Glob(fsys, "*.up.sql")
+	if err != nil || len(ups) < 3 {
+		t.Fatalf("up files %q, %v", ups, err)
+	}
+	for _, up := range ups {
+		if _, err := pool.Exec(ctx, read(fsys, up)); err != nil {
+			t.Fatalf("%s: %v", up, err)
+		}
+	}
+	var comment string
+	if err := pool.QueryRow(ctx, "SELECT obj_description('public.leases'::regclass, 'pg_class')").Scan(&comment); err != nil || !strings.Contains(comment, "removed a retention after its lease ended") {
+		t.Fatalf("the table's comment after the up files: %q, %v", comment, err)
 	}
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		t.Fatalf("Migrate after a tool: %v", err)
@@ -169,17 +179,23 @@ func TestMigrationsForTools(t *testing.T) {
 	if _, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, down); err != nil {
-		t.Fatalf("down: %v", err)
+	for i := len(ups) - 1; i >= 0; i-- {
+		down := strings.TrimSuffix(ups[i], ".up.sql") + ".down.sql"
+		if _, err := pool.Exec(ctx, read(fsys, down)); err != nil {
+			t.Fatalf("%s: %v", down, err)
+		}
 	}
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass('public.leases') IS NOT NULL").Scan(&exists); err != nil || exists {
-		t.Fatalf("after down: exists=%v, %v", exists, err)
+		t.Fatalf("after the down files: exists=%v, %v", exists, err)
 	}
 
-	goose := read(leasepostgres.GooseMigrations(), "001_lease.sql")
-	if want := "-- +goose Up\n" + up + "\n-- +goose Down\n" + down; goose != want {
-		t.Errorf("goose/001_lease.sql differs from the up and down files:\n%s\nwant:\n%s", goose, want)
+	for _, up := range ups {
+		name := strings.TrimSuffix(up, ".up.sql")
+		goose := read(leasepostgres.GooseMigrations(), name+".sql")
+		if want := "-- +goose Up\n" + read(fsys, up) + "\n-- +goose Down\n" + read(fsys, name+".down.sql"); goose != want {
+			t.Errorf("goose/%s.sql differs from the up and down files:\n%s\nwant:\n%s", name, goose, want)
+		}
 	}
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -232,5 +248,17 @@ func TestMigrateDropsTokenCheck(t *testing.T) {
 		if err != nil || n != 0 {
 			t.Errorf("table %s has %d CHECK constraints after Migrate (%v), want 0", s.Table(), n, err)
 		}
+	}
+}
+
+// TestMigrateComment: Migrate gives a table of any name the comment of
+// the latest migration.
+func TestMigrateComment(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDatabase(t), nil)
+	s := newStore(t, pool, leasepostgres.Options{Schema: "Ünïcødé 🔒", Table: "it's a table"})
+	var comment string
+	if err := pool.QueryRow(ctxT(t), "SELECT obj_description(to_regclass($1::text), 'pg_class')", s.Table()).Scan(&comment); err != nil || !strings.Contains(comment, "removed a retention after its lease ended") {
+		t.Fatalf("the comment of %s: %q, %v", s.Table(), comment, err)
 	}
 }

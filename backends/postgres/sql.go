@@ -91,6 +91,7 @@ func newNames(schema, table string) (names, error) {
 // CheckGuard's statement is not here: it takes the table from the guard.
 type queries struct {
 	acquire, renew, release, inspect, watch string
+	sweep, sweepList                        string
 	// extra is the number of result columns the writing statements
 	// (acquire, renew, release) have beyond those their files document:
 	// 1 with asyncCommit, whose value the Store skips.
@@ -116,11 +117,13 @@ func loadQuery(name, table string) string {
 
 func newQueries(table string, async bool) queries {
 	q := queries{
-		acquire: loadQuery("acquire", table),
-		renew:   loadQuery("renew", table),
-		release: loadQuery("release", table),
-		inspect: loadQuery("inspect", table),
-		watch:   loadQuery("watch", table),
+		acquire:   loadQuery("acquire", table),
+		renew:     loadQuery("renew", table),
+		release:   loadQuery("release", table),
+		inspect:   loadQuery("inspect", table),
+		watch:     loadQuery("watch", table),
+		sweep:     loadQuery("sweep", table),
+		sweepList: loadQuery("sweeplist", table),
 	}
 	if async {
 		q.acquire += asyncCommit

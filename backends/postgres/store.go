@@ -83,6 +83,20 @@ type Options struct {
 	// caller's other writes included. Default false.
 	AsyncCommit bool
 
+	// Retention is how long Sweep keeps the row of a lease after the lease
+	// ended (was released, expired, or was force-released), measured on
+	// the database's clock from the end. While the row is kept, Inspect
+	// and List show the key's last token, and an ended holder's Renew and
+	// Release say how it ended; once Sweep has removed it, they find no
+	// record (lease.RecordLost), and the key's next token is still above
+	// the last one, because tokens are seeded from the database's clock
+	// (see the package documentation), as long as the clock does not step
+	// back by more than Retention. Default (0) lease.DefaultRetention;
+	// lease.KeepForever keeps every row, and Sweep then removes nothing.
+	// Other negative values are an error. It is kept in whole microseconds,
+	// rounded up.
+	Retention time.Duration
+
 	// ListenPool is where the release listener takes its one dedicated
 	// connection from, while some Client.Acquire is waiting. Default: the
 	// db given to New, if it is a *pgxpool.Pool; otherwise waiters poll.
@@ -95,11 +109,12 @@ type Options struct {
 // concurrent use. Create it with New; call Close when done to stop the
 // release listener.
 type Store struct {
-	db      DB
-	pool    pooled // db as a pool, or nil
-	names   names
-	q       queries
-	channel string // release notifications, or "" when disabled
+	db        DB
+	pool      pooled // db as a pool, or nil
+	names     names
+	q         queries
+	retention time.Duration // lease.KeepForever, or positive
+	channel   string        // release notifications, or "" when disabled
 
 	lisPool pooled        // where the listener's connection comes from, or nil
 	idle    time.Duration // listenIdle, or shorter in tests
@@ -134,7 +149,14 @@ func New(db DB, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), idle: listenIdle}
+	retention := o.Retention
+	switch {
+	case retention == 0:
+		retention = lease.DefaultRetention
+	case retention < 0 && retention != lease.KeepForever:
+		return nil, fmt.Errorf("leasepostgres: New: Retention %v is negative (use lease.KeepForever to keep rows for good)", o.Retention)
+	}
+	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), retention: retention, idle: listenIdle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
 	if !o.DisableNotify {
@@ -270,7 +292,7 @@ const (
 	outcomeExpired       = 1
 	outcomeSuperseded    = 2
 	outcomeForceReleased = 3
-	outcomeNoRow         = -1 // no row: the statement returned nothing
+	outcomeNoRow         = -1 // no row (never acquired, lost, or swept): the statement returned nothing
 )
 
 // lostReasons maps the outcomes of renew.sql, release.sql and
@@ -312,8 +334,9 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 }
 
 // Release implements lease.Backend in one statement (queries/release.sql).
-// The row stays, with its expiry set long past, so the token is never
-// reset.
+// The row stays, with its expiry set a thousand years before the release
+// (long past, yet the time of the release is known), until Sweep removes
+// it a retention later.
 // If a waiter marked the key (see WatchReleases), the statement also
 // notifies waiting acquirers when it commits.
 func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {

@@ -100,56 +100,9 @@ var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`
 // besides those the package documentation lists.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]lease.Record, string, error) {
 	const op = "list"
-	if limit < 1 {
-		return nil, "", fmt.Errorf("leasevalkey: %s: limit %d is not positive", op, limit)
-	}
-	if ctx.Err() != nil {
-		return nil, "", beforeSend(ctx, op)
-	}
-	primaries, err := s.primaries(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	if len(primaries) == 0 {
-		return nil, "", fmt.Errorf("leasevalkey: %s: the client knows no primary", op)
-	}
-	addr, scan := primaries[0], uint64(0)
-	if cursor != "" {
-		n, a, ok := strings.Cut(cursor, "@")
-		u, err := strconv.ParseUint(n, 10, 64)
-		if !ok || err != nil {
-			return nil, "", fmt.Errorf("leasevalkey: %s: cursor %q is not one List returned", op, cursor)
-		}
-		if !slices.Contains(primaries, a) {
-			return nil, "", fmt.Errorf("leasevalkey: %s: cursor names %s, which is no longer a primary (failover or resharding); start the listing again", op, a)
-		}
-		addr, scan = a, u
-	}
-	node := s.client.Nodes()[addr]
-	if node == nil {
-		return nil, "", fmt.Errorf("leasevalkey: %s: the client no longer knows node %s; start the listing again", op, addr)
-	}
-	_, tail := recordLayout(s.prefix)
-	pattern := globEscaper.Replace(recordPrefix(s.prefix, prefix)) + "*" + globEscaper.Replace(tail)
-	entry, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(pattern).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
-	if err != nil {
-		return nil, "", classify(op+" (SCAN on "+addr+")", err)
-	}
-	next := ""
-	switch i := slices.Index(primaries, addr); {
-	case entry.Cursor != 0:
-		next = strconv.FormatUint(entry.Cursor, 10) + "@" + addr
-	case i+1 < len(primaries):
-		next = "0@" + primaries[i+1]
-	}
-	var keys []string
-	for _, name := range entry.Elements {
-		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, prefix) && !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
-		return nil, next, nil
+	keys, next, err := s.scanRecords(ctx, op, prefix, cursor, limit)
+	if err != nil || len(keys) == 0 {
+		return nil, next, err
 	}
 	execs := make([]valkey.LuaExec, len(keys))
 	for i, k := range keys {
@@ -168,14 +121,69 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 	return recs, next, nil
 }
 
+// scanRecords is one page of a walk over the records of the lease keys
+// that start with keyPrefix, for List and Sweep (op names the caller in
+// errors): one SCAN, from cursor, with COUNT limit, on one primary. It
+// returns the lease keys whose records it found, each once, and the cursor
+// of the next page, "" at the end of the walk.
+func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, limit int) (keys []string, next string, err error) {
+	if limit < 1 {
+		return nil, "", fmt.Errorf("leasevalkey: %s: limit %d is not positive", op, limit)
+	}
+	if ctx.Err() != nil {
+		return nil, "", beforeSend(ctx, op)
+	}
+	primaries, err := s.primaries(ctx, op)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(primaries) == 0 {
+		return nil, "", fmt.Errorf("leasevalkey: %s: the client knows no primary", op)
+	}
+	addr, scan := primaries[0], uint64(0)
+	if cursor != "" {
+		n, a, ok := strings.Cut(cursor, "@")
+		u, err := strconv.ParseUint(n, 10, 64)
+		if !ok || err != nil {
+			return nil, "", fmt.Errorf("leasevalkey: %s: cursor %q is not one %s returned", op, cursor, op)
+		}
+		if !slices.Contains(primaries, a) {
+			return nil, "", fmt.Errorf("leasevalkey: %s: cursor names %s, which is no longer a primary (failover or resharding); start again from the first page", op, a)
+		}
+		addr, scan = a, u
+	}
+	node := s.client.Nodes()[addr]
+	if node == nil {
+		return nil, "", fmt.Errorf("leasevalkey: %s: the client no longer knows node %s; start again from the first page", op, addr)
+	}
+	_, tail := recordLayout(s.prefix)
+	pattern := globEscaper.Replace(recordPrefix(s.prefix, keyPrefix)) + "*" + globEscaper.Replace(tail)
+	entry, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(pattern).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
+	if err != nil {
+		return nil, "", classify(op+" (SCAN on "+addr+")", err)
+	}
+	switch i := slices.Index(primaries, addr); {
+	case entry.Cursor != 0:
+		next = strconv.FormatUint(entry.Cursor, 10) + "@" + addr
+	case i+1 < len(primaries):
+		next = "0@" + primaries[i+1]
+	}
+	for _, name := range entry.Elements {
+		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, keyPrefix) && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, next, nil
+}
+
 // primaries returns the addresses of the primaries behind the client,
 // sorted, asking each node the client knows for its ROLE.
-func (s *Store) primaries(ctx context.Context) ([]string, error) {
+func (s *Store) primaries(ctx context.Context, op string) ([]string, error) {
 	var out []string
 	for addr, c := range s.client.Nodes() {
 		vals, err := c.Do(ctx, c.B().Role().Build()).ToArray()
 		if err != nil {
-			return nil, classify("list (ROLE on "+addr+")", err)
+			return nil, classify(op+" (ROLE on "+addr+")", err)
 		}
 		if len(vals) > 0 {
 			if role, _ := vals[0].ToString(); role == "master" {
@@ -221,7 +229,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		return lease.Record{}, beforeSend(ctx, op)
 	}
 	rec := recordKey(s.prefix, key)
-	vals, err := forceReleaseScript.Exec(ctx, s.client, []string{rec}, []string{token.String(), releaseChannel(rec)}).ToArray()
+	vals, err := forceReleaseScript.Exec(ctx, s.client, []string{rec}, []string{token.String(), releaseChannel(rec), s.retentionArg}).ToArray()
 	if err != nil {
 		return lease.Record{}, classify(op, err)
 	}

@@ -2,12 +2,28 @@ package valkey
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/lease"
 )
+
+//go:embed lua/check.lua
+var checkLua string
+
+// checkScript asks the server which commands of the Store the user may not
+// run, without running them.
+var checkScript = valkey.NewLuaScriptReadOnly(checkLua, valkey.WithLoadSHA1(true))
+
+// sweepCommands are what Sweep needs beyond what every other operation of
+// the Store needs.
+var sweepCommands = []string{"DEL", "SCAN", "ROLE"}
 
 // Minimum server version: EVALSHA_RO, script flags and sharded pub/sub
 // arrived in Redis 7.0, which every Valkey release includes.
@@ -46,24 +62,34 @@ func (s *Store) Check(ctx context.Context) error { return s.Diagnose(ctx).Err() 
 //
 //   - a maxmemory-policy that can evict a key without a TTL: allkeys-lru,
 //     allkeys-lfu, allkeys-random, or a policy this package does not
-//     know. Lease records and fence keys never carry a TTL, so under such
-//     a policy the server may drop a held lease's record under memory
-//     pressure, and another process could then acquire it while the
-//     holder still works;
+//     know. The record of a held lease never carries a TTL, nor does a
+//     fence key, and under such a policy the server may drop a held
+//     lease's record under memory pressure, so that another process
+//     could acquire the lease while the holder still works;
 //   - a server older than Redis 7.0, which lacks the commands the scripts
 //     use;
 //   - an ACL user that may not run the lease scripts on the Store's keys
-//     (Diagnose runs Inspect once; it changes nothing), or may not publish
-//     on its release channels, without which Release fails (Diagnose
-//     publishes one empty message on the channel of a key no lease uses).
+//     (Diagnose runs Inspect once, and asks the server, without running
+//     them, whether the user may run HSET, PERSIST and PEXPIRE there; it
+//     changes nothing), or may not publish on its release channels,
+//     without which Release fails (Diagnose publishes one empty message on
+//     the channel of a key no lease uses).
 //
 // The volatile-* policies (volatile-lru, volatile-lfu, volatile-random,
 // volatile-ttl; volatile-lru is the default of several managed services)
-// evict only keys with a TTL, so they never evict lease records or fence
-// keys: they are advice, not problems. When memory is full and no key with
-// a TTL is left, such a server refuses writes, as noeviction does:
-// acquisitions and renewals fail, and leases expire rather than being held
-// twice.
+// evict only keys with a TTL: they never evict a held lease's record or a
+// fence key, so they are advice, not problems. Of the lease records they
+// may evict only those of ended leases, which carry their retention as a
+// TTL (see Options.Retention): such an eviction ends the record's
+// retention early, and with it the key's protection against a backward
+// step of the server's clock, which is then what it is after a lost
+// record (the next token is the server's clock); it never lets two
+// holders hold a lease. When memory is full and no key with a TTL is
+// left, such a server refuses writes, as noeviction does: acquisitions
+// and renewals fail, and leases expire rather than being held twice.
+//
+// Advice also names the commands Sweep needs (DEL, SCAN, ROLE) that the
+// user may not run, unless the Store keeps records forever.
 //
 // Diagnose needs the INFO command, which managed services sometimes
 // restrict; the problem then says so.
@@ -85,9 +111,9 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 		switch p := infoField(info, "maxmemory_policy"); {
 		case p == "" || p == "noeviction":
 		case strings.HasPrefix(p, "volatile-") && slices.Contains(volatilePolicies, p):
-			r.Advice = append(r.Advice, fmt.Sprintf("%s: maxmemory-policy is %s: it evicts only keys with a TTL, and lease records and fence keys have none, so leases are safe; but when memory is full with keys without a TTL, acquisitions and renewals fail (leases then expire), so keep memory headroom and alert on used memory", addr, p))
+			r.Advice = append(r.Advice, fmt.Sprintf("%s: maxmemory-policy is %s: it evicts only keys with a TTL, and held leases' records and fence keys have none, so leases are safe (it may evict the records of ended leases within their retention, which only forgets their history early); but when memory is full with keys without a TTL, acquisitions and renewals fail (leases then expire), so keep memory headroom and alert on used memory", addr, p))
 		default:
-			r.Problems = append(r.Problems, fmt.Errorf("%s: maxmemory-policy is %s: the server may evict lease records, which have no TTL, so two holders could hold one lease; set maxmemory-policy noeviction or a volatile-* policy", addr, p))
+			r.Problems = append(r.Problems, fmt.Errorf("%s: maxmemory-policy is %s: the server may evict held leases' records, which have no TTL, so two holders could hold one lease; set maxmemory-policy noeviction or a volatile-* policy", addr, p))
 		}
 		version := infoField(info, "redis_version")
 		name := "Redis"
@@ -101,12 +127,39 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 	}
 	if _, err := s.Inspect(ctx, checkKey); err != nil {
 		r.Problems = append(r.Problems, err)
+	} else {
+		s.checkCommands(ctx, &r)
 	}
 	ch := releaseChannel(recordKey(s.prefix, checkKey))
 	if err := s.client.Do(ctx, s.client.B().Spublish().Channel(ch).Message("").Build()).Error(); err != nil {
 		r.Problems = append(r.Problems, classify("publish on the release channel "+strconv.Quote(ch), err))
 	}
 	return r
+}
+
+// checkCommands reports the commands of the Store that the user may not
+// run: those of Acquire, Release and ForceRelease as problems, those only
+// Sweep needs as advice.
+func (s *Store) checkCommands(ctx context.Context, r *CheckReport) {
+	refused, err := checkScript.Exec(ctx, s.client, []string{recordKey(s.prefix, checkKey)}, nil).AsStrSlice()
+	if err != nil {
+		r.Problems = append(r.Problems, classify("check the user's commands", err))
+		return
+	}
+	var scripts, sweep []string
+	for _, cmd := range refused {
+		if slices.Contains(sweepCommands, cmd) {
+			sweep = append(sweep, cmd)
+		} else {
+			scripts = append(scripts, cmd)
+		}
+	}
+	if len(scripts) > 0 {
+		r.Problems = append(r.Problems, fmt.Errorf("the Valkey user may not run %s on the lease records, which the lease scripts need (see the package documentation for the ACL rules)", strings.Join(scripts, ", ")))
+	}
+	if len(sweep) > 0 && s.retention != lease.KeepForever {
+		r.Advice = append(r.Advice, fmt.Sprintf("the Valkey user may not run %s, which Sweep needs: a lease.Client's background sweep is refused, and the records of leases that expired without a release (crashed holders) stay until a user with +scan +role +del sweeps; released records still end after their retention", strings.Join(sweep, ", ")))
+	}
 }
 
 // volatilePolicies evict only keys that have a TTL.

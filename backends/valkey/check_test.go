@@ -12,8 +12,8 @@ import (
 )
 
 // TestCheckEvictionPolicies sets each maxmemory-policy on a real server and
-// checks that Diagnose calls it a problem exactly when it can evict lease
-// records, which have no TTL.
+// checks that Diagnose calls it a problem exactly when it can evict held
+// leases' records, which have no TTL.
 func TestCheckEvictionPolicies(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
@@ -56,7 +56,9 @@ func TestCheckEvictionPolicies(t *testing.T) {
 
 // TestEvictionKeepsLeasesUnderVolatilePolicy fills a real server's memory
 // and checks the claim Diagnose rests on: volatile-lru evicts keys with a
-// TTL and never a lease record, while allkeys-lru evicts lease records too.
+// TTL, which may be released records within their retention, and never a
+// held lease's record, even one that carried a TTL before it was acquired
+// again, while allkeys-lru evicts held leases' records too.
 func TestEvictionKeepsLeasesUnderVolatilePolicy(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -76,6 +78,15 @@ func TestEvictionKeepsLeasesUnderVolatilePolicy(t *testing.T) {
 			const leases = 200
 			tokens := make([]lease.Token, leases)
 			for i := range leases {
+				// Each held lease was released once, so its record carried
+				// the retention as a TTL before it was acquired again; and
+				// as many released records stay within their retention.
+				for _, k := range []string{fmt.Sprintf("job/%d", i), fmt.Sprintf("done/%d", i)} {
+					a := acquire(t, s, k, "o", time.Hour)
+					if err := s.Release(ctx, a); err != nil {
+						t.Fatal(err)
+					}
+				}
 				tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: fmt.Sprintf("job/%d", i), Owner: "o", Nonce: "n" + strconv.Itoa(i), TTL: time.Hour})
 				if err != nil {
 					t.Fatal(err)
@@ -107,7 +118,7 @@ func TestEvictionKeepsLeasesUnderVolatilePolicy(t *testing.T) {
 					refused++
 				}
 			}
-			evicted := 0
+			evicted, ended := 0, 0
 			for i := range leases {
 				r, err := s.Inspect(ctx, fmt.Sprintf("job/%d", i))
 				if err != nil {
@@ -116,17 +127,23 @@ func TestEvictionKeepsLeasesUnderVolatilePolicy(t *testing.T) {
 				if !r.Held || r.Token != tokens[i] {
 					evicted++
 				}
+				if r, err := s.Inspect(ctx, fmt.Sprintf("done/%d", i)); err != nil {
+					t.Fatal(err)
+				} else if r.Token == 0 {
+					ended++
+				}
 			}
 			stats, _ := c.Do(ctx, c.B().Info().Section("stats").Build()).ToString()
-			t.Logf("%s: %d of %d lease records gone, %s evicted keys, %d filler writes refused", tc.policy, evicted, leases, field(stats, "evicted_keys"), refused)
+			t.Logf("%s: %d of %d held leases' records gone, %d of %d released records gone, %s evicted keys, %d filler writes refused",
+				tc.policy, evicted, leases, ended, leases, field(stats, "evicted_keys"), refused)
 			if field(stats, "evicted_keys") == "0" {
 				t.Fatalf("%s: the server evicted nothing; the test did not fill its memory", tc.policy)
 			}
 			if !tc.mayEvict && evicted != 0 {
-				t.Fatalf("%s evicted %d lease records; Diagnose calls it safe", tc.policy, evicted)
+				t.Fatalf("%s evicted %d held leases' records; Diagnose calls it safe", tc.policy, evicted)
 			}
 			if tc.mayEvict && evicted == 0 {
-				t.Fatalf("%s evicted no lease record under memory pressure; the test cannot tell the policies apart", tc.policy)
+				t.Fatalf("%s evicted no held lease's record under memory pressure; the test cannot tell the policies apart", tc.policy)
 			}
 		})
 	}

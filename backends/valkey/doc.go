@@ -47,17 +47,41 @@
 // another key's record or move it to another slot. The record holds the
 // fields token (the last token issued), owner, nonce (the holder's secret)
 // and expires (microseconds since the Unix epoch on the server's clock; 0
-// once released). It is never deleted and never expires, so the last token
-// is kept across releases and expiries; Inspect reports it for a free key.
-// A record takes about 150 bytes plus the key and owner strings.
+// once released, -1 once force-released). A record takes about 150 bytes
+// plus the key and owner strings.
+//
+// # Retention
+//
+// A record outlives its lease by a retention (Options.Retention, default
+// lease.DefaultRetention, 24 hours), so that the last token and holder are
+// kept across releases and expiries for that long; Inspect reports them
+// for a free key. While the lease is held the record has no TTL. Release
+// and ForceRelease give it the retention as its TTL, in the script that
+// ends the lease, so it ends by itself; Acquire removes that TTL (PERSIST)
+// when it grants the lease again. The record of a lease that expired
+// without a release, because its holder died, has no TTL: Store.Sweep
+// removes it once the retention has passed since the lease's expiry
+// (lease.Client sweeps in the background; see lease.Sweeper). With
+// lease.KeepForever records are never removed.
+//
+// A removed record costs the key nothing but its history: the next token
+// is the server's clock in microseconds, above every token issued more
+// than a retention ago (see Tokens). Under a volatile-* maxmemory policy
+// the server may evict an ended lease's record, which carries a TTL,
+// before its retention is over: for that key the margin against a
+// backward step of the clock shrinks to the time since its lease ended,
+// as for a lost record. A held lease's record has no TTL, so no
+// volatile-* policy evicts it.
 //
 // # Tokens
 //
 // A token is max(last token + 1, server time in microseconds), so tokens of
 // a key keep rising even when the record is lost (a restart without
-// persistence, a failover to a replica that missed writes), as long as the
-// server's clock does not step back. They stay below 2^53 until the year
-// 2255.
+// persistence, a failover to a replica that missed writes) or removed after
+// its retention, as long as the server's clock does not step back by more
+// than the time since the last token was issued: for a record removed
+// after its retention, at least the retention. They stay below 2^53 until
+// the year 2255.
 //
 // # Guards
 //
@@ -80,23 +104,27 @@
 //
 // Call Store.Check at start-up: it reports an eviction policy that can
 // evict keys without a TTL (allkeys-*, which could evict a held lease's
-// record; noeviction and the volatile-* policies cannot, since lease
-// records have no TTL), a server older than Redis 7.0, and a user that may not run the scripts or publish on the release
-// channels (the &channels part of the ACL rule below). Persistence (appendonly yes
+// record; noeviction and the volatile-* policies cannot, since a held
+// lease's record has no TTL: under volatile-* only the records of ended
+// leases, within their retention, can be evicted, which only ends their
+// retention early), a server older than Redis 7.0, and a user that may not
+// run the scripts or publish on the release channels (the &channels part
+// of the ACL rule below). Persistence (appendonly yes
 // with appendfsync everysec or always) keeps leases across restarts;
 // without it a restart frees every lease at once, and tokens still never
 // go back.
 //
 // ACL rules apply to the commands inside scripts too. The least a user
-// needs to do everything the Store does, on the default prefix:
+// needs to do everything the Store does but List and Sweep, on the
+// default prefix:
 //
-//	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER leases reset on >secret ~lease:* &lease:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info
 //
 // that is: the keys and shard channels of the prefix (~lease:* and
 // &lease:* follow Options.Prefix); the scripts, run with EVALSHA (EVAL
 // after the server forgot them), read-only ones with EVALSHA_RO, loaded
-// with SCRIPT LOAD; the commands inside them (HMGET, HSET, TIME,
-// SPUBLISH); SSUBSCRIBE and SUNSUBSCRIBE for release watches; INFO for
+// with SCRIPT LOAD; the commands inside them (HMGET, HSET, PERSIST,
+// PEXPIRE, TIME, SPUBLISH); SSUBSCRIBE and SUNSUBSCRIBE for release watches; INFO for
 // Check; and CLIENT TRACKING, which valkey-go sends on connecting unless
 // ClientOption.DisableCache is set. On a Valkey Cluster add
 // +cluster|shards (valkey-go reads the topology with it) and create the
@@ -107,9 +135,20 @@
 // records under the prefix: keep it to the services that take leases.
 //
 // Store.List, which the leasectl command's list uses, also needs +scan
-// and +role (to tell primaries from replicas): give those to an
-// operator's user, not to the services'. Store.ForceRelease needs nothing
-// beyond the rule above.
+// and +role (to tell primaries from replicas), and Store.Sweep needs
+// +scan +role +del. SCAN shows the names of all keys on the server,
+// whatever the user's key patterns: give those to an operator's user, and
+// to the services' only where they have the server to themselves.
+// Store.ForceRelease needs nothing beyond the rule above.
+//
+// A lease.Client sweeps its Store in the background (see
+// lease.ClientOptions.SweepEvery), as the services' user: with the rule
+// above alone, that sweep is refused at its first command (ROLE) and
+// changes nothing. Released records still end by themselves; only the
+// records of leases that expired without a release (crashed holders) then
+// stay, until a user with +scan +role +del sweeps (lease.Client.Sweep, or
+// the leasectl command's gc verb). Set SweepEvery negative where the
+// services' sweep would only be refused.
 //
 // ACL credentials and TLS are options of the valkey-go client
 // (ClientOption.Username, Password and TLSConfig); see

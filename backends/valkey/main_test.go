@@ -33,7 +33,15 @@ var prefixes atomic.Int64
 // newStore returns a Store on c with a prefix of its own.
 func newStore(t testing.TB, c valkey.Client) *leasevalkey.Store {
 	t.Helper()
-	s, err := leasevalkey.New(c, leasevalkey.Options{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
+	return newStoreWith(t, c, leasevalkey.Options{})
+}
+
+// newStoreWith returns a Store on c with options o and a prefix of its
+// own.
+func newStoreWith(t testing.TB, c valkey.Client, o leasevalkey.Options) *leasevalkey.Store {
+	t.Helper()
+	o.Prefix = fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))
+	s, err := leasevalkey.New(c, o)
 	if err != nil {
 		t.Fatalf("leasevalkey.New: %v", err)
 	}

@@ -24,6 +24,30 @@ type Options struct {
 	// keeps each lease in one hash slot. Stores that share a prefix on the
 	// same server share their leases.
 	Prefix string
+
+	// Retention is how long the record of a lease is kept after the lease
+	// ended, by Release, ForceRelease or expiry, so that Inspect and List
+	// still show the key's last holder and token. Default
+	// lease.DefaultRetention (24h); kept in whole milliseconds, rounded
+	// up. A released or force-released record is given the retention as
+	// its TTL, and so ends by itself; the record of a lease that simply
+	// expired (its holder died) is removed by Sweep. A record is never
+	// given a TTL while its lease is held.
+	//
+	// Removing a record does not let tokens go back: the next token of the
+	// key is at least the server's clock in microseconds, above every
+	// token issued more than the retention ago, unless the server's clock
+	// stepped back by more than that. lease.KeepForever keeps every record
+	// for good (one per key ever used), so that tokens rise even across a
+	// larger backward step: choose it where the server's clock may step
+	// back by more than a retention and the keys are few. Other negative
+	// values are invalid.
+	//
+	// Upgrading from a version of this package without retention, keep
+	// KeepForever until no process of the older version shares the
+	// prefix: the older Acquire does not remove a released record's TTL,
+	// so the record of a lease it holds could expire, or be evicted.
+	Retention time.Duration
 }
 
 // Store is a lease.Backend on Valkey. It is safe for concurrent use. The
@@ -31,6 +55,11 @@ type Options struct {
 type Store struct {
 	client valkey.Client
 	prefix string
+	// retention is Options.Retention made explicit (lease.KeepForever or
+	// positive); retentionArg is what the scripts get: whole
+	// milliseconds, or "0" to keep records forever.
+	retention    time.Duration
+	retentionArg string
 
 	mu      sync.Mutex
 	watches map[string]*watch // by release channel; see watch.go
@@ -54,8 +83,23 @@ func New(client valkey.Client, o Options) (*Store, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, fmt.Errorf("leasevalkey: New: Prefix %q must not contain '{' or '}'", o.Prefix)
 	}
-	return &Store{client: client, prefix: o.Prefix}, nil
+	s := &Store{client: client, prefix: o.Prefix, retention: o.Retention, retentionArg: "0"}
+	switch {
+	case o.Retention == 0:
+		s.retention = lease.DefaultRetention
+	case o.Retention == lease.KeepForever:
+		return s, nil
+	case o.Retention < 0:
+		return nil, fmt.Errorf("leasevalkey: New: Retention %v is negative (use lease.KeepForever to keep records forever)", o.Retention)
+	}
+	s.retentionArg = strconv.FormatInt(int64((s.retention+time.Millisecond-1)/time.Millisecond), 10)
+	return s, nil
 }
+
+// Retention returns how long the Store keeps the record of a lease after
+// the lease ended: Options.Retention, with the default filled in, or
+// lease.KeepForever.
+func (s *Store) Retention() time.Duration { return s.retention }
 
 // Prefix returns the prefix of the Store's keys and channels.
 func (s *Store) Prefix() string { return s.prefix }
@@ -162,7 +206,7 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 	rec := recordKey(s.prefix, a.Key)
 	res := releaseScript.Exec(ctx, s.client,
 		[]string{rec},
-		[]string{a.Nonce, a.Token.String(), releaseChannel(rec)})
+		[]string{a.Nonce, a.Token.String(), releaseChannel(rec), s.retentionArg})
 	return outcome(op, a, res)
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -445,9 +446,99 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 		if _, err := s.Inspect(ctx, "acl"); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.ForceRelease(ctx, "acl", 0); err != nil {
+			t.Fatal(err)
+		}
+		sweepACL(ctx, t, c, admin, round)
 	}
-	valkeyacl.CheckAllUsed(t, admin, aclRule)
+	valkeyacl.CheckAllUsed(t, admin, aclRule+" "+valkeyacl.Scan+" "+valkeyacl.Sweep)
 	valkeyacl.CheckForbidden(t, admin, c, "other:{tenant}")
+}
+
+// sweepACL checks what the documentation says Sweep needs: as the user of
+// c, with the documented rule alone, Sweep is refused and removes nothing,
+// and Diagnose advises of it; a user with the rule, +scan +role and +del,
+// created through admin, sweeps.
+func sweepACL(ctx context.Context, t *testing.T, c, admin valkey.Client, round int) {
+	t.Helper()
+	text, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grants := valkeyacl.Scan + " " + valkeyacl.Sweep; !strings.Contains(string(text), grants) {
+		t.Errorf("doc.go does not say that Sweep needs %s", grants)
+	}
+	s, err := leasevalkey.New(c, leasevalkey.Options{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "acl/crashed/" + strconv.Itoa(round)
+	acquire(t, s, key, "o", time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Sweep(ctx, lease.SweepOptions{Limit: 100}); err == nil || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Sweep with the documented rule = %v, want a permission error", err)
+	}
+	if advice := strings.Join(s.Diagnose(ctx).Advice, "\n"); !strings.Contains(advice, "DEL, SCAN, ROLE") {
+		t.Errorf("Diagnose advice with the documented rule = %q, want the commands Sweep needs", advice)
+	}
+	var addr string
+	for a := range admin.Nodes() {
+		addr = a
+	}
+	sweeper, err := leasevalkey.New(valkeyacl.Login(t, admin, addr, "sweeper", aclRule+" "+valkeyacl.Scan+" "+valkeyacl.Sweep), leasevalkey.Options{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := sweeper.Diagnose(ctx); r.Err() != nil || len(r.Advice) != 0 {
+		t.Errorf("Diagnose as the sweeper = %+v, want nothing to report", r)
+	}
+	if got := sweepAll(t, sweeper, 100, false); !slices.Contains(got, key) {
+		t.Fatalf("Sweep with +scan +role +del removed %q, want %q among them", got, key)
+	}
+}
+
+// TestScriptCommandsRefused: a user refused a command that the lease
+// scripts run only on some paths (an ACL rule of an older version of this
+// package, without +persist or +pexpire) is refused before anything is
+// written: Acquire creates no record, Release and ForceRelease leave the
+// lease held with no TTL on its record; and Check names the command at
+// start-up.
+func TestScriptCommandsRefused(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"persist", "pexpire"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			s, _, admin := aclStore(t, "old", strings.Replace(aclRule, " +"+cmd+" ", " ", 1))
+			ctx := ctxT(t)
+			if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), strings.ToUpper(cmd)) {
+				t.Fatalf("Check = %v, want a problem naming %s", err, strings.ToUpper(cmd))
+			}
+			if cmd == "persist" {
+				_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "acl", Owner: "o", Nonce: "n", TTL: time.Minute})
+				if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+					t.Fatalf("Acquire = %v, want a definite permission error", err)
+				}
+				if p := pttl(t, admin, s.RecordKey("acl")); p != -2 {
+					t.Fatalf("record after the refused Acquire: PTTL %d, want -2 (none)", p)
+				}
+				return
+			}
+			a := acquire(t, s, "acl", "o", time.Minute)
+			err := s.Release(ctx, a)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("Release = %v, want a definite permission error", err)
+			}
+			if _, err := s.ForceRelease(ctx, "acl", 0); err == nil || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("ForceRelease = %v, want a permission error", err)
+			}
+			if r, err := s.Inspect(ctx, "acl"); err != nil || !r.Held || r.Token != a.Token {
+				t.Fatalf("after the refused releases Inspect = %+v, %v; want the lease still held", r, err)
+			}
+			if p := pttl(t, admin, s.RecordKey("acl")); p != -1 {
+				t.Fatalf("held record after the refused releases: PTTL %d, want -1", p)
+			}
+		})
+	}
 }
 
 // renewWatchRelease acquires key, renews it, watches for its release and

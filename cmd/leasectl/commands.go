@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,4 +377,88 @@ func (c *cli) check(ctx context.Context, t *target) error {
 		return &negative{fmt.Sprintf("check found %d problem(s)", len(problems))}
 	}
 	return nil
+}
+
+// gc removes the records past their retention: with dryRun, it lists them.
+// It sweeps under the lease lease.SweepKey, as the services' clients do in
+// the background, so it never runs alongside one of them.
+func (c *cli) gc(ctx context.Context, t *target, dryRun bool) error {
+	all := t.sweepers
+	if s, ok := t.backend.(lease.Sweeper); ok {
+		all = append([]named{{"lease", s}}, all...)
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("%s keeps no records that end", t.where)
+	}
+	if !dryRun {
+		extra := make([]lease.Sweeper, 0, len(t.sweepers))
+		for _, n := range t.sweepers {
+			extra = append(extra, n.s)
+		}
+		client, err := lease.NewClient(t.backend, lease.ClientOptions{Owner: owner(c.getenv), SweepEvery: -1, Sweepers: extra})
+		if err != nil {
+			return err
+		}
+		n, err := client.Sweep(ctx)
+		if errors.Is(err, lease.ErrNotAcquired) {
+			return &negative{fmt.Sprintf("another process is sweeping (it holds %q): try again later", lease.SweepKey)}
+		}
+		if c.cfg.json {
+			if jerr := c.printJSON(struct {
+				Removed int  `json:"removed"`
+				DryRun  bool `json:"dry_run"`
+			}{n, false}); jerr != nil && err == nil {
+				err = jerr
+			}
+		} else {
+			fmt.Fprintf(c.out, "removed %d records past their retention\n", n)
+		}
+		return err
+	}
+	type item struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+	}
+	items := []item{}
+	for _, n := range all {
+		cursor := ""
+		for {
+			octx, cancel := c.op(ctx)
+			page, err := n.s.Sweep(octx, lease.SweepOptions{Cursor: cursor, Limit: 1000, DryRun: true})
+			cancel()
+			if err != nil {
+				return err
+			}
+			for _, r := range page.Removed {
+				items = append(items, item{n.what, r})
+				if !c.cfg.json {
+					fmt.Fprintf(c.out, "%s\t%s\n", n.what, r)
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			cursor = page.Next
+		}
+	}
+	if c.cfg.json {
+		return c.printJSON(struct {
+			WouldRemove []item `json:"would_remove"`
+			DryRun      bool   `json:"dry_run"`
+		}{items, true})
+	}
+	fmt.Fprintf(c.out, "would remove %d records past their retention (dry run: nothing removed)\n", len(items))
+	return nil
+}
+
+// owner names leasectl to other holders of lease.SweepKey.
+func owner(getenv func(string) string) string {
+	host, err := os.Hostname()
+	if err != nil || lease.ValidateOwner("leasectl/"+host) != nil {
+		host = "unknown"
+	}
+	if u := getenv("USER"); u != "" && lease.ValidateOwner("leasectl/"+u+"@"+host) == nil {
+		return "leasectl/" + u + "@" + host
+	}
+	return "leasectl/" + host
 }

@@ -54,14 +54,22 @@ func (c *config) register(fs *flag.FlagSet) {
 
 // target is the backend leasectl talks to.
 type target struct {
-	kind     string // "valkey" or "postgres"
-	where    string // addresses or host/database: never a password
-	backend  lease.Backend
-	lister   lease.Lister
-	forcer   lease.ForceReleaser
-	mark     func(ctx context.Context, resource string) (fence.Mark, error)
+	kind    string // "valkey" or "postgres"
+	where   string // addresses or host/database: never a password
+	backend lease.Backend
+	lister  lease.Lister
+	forcer  lease.ForceReleaser
+	mark    func(ctx context.Context, resource string) (fence.Mark, error)
+	// sweepers are what gc sweeps besides the backend: the fences.
+	sweepers []named
 	diagnose func(ctx context.Context) (problems []error, advice []string)
 	close    func()
+}
+
+// named is a Sweeper and what its removals are ("fence" resources).
+type named struct {
+	what string
+	s    lease.Sweeper
 }
 
 // choose decides the backend from the flags, then the environment.

@@ -20,6 +20,10 @@
 //	release --force --yes [--token T] KEY
 //	                     expire the lease on KEY now, keeping its token
 //	fence show RESOURCE  a resource's fence, and the lease it is fenced by
+//	gc [--dry-run]       remove the records past their retention (lease
+//	                     records, and the fences of the fence flags), as
+//	                     the services' clients do every hour; --dry-run
+//	                     lists them and removes nothing
 //	check                the backend's Check: problems and advice
 //
 // Connection flags may come before the command or among its flags:
@@ -57,7 +61,8 @@
 //	   key, or release without --force or --yes
 //	3  the answer is "no": inspect of a key with no record, fence show of
 //	   a resource with no fence, release that found nothing to release
-//	   (or another holder than --token), check that found problems
+//	   (or another holder than --token), check that found problems, gc
+//	   while another process sweeps
 //
 // # Forced release
 //

@@ -56,6 +56,7 @@ commands:
   watch KEY [--interval D]
   release --force --yes [--token T] KEY
   fence show RESOURCE
+  gc [--dry-run]
   check
 
 connection flags (before the command or among its flags):
@@ -131,13 +132,13 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	// resets its variable to the default.
 	global := c.newFlags("leasectl")
 	cmds := map[string]*flag.FlagSet{}
-	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "check"} {
+	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check"} {
 		cmds[name] = c.newFlags(name)
 	}
 	var (
 		prefix, cursor string
 		held, force    bool
-		yes            bool
+		yes, dryRun    bool
 		limit          int
 		interval       time.Duration
 		token          uint64
@@ -150,6 +151,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	cmds["release"].BoolVar(&force, "force", false, "expire the lease now (required)")
 	cmds["release"].BoolVar(&yes, "yes", false, "confirm")
 	cmds["release"].Uint64Var(&token, "token", 0, "release only the acquisition with token `T`")
+	cmds["gc"].BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -217,6 +219,11 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 			return usagef("usage: leasectl fence show RESOURCE")
 		}
 		return c.withTarget(ctx, func(t *target) error { return c.fenceShow(ctx, t, pos[1]) })
+	case "gc":
+		if len(pos) != 0 {
+			return usagef("gc takes no arguments")
+		}
+		return c.withTarget(ctx, func(t *target) error { return c.gc(ctx, t, dryRun) })
 	case "check":
 		if len(pos) != 0 {
 			return usagef("check takes no arguments")

@@ -17,7 +17,7 @@ import (
 // withACL logs in as an ACL user, created on the server with, for this
 // program's leases and its fenced SET of report:{reports/daily},
 //
-//	ACL SETUSER reports reset on >secret ~lease:* &lease:* ~fence:* ~report:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +time +spublish +ssubscribe +sunsubscribe +info +set
+//	ACL SETUSER reports reset on >secret ~lease:* &lease:* ~fence:* ~report:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info +set
 func withACL(opt valkey.ClientOption, user, password string) valkey.ClientOption {
 	opt.Username = user
 	opt.Password = password

@@ -116,7 +116,7 @@ func TestValkeyACL(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	const user, password, prefix = "leaser", "s3cret-for-tests", "app:lease:"
 	aclAdmin(t, srv.Addr(), "ACL", "SETUSER", user, "on", ">"+password, "resetkeys", "~"+prefix+"*",
-		"resetchannels", "&"+prefix+"*", "-@all", "+@connection", "+@scripting", "+hmget", "+hset", "+time", "+spublish", "+info")
+		"resetchannels", "&"+prefix+"*", "-@all", "+@connection", "+@scripting", "+hmget", "+hset", "+persist", "+pexpire", "+time", "+spublish", "+info")
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: password, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

@@ -22,11 +22,26 @@ package valkeyacl
 const Cluster = "+cluster|shards"
 
 // Lease is the rule of a user of the Valkey lease backend
-// (backends/valkey): the lease scripts (HMGET, HSET, TIME, SPUBLISH),
-// release watches (SSUBSCRIBE), and Store.Check (INFO).
+// (backends/valkey): the lease scripts (HMGET, HSET, TIME, SPUBLISH, and
+// PERSIST and PEXPIRE for the retention of ended leases' records),
+// release watches (SSUBSCRIBE), and Store.Check (INFO). Store.List needs
+// Scan on top, and Store.Sweep Scan and Sweep.
 const Lease = "reset on >secret ~lease:* &lease:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +time +spublish +ssubscribe +sunsubscribe +info"
+	"+hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info"
+
+// Scan is what a user of the Valkey lease backend needs besides Lease to
+// walk the records, with Store.List and Store.Sweep: SCAN on each primary,
+// and ROLE to tell primaries from replicas. SCAN returns the names of
+// every key on the server, other tenants' too, whatever the user's key
+// patterns: give it to an operator's user, or to the services' only where
+// they are alone on the server.
+const Scan = "+scan +role"
+
+// Sweep is what Store.Sweep needs besides Lease and Scan: DEL, with which
+// its script removes the record of a lease that ended more than a
+// retention ago.
+const Sweep = "+del"
 
 // Fence is the rule of a user of fence.Valkey, for fenced writes to
 // keys under data:* (replace it with the patterns of your data): the
@@ -51,7 +66,7 @@ const FenceSweep = "+scan +role"
 // UNLINK).
 const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hget +hset +get +mget +set +unlink +time " +
+	"+hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
 // Queue is the rule of a user of leasequeue's Valkey source and roster
@@ -61,7 +76,7 @@ const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 // script with the commands items are written with (HSET, INCRBY).
 const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
+	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
 	"+zadd +zrange +zscore +zrem +sadd +smembers +srem +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
@@ -71,4 +86,4 @@ const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 // gets the union of their rules.
 const Quickstart = "reset on >secret ~lease:* &lease:* ~fence:* ~report:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +time +spublish +ssubscribe +sunsubscribe +info +set"
+	"+hmget +hset +persist +pexpire +time +spublish +ssubscribe +sunsubscribe +info +set"

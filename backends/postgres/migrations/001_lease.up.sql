@@ -1,7 +1,9 @@
 -- The lease table of github.com/golib/lease/backends/postgres.
 --
--- One row per key, never deleted by the library: a released or expired
--- lease keeps its row, so the key's last token is never forgotten.
+-- One row per key. The library removes a row a retention after its lease
+-- ended (released, expired or force-released; Store.Sweep), and the key's
+-- next token is still above the last one, as tokens are seeded from the
+-- database clock; 003_lease_retention says so in the table's comment.
 -- Tokens are bigint and stay below 2^53 (they are seeded from the
 -- database clock in microseconds since 1970).
 CREATE TABLE IF NOT EXISTS public.leases (

@@ -1,11 +1,17 @@
 -- Force release: end whichever acquisition holds key $1 (only the one
--- holding token $2, unless $2 is 0) by setting its expiry to the Unix
--- epoch (long past, as release.sql does, so that a backward step of the
--- server's clock can't bring it back; and unlike release.sql's expiry, so
--- that renew.sql and release.sql can tell the ended holder that an
--- operator ended it), for an operator. The row stays, so the key's token
--- is never reset. Like release.sql, it notifies waiters on channel $3
--- (unless '') if a waiter marked the row.
+-- holding token $2, unless $2 is 0) by setting its expiry to two thousand
+-- years before now, for an operator: long past, as release.sql's thousand
+-- years are, so that a backward step of the server's clock can't bring it
+-- back; unlike release.sql's expiry, so that renew.sql and release.sql can
+-- tell the ended holder that an operator ended it; and the time of the
+-- forced release stays known (the expiry plus two thousand years), so that
+-- sweep.sql keeps the row for a retention after it. The row keeps the
+-- key's token until then. Like release.sql, it notifies waiters on channel
+-- $3 (unless '') if a waiter marked the row.
+--
+-- A row whose expiry is more than 1500 years before now was ended by a
+-- forced release, and so was one whose expiry is the Unix epoch: the
+-- previous version of this statement wrote that, losing the time.
 --
 -- $1 key, $2 token or 0, $3 notification channel or ''.
 -- One row (outcome, token, held, owner, remaining microseconds). Outcome
@@ -29,7 +35,7 @@ WITH before AS (
     SELECT b.expires_at FROM public.leases AS b WHERE b.key = $1::text
 ), released AS (
     UPDATE public.leases AS l
-    SET expires_at = to_timestamp(0)
+    SET expires_at = statement_timestamp() - interval '17520000 hours'
     FROM before AS b
     WHERE l.key = $1::text AND l.expires_at > statement_timestamp()
       AND ($2::bigint = 0 OR l.token = $2::bigint)
@@ -46,7 +52,8 @@ SELECT coalesce(CASE WHEN r.token IS NOT NULL THEN 1 END,
                 CASE WHEN $2::bigint = 0 THEN 0
                      WHEN f.token IS NULL THEN 5
                      WHEN f.token <> $2::bigint THEN 3
-                     WHEN f.expires_at = to_timestamp(0) THEN 4
+                     WHEN f.expires_at = to_timestamp(0)
+                          OR f.expires_at < statement_timestamp() - interval '13140000 hours' THEN 4
                      ELSE 2 END),
        coalesce(r.token, f.token),
        r.token IS NOT NULL OR ($2::bigint <> 0 AND coalesce(f.held, false)),

@@ -4,7 +4,7 @@
 --
 -- $1 key.
 -- One row (held, owner, token, remaining time), or no row for a
--- key that was never acquired.
+-- key that was never acquired or whose row sweep.sql removed.
 SELECT l.expires_at > statement_timestamp(), l.owner, l.token,
        l.expires_at - statement_timestamp()
 FROM public.leases AS l

@@ -2,7 +2,9 @@
 -- not expired, by setting its expiry to a thousand years before now: long
 -- past, so that a backward step of the server's clock can't bring the
 -- released lease back (an expiry of "now" would be in the future again
--- after the step). The row stays, so the key's token is never reset.
+-- after the step), and the time of the release stays known (the expiry
+-- plus a thousand years), so that sweep.sql keeps the row, and with it the
+-- key's token, for a retention after the release.
 -- Token 0 identifies the acquisition by nonce alone.
 --
 -- If $4 is not empty and a waiter marked the row (watch.sql), the release
@@ -14,8 +16,10 @@
 -- One row with the outcome: 0 released, 1 expired (the row still shows
 -- this acquisition), 2 superseded (the row shows another one), 3 ended by
 -- a forced release (the row shows this acquisition with the expiry
--- forcerelease.sql sets, the Unix epoch, which this statement's expiry,
--- a thousand years before now, never equals); no row if the key has none.
+-- forcerelease.sql sets, more than 1500 years before now, or the Unix
+-- epoch that its previous version set; this statement's expiry is a
+-- thousand years before now); no row if the key has none (it was never
+-- acquired, was lost, or sweep.sql removed it).
 --
 -- The update matches the key's row whatever it shows, and sets expires_at
 -- to its own value unless ($2, $3) holds it: a refused release writes the
@@ -30,9 +34,11 @@
 -- read once per statement, so only a release of the same acquisition in
 -- the same microsecond could have set the same value, and it would report
 -- released too. The interval is in hours, not years, so that subtracting
--- it needs no calendar arithmetic. pg_notify returns void, which IS NULL;
--- it is called in a THEN, not as a third term of the AND: AND goes on
--- past a NULL term (no watch), CASE does not.
+-- it needs no calendar arithmetic. A release that applies is told apart
+-- before a forced one is looked for, so it evaluates no more than it must.
+-- pg_notify returns void, which IS NULL; it is called in a THEN, not as a
+-- third term of the AND: AND goes on past a NULL term (no watch), CASE
+-- does not.
 UPDATE public.leases AS l
 SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
                            AND l.expires_at > statement_timestamp()
@@ -40,8 +46,10 @@ SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $
                       ELSE l.expires_at END
 WHERE l.key = $1::text
 RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
-               WHEN l.expires_at = to_timestamp(0) THEN 3
-               WHEN l.expires_at <> statement_timestamp() - interval '8760000 hours' THEN 1
-               WHEN l.watched_until > statement_timestamp() AND $4::text <> ''
-               THEN CASE WHEN pg_notify($4::text, $1::text) IS NULL THEN 0 ELSE 0 END
-               ELSE 0 END
+               WHEN l.expires_at = statement_timestamp() - interval '8760000 hours'
+               THEN CASE WHEN l.watched_until > statement_timestamp() AND $4::text <> ''
+                         THEN CASE WHEN pg_notify($4::text, $1::text) IS NULL THEN 0 ELSE 0 END
+                         ELSE 0 END
+               WHEN l.expires_at = to_timestamp(0)
+                    OR l.expires_at < statement_timestamp() - interval '13140000 hours' THEN 3
+               ELSE 1 END

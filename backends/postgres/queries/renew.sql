@@ -5,7 +5,9 @@
 -- One row with the outcome: 0 renewed, 1 expired (the row still shows this
 -- acquisition), 2 superseded (the row shows another one), 3 ended by a
 -- forced release (the row shows this acquisition with the expiry
--- forcerelease.sql sets, the Unix epoch); no row if the key has none.
+-- forcerelease.sql sets, more than 1500 years before now, or the Unix
+-- epoch that its previous version set); no row if the key has none (it
+-- was never acquired, was lost, or sweep.sql removed it).
 --
 -- Shaped as release.sql is: the update matches the key's row whatever it
 -- shows and changes the expiry only if ($2, $3) holds it, so a refused
@@ -16,7 +18,9 @@
 -- ($2, $3) with the expiry it sets: an expired row's expiry is not later
 -- than now, and another statement that sets the same expiry in the same
 -- microsecond does it for another nonce or token (which reads as
--- superseded) or for this acquisition (which then holds the key).
+-- superseded) or for this acquisition (which then holds the key). That
+-- test comes before the one for a forced release, so a renewal that
+-- applies evaluates no more than it must.
 UPDATE public.leases AS l
 SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
                            AND l.expires_at > statement_timestamp()
@@ -24,6 +28,7 @@ SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $
                       ELSE l.expires_at END
 WHERE l.key = $1::text
 RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
-               WHEN l.expires_at = to_timestamp(0) THEN 3
-               WHEN l.expires_at <> statement_timestamp() + $4::interval THEN 1
-               ELSE 0 END
+               WHEN l.expires_at = statement_timestamp() + $4::interval THEN 0
+               WHEN l.expires_at = to_timestamp(0)
+                    OR l.expires_at < statement_timestamp() - interval '13140000 hours' THEN 3
+               ELSE 1 END

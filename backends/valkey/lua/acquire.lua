@@ -1,13 +1,18 @@
 #!lua
 -- acquire: grant the lease recorded in the hash KEYS[1] to one acquisition.
 --
--- KEYS[1]  the lease record: a hash that is never deleted, with the fields
+-- KEYS[1]  the lease record: a hash with the fields
 --          token    the last token issued for the key (decimal)
 --          owner    the owner string of the last acquisition
 --          nonce    the secret of the last acquisition
 --          expires  when the last acquisition ends, in microseconds since
 --                   the Unix epoch on this server's clock (0 once released,
 --                   -1 once ended by forcerelease.lua)
+--          While the lease is held the record has no TTL, so that the
+--          volatile-* maxmemory policies cannot evict it. Once the lease
+--          ended the record is kept for a retention: release.lua and
+--          forcerelease.lua give it that TTL, and sweep.lua removes the
+--          record of a lease that expired once the retention passed.
 -- ARGV[1]  owner
 -- ARGV[2]  nonce
 -- ARGV[3]  TTL in microseconds
@@ -18,6 +23,10 @@
 -- Returns the token (an integer) when the lease is granted or, for the same
 -- nonce, extended; or {token, owner, remaining microseconds} of the current
 -- holder when another acquisition holds the lease.
+--
+-- Granting or extending first removes any TTL the record carries from an
+-- ended lease (PERSIST), before the first HSET: a user refused PERSIST
+-- fails before anything is written.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner')
 local t = redis.call('TIME')
@@ -30,6 +39,7 @@ if expires > now then
   end
   -- The same acquisition asks again (a retry after an unanswered attempt):
   -- extend it and return its token.
+  redis.call('PERSIST', rec)
   redis.call('HSET', rec, 'expires', now + ARGV[3])
   return last
 end
@@ -40,5 +50,6 @@ local token = last + 1
 if token < now then
   token = now
 end
+redis.call('PERSIST', rec)
 redis.call('HSET', rec, 'token', token, 'owner', ARGV[1], 'nonce', ARGV[2], 'expires', now + ARGV[3])
 return token

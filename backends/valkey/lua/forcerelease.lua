@@ -1,8 +1,8 @@
 #!lua
 -- forcerelease: end whichever acquisition holds the lease recorded in the
 -- hash KEYS[1] (see acquire.lua for its fields), for an operator, keeping
--- the token so that it never goes back, and announce the release on a
--- shard channel as release.lua does. It sets the expiry to -1, not 0 as
+-- the record, and so the token, for the retention, and announce the
+-- release on a shard channel as release.lua does. It sets the expiry to -1, not 0 as
 -- release.lua does, so that renew.lua and release.lua can tell the ended
 -- holder that an operator ended it.
 --
@@ -10,6 +10,8 @@
 -- ARGV[1]  token (decimal): end the acquisition only if it holds this
 --          token; "0" ends any
 -- ARGV[2]  the shard channel to announce the release on (same hash slot)
+-- ARGV[3]  the retention in milliseconds, the record's TTL from now on;
+--          "0" keeps the record forever
 --
 -- Returns {outcome, token, owner, remaining microseconds}, the record as it
 -- was before: token is nil for a missing record, owner nil and remaining 0
@@ -45,8 +47,11 @@ end
 if not any and r[1] ~= ARGV[1] then
   return {3, token, r[2], left}
 end
--- Announce first, as release.lua does: a user refused the channel fails
--- before the write, leaving the lease as it was.
+-- Announce first, then PEXPIRE, as release.lua does: a user refused the
+-- channel or PEXPIRE fails before the writes, leaving the lease as it was.
 redis.call('SPUBLISH', ARGV[2], r[1])
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', rec, ARGV[3])
+end
 redis.call('HSET', rec, 'expires', '-1')
 return {1, token, r[2], left}

@@ -1,12 +1,14 @@
 #!lua
 -- release: end one acquisition of the lease recorded in the hash KEYS[1]
--- (see acquire.lua for its fields), keeping the token so that it never goes
--- back, and announce the release on a shard channel.
+-- (see acquire.lua for its fields), keeping the record, and so the token,
+-- for the retention, and announce the release on a shard channel.
 --
 -- KEYS[1]  the lease record
 -- ARGV[1]  nonce
 -- ARGV[2]  token (decimal), or "0" to identify the acquisition by nonce alone
 -- ARGV[3]  the shard channel to announce the release on (same hash slot)
+-- ARGV[4]  the retention in milliseconds, the record's TTL from now on;
+--          "0" keeps the record forever
 --
 -- Returns 1 if released, 2 if the acquisition had already ended (expired
 -- or released), 3 if another acquisition holds or held the lease since, 4
@@ -29,7 +31,12 @@ if tonumber(r[3]) <= now then
 end
 -- Announce first: a script that fails part-way keeps what it wrote, so a
 -- user refused the channel (an ACL without &channels) must fail before the
--- write, leaving the lease as it was, not released behind an error.
+-- writes, leaving the lease as it was, not released behind an error, and a
+-- held lease's record without a TTL. PEXPIRE, which a user may be refused
+-- too, comes before HSET for the same reason.
 redis.call('SPUBLISH', ARGV[3], r[1])
+if ARGV[4] ~= '0' then
+  redis.call('PEXPIRE', rec, ARGV[4])
+end
 redis.call('HSET', rec, 'expires', '0')
 return 1
