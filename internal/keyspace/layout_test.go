@@ -72,6 +72,17 @@ var kinds = []kind{
 		}
 		return f.FenceKey(r), []string{p.fence + "x:{" + r + "}:data"}
 	}},
+	{"floor key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
+		// One floor per lease key and hash slot: the name depends on the
+		// resource only through its slot, so the resource is not an
+		// input of the name, and equal names must have equal lease keys.
+		// Its tag stands for the fence key's slot without equalling the
+		// fence key's tag, so the slot is checked by fence's tests
+		// (TestSlotTags, TestValkeyRetire), not here.
+		f := must(fence.NewValkey(noServer{}, fence.ValkeyOptions{Prefix: p.fence}))
+		r := rapid.SampledFrom([]string{"a", "b", "x/y", "jobs/7"}).Draw(t, "resource")
+		return f.FloorKey(r, draw("lease key")), nil
+	}},
 	{"cache entry", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
 		c := must(cache.New(noServer{}, must(lease.NewClient(s, lease.ClientOptions{Owner: "o"})), cache.Options{Prefix: p.cache, TTL: time.Second}))

@@ -53,6 +53,13 @@ const Fence = "reset on >secret ~fence:* ~data:* " +
 	"+client|tracking +evalsha +eval +script|load +hmget +hset +get +type +time +xinfo|stream " +
 	"+set +del +incrby +expire +pexpire +xadd"
 
+// FenceSweep is what a user of fence.Valkey needs on top of Fence to
+// sweep (fence.Valkey.Sweep, which a lease.Client runs for the fences
+// given in its Sweepers): SCAN and ROLE to walk the fence keys of every
+// primary. The retirement script needs only Fence's commands (HMGET,
+// HSET, DEL, TIME).
+const FenceSweep = "+scan +role"
+
 // Cache is the rule of a user of package cache, on the default prefixes
 // of the cache and of its lease Store: the lease rules, reads (GET,
 // MGET) and the publication and invalidation scripts (HGET, SET,
