@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	valkey "github.com/valkey-io/valkey-go"
 
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/chaos"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
@@ -79,7 +80,7 @@ func retentionRow(t *testing.T, r *run, p *chaos.Proxy, direct string, broken bo
 	} else {
 		viaDirect.Addr = testserver.Valkey(t).Addr()
 	}
-	var swept, gone atomic.Int64
+	var swept, gone, retired atomic.Int64
 	var wg sync.WaitGroup
 	for i, tg := range []chaos.Target{viaDirect, viaProxy} {
 		b, _, closeFn, err := tg.Open(ctx, fmt.Sprintf("chaos-sweeper-%d", i))
@@ -93,6 +94,15 @@ func retentionRow(t *testing.T, r *run, p *chaos.Proxy, direct string, broken bo
 		}
 		if broken {
 			s = brokenSweeper(t, tg)
+		}
+		if !broken {
+			// The fences retire too, with the same retention.
+			f := fenceSweeper(t, tg)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sweepLoop(ctx, f, &retired)
+			}()
 		}
 		if i == 0 {
 			// Count the records that vanished, by a sweep or, on Valkey,
@@ -166,10 +176,13 @@ func retentionRow(t *testing.T, r *run, p *chaos.Proxy, direct string, broken bo
 	wg.Wait()
 	res := r.finish(rowOptions{})
 	late := count(r.rec.Ops(), func(op chaos.Op) bool { return op.Late })
-	t.Logf("%d records swept, %d seen gone; %d child pauses (%d late writes), the proxied sweeper slowed %d and cut %d times; %d operations checked",
-		swept.Load(), gone.Load(), pauses, late, slowed, cut, res.Checked)
+	t.Logf("%d records swept, %d seen gone, %d fences retired; %d child pauses (%d late writes), the proxied sweeper slowed %d and cut %d times; %d operations checked",
+		swept.Load(), gone.Load(), retired.Load(), pauses, late, slowed, cut, res.Checked)
 	if gone.Load() == 0 {
 		t.Error("no record was seen gone: the row proved nothing")
+	}
+	if retired.Load() == 0 {
+		t.Error("no fence was retired: the row proved nothing about floors")
 	}
 }
 
@@ -210,6 +223,33 @@ func sweepLoop(ctx context.Context, s lease.Sweeper, swept *atomic.Int64) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// fenceSweeper returns the sweeper that retires the fences of tg's
+// resources with the row's retention.
+func fenceSweeper(t *testing.T, tg chaos.Target) lease.Sweeper {
+	if tg.Kind == "postgres" {
+		pool, err := chaos.Pool(ctxT(t), tg.URL, "chaos-fence-sweeper", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		tbl, err := fence.NewTable(fence.TableOptions{Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl.Sweeper(pool)
+	}
+	c, err := tg.ValkeyClient(tg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: tg.Prefix + "fence:", Retention: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // brokenSweeper returns a sweeper of tg's lease records that removes
