@@ -168,7 +168,7 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 		client.Close()
 		return nil, usagef("%v", err)
 	}
-	fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: c.cfg.fencePrefix})
+	fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: c.cfg.fencePrefix, Retention: c.cfg.retention})
 	if err != nil {
 		client.Close()
 		return nil, usagef("%v", err)
@@ -183,12 +183,13 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 		mode = "Valkey cluster"
 	}
 	return &target{
-		kind:    "valkey",
-		where:   fmt.Sprintf("%s at %s, prefix %q", mode, strings.Join(nodes, ","), store.Prefix()),
-		backend: store,
-		lister:  store,
-		forcer:  store,
-		mark:    fv.Mark,
+		kind:     "valkey",
+		where:    fmt.Sprintf("%s at %s, prefix %q", mode, strings.Join(nodes, ","), store.Prefix()),
+		backend:  store,
+		lister:   store,
+		forcer:   store,
+		mark:     fv.Mark,
+		sweepers: []named{{"fence", fv}},
 		diagnose: func(ctx context.Context) ([]error, []string) {
 			r := store.Diagnose(ctx)
 			return r.Problems, r.Advice
@@ -225,19 +226,20 @@ func (c *cli) connectPostgres(ctx context.Context) (*target, error) {
 		pool.Close()
 		return nil, usagef("%v", err)
 	}
-	ft, err := fence.NewTable(fence.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable})
+	ft, err := fence.NewTable(fence.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable, Retention: c.cfg.retention})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)
 	}
 	cc := cfg.ConnConfig
 	return &target{
-		kind:    "postgres",
-		where:   fmt.Sprintf("PostgreSQL at %s:%d, database %q as %q, table %s", cc.Host, cc.Port, cc.Database, cc.User, store.Table()),
-		backend: store,
-		lister:  store,
-		forcer:  store,
-		mark:    func(ctx context.Context, r string) (fence.Mark, error) { return ft.Mark(ctx, pool, r) },
+		kind:     "postgres",
+		where:    fmt.Sprintf("PostgreSQL at %s:%d, database %q as %q, table %s", cc.Host, cc.Port, cc.Database, cc.User, store.Table()),
+		backend:  store,
+		lister:   store,
+		forcer:   store,
+		mark:     func(ctx context.Context, r string) (fence.Mark, error) { return ft.Mark(ctx, pool, r) },
+		sweepers: []named{{"fence", ft.Sweeper(pool)}},
 		diagnose: func(ctx context.Context) ([]error, []string) {
 			r := store.Diagnose(ctx)
 			return r.Problems, r.Advice
