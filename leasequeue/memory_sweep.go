@@ -24,14 +24,9 @@ var _ lease.Sweeper = (*MemorySource)(nil)
 // an item enqueued again under a removed ID gets a token above every
 // token the removed item carried. Enqueue then adds the ID as a new item.
 func (s *MemorySource) Sweep(_ context.Context, o lease.SweepOptions) (lease.SweepPage, error) {
-	state, pos, err := parseSweepCursor(o.Cursor)
-	if err != nil {
+	state, pos, ok, err := s.retention.start(o.Cursor)
+	if !ok || err != nil {
 		return lease.SweepPage{}, err
-	}
-	if st, ok := s.retention.from(state); !ok {
-		return lease.SweepPage{}, nil
-	} else if st != state {
-		state, pos = st, ""
 	}
 	var after memoryFinish
 	if pos != "" {

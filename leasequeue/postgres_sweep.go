@@ -37,14 +37,9 @@ var _ lease.Sweeper = (*PostgresSource)(nil)
 // fence of your own keyed by the item (a row written with CompleteTx, say)
 // keeps its own last token.
 func (s *PostgresSource) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPage, error) {
-	state, pos, err := parseSweepCursor(o.Cursor)
-	if err != nil {
+	state, pos, ok, err := s.retention.start(o.Cursor)
+	if !ok || err != nil {
 		return lease.SweepPage{}, err
-	}
-	if st, ok := s.retention.from(state); !ok {
-		return lease.SweepPage{}, nil
-	} else if st != state {
-		state, pos = st, ""
 	}
 	after := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	afterID := ""

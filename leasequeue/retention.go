@@ -75,6 +75,20 @@ func sweepCursor(s State, pos string) string {
 	return string(s) + " " + pos
 }
 
+// start returns where a page of the walk begins for cursor: the state and
+// the position in it, or false if the walk has nothing (left) to prune.
+func (r retention) start(cursor string) (State, string, bool, error) {
+	state, pos, err := parseSweepCursor(cursor)
+	if err != nil {
+		return "", "", false, err
+	}
+	st, ok := r.from(state)
+	if st != state {
+		pos = ""
+	}
+	return st, pos, ok, nil
+}
+
 // from returns the first state the walk prunes at or after s, and false
 // if there is none (every later state is kept for good).
 func (r retention) from(s State) (State, bool) {

@@ -35,14 +35,9 @@ var _ lease.Sweeper = (*ValkeySource)(nil)
 // Done items completed by a release from before the done set existed are
 // not in it, and stay; dead items are, whatever the release.
 func (s *ValkeySource) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPage, error) {
-	state, pos, err := parseSweepCursor(o.Cursor)
-	if err != nil {
+	state, pos, ok, err := s.retention.start(o.Cursor)
+	if !ok || err != nil {
 		return lease.SweepPage{}, err
-	}
-	if st, ok := s.retention.from(state); !ok {
-		return lease.SweepPage{}, nil
-	} else if st != state {
-		state, pos = st, ""
 	}
 	offset := 0
 	if pos != "" {
