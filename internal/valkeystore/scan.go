@@ -2,6 +2,7 @@ package valkeystore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,10 +11,13 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 )
 
-// This file walks the keys of every primary behind a client with SCAN.
-// backends/valkey's Store.List keeps a walk of its own (same cursor
-// format); fence's sweeper uses this one, which was added while that
-// package was being changed elsewhere. The two can share it later.
+// This file walks the keys of every primary behind a client with SCAN,
+// for backends/valkey's List and Sweep, fence's and cache's sweepers.
+
+// ErrWalk is matched by the errors of ScanPrimaries that are not the
+// server's: a cursor it did not return, or a primary that went away
+// during the walk. Nothing was sent for them.
+var ErrWalk = errors.New("SCAN walk")
 
 // globEscaper quotes the bytes that are special in a SCAN MATCH pattern.
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
@@ -62,23 +66,23 @@ func ScanPrimaries(ctx context.Context, client valkey.Client, cursor, match, typ
 		return nil, "", err
 	}
 	if len(primaries) == 0 {
-		return nil, "", fmt.Errorf("the client knows no primary")
+		return nil, "", fmt.Errorf("%w: the client knows no primary", ErrWalk)
 	}
 	addr, scan := primaries[0], uint64(0)
 	if cursor != "" {
 		n, a, ok := strings.Cut(cursor, "@")
 		u, err := strconv.ParseUint(n, 10, 64)
 		if !ok || err != nil {
-			return nil, "", fmt.Errorf("cursor %q is not one a walk of SCAN returned", cursor)
+			return nil, "", fmt.Errorf("%w: cursor %q is not one this walk returned", ErrWalk, cursor)
 		}
 		if !slices.Contains(primaries, a) {
-			return nil, "", fmt.Errorf("cursor names %s, which is no longer a primary (failover or resharding); start again", a)
+			return nil, "", fmt.Errorf("%w: cursor names %s, which is no longer a primary (failover or resharding); start again from the first page", ErrWalk, a)
 		}
 		addr, scan = a, u
 	}
 	node := client.Nodes()[addr]
 	if node == nil {
-		return nil, "", fmt.Errorf("the client no longer knows node %s; start again", addr)
+		return nil, "", fmt.Errorf("%w: the client no longer knows node %s; start again from the first page", ErrWalk, addr)
 	}
 	b := node.B().Scan().Cursor(scan).Match(match).Count(int64(count))
 	var cmd valkey.Completed
