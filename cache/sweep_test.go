@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
+	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 
@@ -391,4 +394,53 @@ func TestSweepRacesNoStalePublication(t *testing.T) {
 			t.Error("the test published, refused, invalidated or swept nothing")
 		}
 	})
+}
+
+// TestSweepACL: a user with the documented cache rule sweeps the marks
+// once it is also granted SCAN and ROLE (valkeyacl.CacheSweep), as the
+// documentation says, and without them is refused before anything
+// changes.
+func TestSweepACL(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	admin := newClient(t, []string{srv.Addr()})
+	ctx := ctxT(t)
+	login := func(rule string) *cache.Cache {
+		c := valkeyacl.Login(t, admin, srv.Addr(), "web", rule)
+		store, _ := leasevalkey.New(c, leasevalkey.Options{})
+		leases, _ := lease.NewClient(store, lease.ClientOptions{Owner: "o", SweepEvery: -1})
+		cc, err := cache.New(c, leases, cache.Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := leases.TryAcquire(ctx, cc.LeaseKey("k"), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.Invalidate(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return cc
+	}
+	_, _, _, mark, _ := login(valkeyacl.Cache).EntryNames("k")
+	for _, rule := range []string{valkeyacl.Cache, valkeyacl.Cache + " +role"} {
+		_, err := login(rule).Sweep(ctx, lease.SweepOptions{Limit: 100})
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("Sweep with %q = %v; want a permission error", rule, err)
+		}
+		if n, err := admin.Do(ctx, admin.B().Exists().Key(mark).Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("EXISTS %s = %d, %v after a refused sweep", mark, n, err)
+		}
+	}
+	c := login(valkeyacl.Cache + " " + valkeyacl.CacheSweep)
+	if got := sweepAll(t, c, true); !slices.Equal(got, []string{"cache:k"}) {
+		t.Fatalf("dry run with %s removed %q; want cache:k", valkeyacl.CacheSweep, got)
+	}
+	if got := sweepAll(t, c, false); !slices.Equal(got, []string{"cache:k"}) {
+		t.Fatalf("Sweep with %s removed %q; want cache:k", valkeyacl.CacheSweep, got)
+	}
+	valkeyacl.CheckAllUsed(t, admin, valkeyacl.CacheSweep)
 }
