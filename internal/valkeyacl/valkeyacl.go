@@ -63,11 +63,19 @@ const FenceSweep = "+scan +role"
 // Cache is the rule of a user of package cache, on the default prefixes
 // of the cache and of its lease Store: the lease rules, reads (GET,
 // MGET) and the publication and invalidation scripts (HGET, SET,
-// UNLINK).
+// UNLINK, with which a publication also deletes a redundant
+// invalidation mark).
 const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
 	"+hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
+
+// CacheSweep is what a user of package cache needs on top of Cache to
+// sweep the invalidation marks (cache.Sweeper, which a lease.Client runs
+// when it is given in its Sweepers): SCAN and ROLE to walk the marks of
+// every primary. The sweep script needs only Cache's commands (GET,
+// HMGET, TIME, UNLINK).
+const CacheSweep = "+scan +role"
 
 // Queue is the rule of a user of leasequeue's Valkey source and roster
 // whose leases live on the Valkey lease backend: the lease rules, the
