@@ -128,9 +128,10 @@
 //	ACL SETUSER web reset on >secret ~lease:* &lease:* ~cache:* &cache:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time +spublish +ssubscribe +sunsubscribe +info
 //
 // Sweeping the invalidation marks needs +scan +role besides (to walk the
-// keys of every primary; the sweep script needs only the commands above),
-// and a lease client that sweeps them with its Store needs +del too, for
-// the Store's sweep, which runs first and stops the sweep if refused.
+// keys of every primary; the sweep script needs only the commands above);
+// a lease client that sweeps them with its Store needs +del too for the
+// Store's own sweep (without it that part fails and the marks are swept
+// all the same).
 // SCAN lists the names of every key on the server, whatever the user's
 // key patterns: give those grants to an operator's user, or to the
 // services' only where they have the server to themselves. Without them
