@@ -167,7 +167,8 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 }
 
 // takeSlot acquires the lease of slot s of job for the rest of the slot
-// and half an interval more, and never renews or releases it.
+// and half an interval more, and never renews or releases it: the handle
+// is dropped, never managed.
 func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	now := l.o.Clock.Now()
 	interval := s.End.Sub(s.Start)
@@ -175,12 +176,7 @@ func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	if ttl < lease.MinTTL || interval <= 0 {
 		return fmt.Errorf("leasescheduler: job %q: %v is over or empty at %s", job, s, now.UTC().Format(time.RFC3339Nano))
 	}
-	op := l.o.Policy.Options().OperationTimeout
-	p, err := lease.NewPolicy(lease.PolicyOptions{
-		TTL:              ttl,
-		RenewEvery:       time.Nanosecond, // never renewed; keeps the rules satisfied
-		OperationTimeout: min(op, ttl/5),
-	})
+	p, err := slotPolicy(ttl, l.o.Policy.Options().OperationTimeout)
 	if err != nil {
 		return fmt.Errorf("leasescheduler: job %q, %v: %w", job, s, err)
 	}
@@ -275,4 +271,14 @@ func (k *Lock) Unlock(ctx context.Context) error {
 		}
 	})
 	return k.err
+}
+
+// slotPolicy is the policy of a slot's lease: ttl, and acquisitions
+// bounded by op but by no more than a fifth of ttl. The lease is never
+// renewed, so RenewEvery does not apply and keeps its default (ttl/3);
+// with Retry's default (at most ttl/20) and an OperationTimeout of at
+// most ttl/5, NewPolicy's rule RenewEvery + Retry + 2×OperationTimeout ≤
+// TTL − SafetyMargin (ttl·5/6) holds for every ttl NewPolicy accepts.
+func slotPolicy(ttl, op time.Duration) (lease.Policy, error) {
+	return lease.NewPolicy(lease.PolicyOptions{TTL: ttl, OperationTimeout: min(op, ttl/5)})
 }
