@@ -10,10 +10,9 @@ import (
 )
 
 // CronJob returns a robfig/cron job that runs fn under the lease of job, as
-// gocron does with a Locker and Task: if another replica runs job (or, with
-// Options.Slots, has taken the slot), the run is skipped. logger, if not
-// nil, receives skipped runs (Info) and errors (Error); robfig/cron's own
-// loggers fit.
+// Job does for gocron: if another replica runs job (or, with Options.Slots,
+// has taken the slot), the run is skipped. logger, if not nil, receives
+// skipped runs (Info) and errors (Error); robfig/cron's own loggers fit.
 //
 //	c := cron.New(cron.WithSeconds())
 //	c.AddJob("0 */5 * * * *", locker.CronJob("report", report, cron.DefaultLogger))

@@ -6,21 +6,24 @@
 // # Locker
 //
 // A Locker is a gocron.Locker, built in one call from the application's
-// lease.Client; zero Options are valid. gocron passes each job's name to
-// Lock, and the lease is named after it, so the name is written once, with
-// gocron.WithName:
+// lease.Client; zero Options are valid. A job that uses its lease (a
+// context cancelled on loss, the fencing token) is built with Locker.Job,
+// which returns the job's task and a locker of the job's own, and names
+// the lease once:
 //
 //	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{})
-//	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
-//	_, err = s.NewJob(gocron.DurationJob(time.Minute),
-//		locker.Task(report), gocron.WithName("report"))
+//	s, err := gocron.NewScheduler()
+//	task, jobLocker := locker.Job("report", report)
+//	_, err = s.NewJob(gocron.DurationJob(time.Minute), task,
+//		gocron.WithDistributedJobLocker(jobLocker))
 //
 // Lock never blocks: it makes one attempt to acquire the job's lease
 // (bounded by the policy's OperationTimeout) and fails at once if another
 // replica holds it, so that gocron skips the run. The lease is renewed
 // while the job runs and released by Unlock, which works with an
-// already-cancelled context. A plain gocron task works too; Task adds the
-// lease's context and token.
+// already-cancelled context. A plain gocron task works too, with the
+// Locker itself as gocron's locker (gocron.WithDistributedLocker): gocron
+// passes the job's name to Lock, which names the lease after it.
 //
 // # One run per slot
 //
@@ -51,15 +54,14 @@
 //
 // # Jobs that use the lease
 //
-// Locker.Task, Elector.Task and Locker.CronJob run a JobFunc: it gets a
+// Locker.Job, Elector.Task and Locker.CronJob run a JobFunc: it gets a
 // context that is cancelled the moment the lease is lost (or the scheduler
-// stops the job), and a Run carrying the lease's fencing token. A task of
-// Locker.Task finds its run's lease by the job context that gocron passes
-// both to Lock and to the job's function; if there is none (the job does
-// not use the Locker) it fails with ErrNoLock and does not run. A lease
-// does not stop a paused process from writing after it has expired: pass
-// the token to every write the job makes, so that the storage rejects a
-// stale one (see package fence).
+// stops the job), and a Run carrying the lease's fencing token. The task
+// of Locker.Job runs with the lease that its own locker took for the run;
+// if there is none (the job was not given that locker) it fails with
+// ErrNoLock and does not run. A lease does not stop a paused process from
+// writing after it has expired: pass the token to every write the job
+// makes, so that the storage rejects a stale one (see package fence).
 //
 // # Elector
 //

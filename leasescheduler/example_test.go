@@ -61,8 +61,8 @@ func ExampleLocker() {
 
 // A gocron scheduler that runs a job on one replica per five-minute slot,
 // with a context cancelled if the lease is lost and the token for fenced
-// writes. The job's name is written once: it names the lease too.
-func ExampleLocker_Task() {
+// writes. The job's name is written once, in Job: it names the lease.
+func ExampleLocker_Job() {
 	var client *lease.Client // lease.NewClient on a Valkey or PostgreSQL backend
 	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
 		Slots: leasescheduler.Every(5 * time.Minute),
@@ -70,16 +70,35 @@ func ExampleLocker_Task() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	s, err := gocron.NewScheduler()
+	if err != nil {
+		log.Fatal(err)
+	}
+	task, jobLocker := locker.Job("report", func(ctx context.Context, run leasescheduler.Run) error {
+		// Write under run.Lease (its Token) with package fence.
+		return nil
+	})
+	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false), task,
+		gocron.WithDistributedJobLocker(jobLocker)) // gocron locks each run with the job's own locker
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown()
+}
+
+// A plain gocron task, with the Locker as the scheduler's locker: the
+// lease is named after the job's gocron name.
+func ExampleLocker_Lock() {
+	var locker *leasescheduler.Locker // from NewLocker
+	// docs:begin plain
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false),
-		locker.Task(func(ctx context.Context, run leasescheduler.Run) error {
-			// Write under run.Lease (its Token) with package fence.
-			return nil
-		}),
-		gocron.WithName("report")) // the job's name, which Lock gets
+	_, err = s.NewJob(gocron.DurationJob(time.Hour), gocron.NewTask(cleanup),
+		gocron.WithName("cleanup")) // names the lease: jobs/run/cleanup
+	// docs:end plain
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func (g *ledger) waitSlots(n int) {
 }
 
 // startReplicas starts n gocron schedulers, each with its own Locker on
-// its own backend, running job "tick" every second.
+// its own backend, running job "tick" of Locker.Job every second.
 func startReplicas(t *testing.T, n int, backend func(i int) lease.Backend, slots leasescheduler.SlotFunc, g *ledger) []gocron.Scheduler {
 	t.Helper()
 	p := schedPolicy(t)
@@ -104,8 +104,9 @@ func startReplicas(t *testing.T, n int, backend func(i int) lease.Backend, slots
 	for i := range n {
 		replica := fmt.Sprintf("replica-%d", i)
 		l := newLocker(t, newClient(t, backend(i), replica, nil), leasescheduler.Options{Policy: p, Slots: slots})
-		s := newScheduler(t, gocron.WithDistributedLocker(l))
-		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task(g.job(replica)), gocron.WithName("tick")); err != nil {
+		s := newScheduler(t)
+		task, jobLocker := l.Job("tick", g.job(replica))
+		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithDistributedJobLocker(jobLocker)); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, s)
@@ -185,8 +186,9 @@ func TestWithoutSlotsAFastJobRunsMoreThanOnce(t *testing.T) {
 	for i := range 3 {
 		replica := fmt.Sprintf("replica-%d", i)
 		l := newLocker(t, newClient(t, b, replica, nil), leasescheduler.Options{Policy: p})
-		s := newScheduler(t, gocron.WithDistributedLocker(l))
-		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), l.Task(job(replica)), gocron.WithName("tick")); err != nil {
+		s := newScheduler(t)
+		task, jobLocker := l.Job("tick", job(replica))
+		if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithDistributedJobLocker(jobLocker)); err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)
@@ -213,25 +215,25 @@ func TestLongJobKeepsItsLease(t *testing.T) {
 			p := newPolicy(t, lease.PolicyOptions{TTL: time.Second, OperationTimeout: 150 * time.Millisecond})
 			l := newLocker(t, newClient(t, env.NewBackend(t, env.Addr), "a", nil), leasescheduler.Options{Policy: p})
 			other := newLocker(t, newClient(t, env.NewBackend(t, env.Addr), "b", nil), leasescheduler.Options{Policy: p})
-			s := newScheduler(t, gocron.WithDistributedLocker(l))
+			s := newScheduler(t)
 			type outcome struct {
 				ctxErr, otherErr error
 				token            lease.Token
 			}
 			done := make(chan outcome, 1)
-			_, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
-				l.Task(func(ctx context.Context, run leasescheduler.Run) error {
-					var o outcome
-					o.token = run.Lease.Token
-					select {
-					case <-time.After(3 * p.TTL()):
-					case <-ctx.Done():
-					}
-					o.ctxErr = context.Cause(ctx)
-					_, o.otherErr = other.Lock(context.Background(), "long")
-					done <- o
-					return nil
-				}), gocron.WithName("long"))
+			task, jobLocker := l.Job("long", func(ctx context.Context, run leasescheduler.Run) error {
+				var o outcome
+				o.token = run.Lease.Token
+				select {
+				case <-time.After(3 * p.TTL()):
+				case <-ctx.Done():
+				}
+				o.ctxErr = context.Cause(ctx)
+				_, o.otherErr = other.Lock(context.Background(), "long")
+				done <- o
+				return nil
+			})
+			_, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, gocron.WithDistributedJobLocker(jobLocker))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,12 +277,12 @@ func TestStoppedInstanceLetsAnotherTakeTheNextSlot(t *testing.T) {
 			every := leasescheduler.Every(time.Second)
 
 			la := newLocker(t, newClient(t, env.NewBackend(t, env.Addr), "a", nil), leasescheduler.Options{Policy: p, Slots: every})
-			sa := newScheduler(t, gocron.WithDistributedLocker(la))
+			sa := newScheduler(t)
 			started := make(chan leasescheduler.Run, 1)
 			cause := make(chan error, 1)
 			var once sync.Once
 			record := g.job("a")
-			_, err := sa.NewJob(gocron.CronJob("* * * * * *", true), la.Task(func(ctx context.Context, run leasescheduler.Run) error {
+			task, jobLocker := la.Job("tick", func(ctx context.Context, run leasescheduler.Run) error {
 				first := false
 				once.Do(func() { first = true })
 				if err := record(ctx, run); err != nil || !first {
@@ -290,7 +292,8 @@ func TestStoppedInstanceLetsAnotherTakeTheNextSlot(t *testing.T) {
 				<-ctx.Done()
 				cause <- context.Cause(ctx)
 				return nil
-			}), gocron.WithName("tick"))
+			})
+			_, err := sa.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithDistributedJobLocker(jobLocker))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -57,13 +54,12 @@ type Options struct {
 // implements gocron.Locker: pass it to gocron.WithDistributedLocker (every
 // job of the scheduler) or gocron.WithDistributedJobLocker (one job). The
 // lease is named after the job's gocron name, which gocron passes to Lock.
+// For a job that uses its lease, Job returns the task and a locker of the
+// job's own; CronJob and CronWrapper do the same for robfig/cron.
 // Its methods are safe for concurrent use.
 type Locker struct {
 	client *lease.Client
 	o      Options
-
-	mu   sync.Mutex
-	held map[context.Context][]*Lock // by the job context gocron passed to Lock, while locked
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -90,7 +86,7 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 	if o.Clock == nil {
 		o.Clock = client.Clock()
 	}
-	return &Locker{client: client, o: o, held: make(map[context.Context][]*Lock)}, nil
+	return &Locker{client: client, o: o}, nil
 }
 
 // RunKey returns the key of the lease that a run of job holds.
@@ -105,38 +101,27 @@ func (l *Locker) SlotKey(job string, s Slot) string {
 }
 
 // Lock implements gocron.Locker: it acquires the lease of one run of job
-// (gocron passes the job's name) and starts renewing it. It never waits for
-// a holder: each acquisition is one attempt bounded by the policy's
-// OperationTimeout. With Options.Slots it first acquires the lease of the
-// run's slot, which it keeps until the slot has passed, and only the
+// (gocron passes the job's name: the name given with gocron.WithName, or
+// else the name of the job's function) and starts renewing it. It never
+// waits for a holder: each acquisition is one attempt bounded by the
+// policy's OperationTimeout. With Options.Slots it first acquires the lease
+// of the run's slot, which it keeps until the slot has passed, and only the
 // replica that got it tries for the run's lease.
 //
 // The error matches lease.ErrNotAcquired when another replica runs the job
-// or has taken the slot; gocron then skips the run. It matches
-// ErrUnnamedJob, without any I/O, for a job of Task that was given no
-// name with gocron.WithName.
-//
-// The Lock is remembered under ctx, the job's context that gocron passes
-// to both Lock and the job's function, until Unlock: that is how a task of
-// Task finds the lease of its run.
+// or has taken the slot; gocron then skips the run.
 func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
-	if strings.HasPrefix(job, pkgPath+".") {
-		return nil, fmt.Errorf("%w: %q", ErrUnnamedJob, job)
-	}
 	k, err := l.lock(ctx, job)
 	if err != nil {
 		return nil, err
-	}
-	if comparableContext(ctx) {
-		k.key = ctx
-		l.mu.Lock()
-		l.held[ctx] = append(l.held[ctx], k)
-		l.mu.Unlock()
 	}
 	return k, nil
 }
 
 func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
+	if job == "" {
+		return nil, errors.New("leasescheduler: empty job name")
+	}
 	k := &Lock{l: l, job: job}
 	if l.o.Slots != nil {
 		if s, ok := l.o.Slots(job, l.o.Clock.Now()); ok {
@@ -167,7 +152,8 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 }
 
 // takeSlot acquires the lease of slot s of job for the rest of the slot
-// and half an interval more, and never renews or releases it.
+// and half an interval more, and never renews or releases it: the handle
+// is dropped, never managed.
 func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	now := l.o.Clock.Now()
 	interval := s.End.Sub(s.Start)
@@ -175,12 +161,7 @@ func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	if ttl < lease.MinTTL || interval <= 0 {
 		return fmt.Errorf("leasescheduler: job %q: %v is over or empty at %s", job, s, now.UTC().Format(time.RFC3339Nano))
 	}
-	op := l.o.Policy.Options().OperationTimeout
-	p, err := lease.NewPolicy(lease.PolicyOptions{
-		TTL:              ttl,
-		RenewEvery:       time.Nanosecond, // never renewed; keeps the rules satisfied
-		OperationTimeout: min(op, ttl/5),
-	})
+	p, err := slotPolicy(ttl, l.o.Policy.Options().OperationTimeout)
 	if err != nil {
 		return fmt.Errorf("leasescheduler: job %q, %v: %w", job, s, err)
 	}
@@ -190,55 +171,16 @@ func (l *Locker) takeSlot(ctx context.Context, job string, s Slot) error {
 	return nil
 }
 
-// holding returns the Lock that Lock took under the job context ctx, or
-// an error matching ErrNoLock if there is none or more than one.
-func (l *Locker) holding(ctx context.Context) (*Lock, error) {
-	if !comparableContext(ctx) {
-		return nil, fmt.Errorf("%w: the task's context is not the one gocron locked", ErrNoLock)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch ks := l.held[ctx]; len(ks) {
-	case 0:
-		return nil, fmt.Errorf("%w: this Locker took no lease for the run; give it to gocron.WithDistributedLocker or gocron.WithDistributedJobLocker", ErrNoLock)
-	case 1:
-		return ks[0], nil
-	default:
-		return nil, fmt.Errorf("%w: %d leases were taken under this run's context", ErrNoLock, len(ks))
-	}
-}
-
-// comparableContext reports whether ctx can be a map key. gocron's job
-// contexts (from context.WithCancel) can.
-func comparableContext(ctx context.Context) bool {
-	t := reflect.TypeOf(ctx)
-	return t != nil && t.Comparable()
-}
-
-// forget drops k from the Locks remembered under its context.
-func (l *Locker) forget(k *Lock) {
-	if k.key == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ks := slices.DeleteFunc(l.held[k.key], func(x *Lock) bool { return x == k })
-	if len(ks) == 0 {
-		delete(l.held, k.key)
-	} else {
-		l.held[k.key] = ks
-	}
-}
-
 // A Lock is the lease of one run of a job, renewed until Unlock. It
 // implements gocron.Lock.
 type Lock struct {
-	l    *Locker
-	key  context.Context // what Lock remembered it under, or nil
-	job  string
-	slot Slot
-	h    *lease.Handle
-	m    *lease.Managed
+	l       *Locker
+	owner   *jobLocker // the locker of Locker.Job that took it, or nil
+	claimed bool       // by a run of owner's task; guarded by owner.mu
+	job     string
+	slot    Slot
+	h       *lease.Handle
+	m       *lease.Managed
 
 	once sync.Once
 	err  error
@@ -265,7 +207,9 @@ func (k *Lock) Run() Run { return Run{Job: k.job, Lease: k.h.Snapshot(), Slot: k
 func (k *Lock) Unlock(ctx context.Context) error {
 	k.once.Do(func() {
 		l := k.l
-		l.forget(k)
+		if k.owner != nil {
+			k.owner.forget(k)
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.Policy.Options().OperationTimeout)
 		defer cancel()
 		k.err = k.h.Release(rctx)
@@ -275,4 +219,14 @@ func (k *Lock) Unlock(ctx context.Context) error {
 		}
 	})
 	return k.err
+}
+
+// slotPolicy is the policy of a slot's lease: ttl, and acquisitions
+// bounded by op but by no more than a fifth of ttl. The lease is never
+// renewed, so RenewEvery does not apply and keeps its default (ttl/3);
+// with Retry's default (at most ttl/20) and an OperationTimeout of at
+// most ttl/5, NewPolicy's rule RenewEvery + Retry + 2×OperationTimeout ≤
+// TTL − SafetyMargin (ttl·5/6) holds for every ttl NewPolicy accepts.
+func slotPolicy(ttl, op time.Duration) (lease.Policy, error) {
+	return lease.NewPolicy(lease.PolicyOptions{TTL: ttl, OperationTimeout: min(op, ttl/5)})
 }

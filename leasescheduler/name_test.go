@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/fence"
@@ -28,13 +29,16 @@ func (f *memFence) Write(_ context.Context, snap lease.Snapshot, resource string
 	return err == nil, err
 }
 
-// TestTwoSchedulersJobNamedOnce: two gocron schedulers, each with a Locker
-// built from zero Options but Slots, run two jobs every second, each job
-// named once with gocron.WithName. One scheduler sets the Locker for all
-// its jobs, the other per job. Every slot of every job runs exactly once,
-// each run gets the lease of its own job (Run.Job is the gocron name), and
-// every fenced write under it is accepted while the run is live.
-func TestTwoSchedulersJobNamedOnce(t *testing.T) {
+// TestTwoSchedulersJobsAndPlainTasks: two gocron schedulers, each with a
+// Locker built from zero Options but Slots, run two jobs every second: a
+// job of Locker.Job ("export", named once, in Locker.Job) and a plain
+// gocron task ("cleanup", named with gocron.WithName) locked by the
+// Locker itself. One scheduler sets the Locker for all its jobs, and
+// export's own locker takes precedence over it there, as gocron's README
+// says a job's locker does; the other sets a locker per job. Every slot of
+// every job runs exactly once, each run of export gets the lease of export,
+// and every fenced write under it is accepted while the run is live.
+func TestTwoSchedulersJobsAndPlainTasks(t *testing.T) {
 	t.Parallel()
 	type kind struct {
 		name string
@@ -51,6 +55,7 @@ func TestTwoSchedulersJobNamedOnce(t *testing.T) {
 		}})
 	}
 	const slots = 8
+	every := leasescheduler.Every(time.Second)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
@@ -58,39 +63,50 @@ func TestTwoSchedulersJobNamedOnce(t *testing.T) {
 			var mu sync.Mutex
 			runs := map[string]map[time.Time][]string{"export": {}, "cleanup": {}} // job → slot → replicas
 			var problems []string
-			job := func(replica, name string) leasescheduler.JobFunc {
+			export := func(replica string) leasescheduler.JobFunc {
 				return func(ctx context.Context, run leasescheduler.Run) error {
-					ok, err := f.Write(ctx, run.Lease, name)
+					ok, err := f.Write(ctx, run.Lease, "export")
 					mu.Lock()
 					defer mu.Unlock()
-					if run.Job != name {
-						problems = append(problems, fmt.Sprintf("%s: job %s ran with the lease of %q", replica, name, run.Job))
+					if run.Job != "export" {
+						problems = append(problems, fmt.Sprintf("%s: job export ran with the lease of %q", replica, run.Job))
 					}
 					if err == nil && !ok && ctx.Err() == nil {
-						problems = append(problems, fmt.Sprintf("%s: job %s: fenced write refused while the run was live", replica, name))
+						problems = append(problems, fmt.Sprintf("%s: job export: fenced write refused while the run was live", replica))
 					}
-					runs[name][run.Slot.Start] = append(runs[name][run.Slot.Start], replica)
+					runs["export"][run.Slot.Start] = append(runs["export"][run.Slot.Start], replica)
 					return nil
+				}
+			}
+			cleanup := func(replica string) func() {
+				return func() {
+					// The Locker took the slot a moment ago, on this clock.
+					s, _ := every("cleanup", time.Now())
+					mu.Lock()
+					defer mu.Unlock()
+					runs["cleanup"][s.Start] = append(runs["cleanup"][s.Start], replica)
 				}
 			}
 			var ss []gocron.Scheduler
 			for i := range 2 {
 				replica := fmt.Sprintf("replica-%d", i)
-				locker := newLocker(t, newClient(t, newBackend(), replica, nil), leasescheduler.Options{Slots: leasescheduler.Every(time.Second)})
+				locker := newLocker(t, newClient(t, newBackend(), replica, nil), leasescheduler.Options{Slots: every})
 				var sopts []gocron.SchedulerOption
-				var jopts []gocron.JobOption
+				var cleanupOpts []gocron.JobOption
 				if i == 0 {
 					sopts = append(sopts, gocron.WithDistributedLocker(locker))
 				} else {
-					jopts = append(jopts, gocron.WithDistributedJobLocker(locker))
+					cleanupOpts = append(cleanupOpts, gocron.WithDistributedJobLocker(locker))
 				}
 				s := newScheduler(t, sopts...)
-				for _, name := range []string{"export", "cleanup"} {
-					_, err := s.NewJob(gocron.CronJob("* * * * * *", true), locker.Task(job(replica, name)),
-						append([]gocron.JobOption{gocron.WithName(name)}, jopts...)...)
-					if err != nil {
-						t.Fatal(err)
-					}
+				task, jobLocker := locker.Job("export", export(replica))
+				if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithDistributedJobLocker(jobLocker)); err != nil {
+					t.Fatal(err)
+				}
+				_, err := s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(cleanup(replica)),
+					append([]gocron.JobOption{gocron.WithName("cleanup")}, cleanupOpts...)...)
+				if err != nil {
+					t.Fatal(err)
 				}
 				ss = append(ss, s)
 			}
@@ -128,70 +144,106 @@ func TestTwoSchedulersJobNamedOnce(t *testing.T) {
 	}
 }
 
-// TestUnnamedTaskIsRefused: a job of Task without gocron.WithName gets
-// gocron's default name, which is the same for every such job; Lock
-// refuses it before any I/O.
-func TestUnnamedTaskIsRefused(t *testing.T) {
+// TestJobsNeedNoGocronName: two jobs of Locker.Job without
+// gocron.WithName have the same gocron name (their tasks share one
+// function), on a scheduler whose Locker would lock every job by that name;
+// each job's own locker names its leases after the Job instead, so both
+// jobs run in every slot, each under its own lease.
+func TestJobsNeedNoGocronName(t *testing.T) {
+	t.Parallel()
 	b := leasememory.New(leasememory.Options{})
-	locker := newLocker(t, newClient(t, b, "a", nil), leasescheduler.Options{})
+	locker := newLocker(t, newClient(t, b, "a", nil), leasescheduler.Options{Slots: leasescheduler.Every(time.Second)})
 	s := newScheduler(t, gocron.WithDistributedLocker(locker))
-	j, err := s.NewJob(gocron.DurationJob(time.Hour), locker.Task(func(context.Context, leasescheduler.Run) error { return nil }))
-	if err != nil {
+	var mu sync.Mutex
+	runs := map[string]map[time.Time]lease.Token{"a": {}, "b": {}}
+	var names []string
+	for _, name := range []string{"a", "b"} {
+		task, jobLocker := locker.Job(name, func(_ context.Context, run leasescheduler.Run) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs[run.Job][run.Slot.Start] = run.Lease.Token
+			return nil
+		})
+		j, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithDistributedJobLocker(jobLocker))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, j.Name())
+	}
+	t.Logf("gocron named the jobs %q", names)
+	s.Start()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := min(len(runs["a"]), len(runs["b"]))
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
+	if err := s.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("gocron named the job %q", j.Name())
-	if _, err := locker.Lock(context.Background(), j.Name()); !errors.Is(err, leasescheduler.ErrUnnamedJob) {
-		t.Fatalf("Lock(%q) = %v, want ErrUnnamedJob", j.Name(), err)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs["a"]) < 3 || len(runs["b"]) < 3 {
+		t.Fatalf("slots run: a %d, b %d; want both jobs in every slot", len(runs["a"]), len(runs["b"]))
 	}
-	if r, err := b.Inspect(context.Background(), locker.RunKey(j.Name())); err != nil || r.Token != 0 {
-		t.Fatalf("the unnamed job's lease: %+v, %v; want never acquired", r, err)
+	for _, name := range []string{"a", "b"} {
+		if r, err := b.Inspect(context.Background(), locker.RunKey(name)); err != nil || r.Token == 0 {
+			t.Errorf("the lease of job %s: %+v, %v; want acquired", name, r, err)
+		}
 	}
 }
 
-// TestTaskFindsItsRunByTheJobContext: what Task relies on: the Lock taken
-// under a job context is found under that context only, until Unlock;
-// two Locks under one context are ambiguous, and a task then refuses to
-// run rather than guess.
-func TestTaskFindsItsRunByTheJobContext(t *testing.T) {
-	b := leasememory.New(leasememory.Options{})
-	l := newLocker(t, newClient(t, b, "a", nil), leasescheduler.Options{})
-	jobCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	other, cancelOther := context.WithCancel(context.Background())
-	defer cancelOther()
-
-	k, err := l.Lock(jobCtx, "export")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := l.Holding(jobCtx)
-	if err != nil || got != k || got.Run().Job != "export" {
-		t.Fatalf("Holding(job context) = %v, %v; want the Lock of export", got, err)
-	}
-	if _, err := l.Holding(other); !errors.Is(err, leasescheduler.ErrNoLock) {
-		t.Fatalf("Holding(another context) = %v, want ErrNoLock", err)
-	}
-	k2, err := l.Lock(jobCtx, "cleanup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Holding(jobCtx); !errors.Is(err, leasescheduler.ErrNoLock) {
-		t.Fatalf("Holding with two Locks under one context = %v, want ErrNoLock", err)
-	}
-	if err := k2.Unlock(jobCtx); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := l.Holding(jobCtx); err != nil || got != k {
-		t.Fatalf("after the second Unlock: %v, %v; want the first Lock", got, err)
-	}
-	if err := k.Unlock(jobCtx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Holding(jobCtx); !errors.Is(err, leasescheduler.ErrNoLock) {
-		t.Fatalf("Holding after Unlock = %v, want ErrNoLock", err)
-	}
-	var nilCtx context.Context
-	if _, err := l.Holding(nilCtx); !errors.Is(err, leasescheduler.ErrNoLock) {
-		t.Fatalf("Holding(nil) = %v, want ErrNoLock", err)
+// TestJobRunsOnlyWithItsOwnLock: the task of Locker.Job refuses to run,
+// with ErrNoLock, when gocron did not lock the run with the job's own
+// locker: a scheduler with no locker, a job that disabled it, a
+// scheduler with an Elector.
+func TestJobRunsOnlyWithItsOwnLock(t *testing.T) {
+	t.Parallel()
+	locker := newLocker(t, newClient(t, leasememory.New(leasememory.Options{}), "a", nil), leasescheduler.Options{})
+	for _, c := range []struct {
+		name  string
+		sopts []gocron.SchedulerOption
+		jopts func(jobLocker gocron.Locker) []gocron.JobOption
+	}{
+		{"no locker", nil, func(gocron.Locker) []gocron.JobOption { return nil }},
+		{"the scheduler's Locker only", []gocron.SchedulerOption{gocron.WithDistributedLocker(locker)},
+			func(gocron.Locker) []gocron.JobOption { return nil }},
+		{"disabled", nil, func(jl gocron.Locker) []gocron.JobOption {
+			return []gocron.JobOption{gocron.WithDistributedJobLocker(jl), gocron.WithDisabledDistributedJobLocker(true)}
+		}},
+		{"elector", []gocron.SchedulerOption{gocron.WithDistributedElector(leader{})}, func(jl gocron.Locker) []gocron.JobOption {
+			return []gocron.JobOption{gocron.WithDistributedJobLocker(jl)}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScheduler(t, c.sopts...)
+			task, jobLocker := locker.Job("report", func(context.Context, leasescheduler.Run) error {
+				t.Error("the job ran without its lease")
+				return nil
+			})
+			failed := make(chan error, 1)
+			opts := append(c.jopts(jobLocker), gocron.WithEventListeners(gocron.AfterJobRunsWithError(func(_ uuid.UUID, _ string, err error) {
+				failed <- err
+			})))
+			if _, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, opts...); err != nil {
+				t.Fatal(err)
+			}
+			s.Start()
+			select {
+			case err := <-failed:
+				if !errors.Is(err, leasescheduler.ErrNoLock) {
+					t.Fatalf("the run failed with %v, want ErrNoLock", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the run did not fail")
+			}
+		})
 	}
 }
+
+// leader is a gocron.Elector that always leads.
+type leader struct{}
+
+func (leader) IsLeader(context.Context) error { return nil }

@@ -125,14 +125,17 @@ func newScheduler(client *lease.Client, report leasescheduler.JobFunc) (gocron.S
 	if err != nil {
 		return nil, err
 	}
-	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	s, err := gocron.NewScheduler()
 	if err != nil {
 		return nil, err
 	}
+	// The job's task runs report with the run's lease, which the job's own
+	// locker takes; "report" names the lease, written once.
+	task, jobLocker := locker.Job("report", report)
 	_, err = s.NewJob(
 		gocron.CronJob("* * * * * *", true), // every second, on the second
-		locker.Task(report),                 // report gets the run's lease
-		gocron.WithName("report"),           // names the job and its lease: written once
+		task,
+		gocron.WithDistributedJobLocker(jobLocker), // gocron locks each run with it
 	)
 	if err != nil {
 		_ = s.Shutdown()
