@@ -18,6 +18,15 @@ import (
 // Options configure a Cache. Only TTL is required; every other zero value
 // means the default given with the field.
 type Options struct {
+	// Store is the Valkey lease Store the refresh leases live in: the
+	// backend of the lease client given to New, or the Store it wraps (a
+	// decorator of your own, leasetest.CountCalls). Default: the lease
+	// client's backend, which must then be a *leasevalkey.Store. Every
+	// publication checks the refresh lease's record in Store, so a Store
+	// that is not the one under the lease client makes every publication
+	// fail its check: nothing is ever published, nothing stale either.
+	Store *leasevalkey.Store
+
 	// TTL is how long a published value stays fresh, on the server's
 	// clock. Required; at least 1ms. The server keeps whole milliseconds
 	// and rounds up.
@@ -139,12 +148,13 @@ type Cache struct {
 
 // New returns a Cache that keeps its entries on the servers behind client
 // and takes refresh leases from leases, whose backend must be a Valkey
-// lease Store (*leasevalkey.Store) built on the same servers: every
-// publication checks the refresh lease's record in the same script that
-// writes the value, so the record and the entry must live on one server,
-// in one hash slot. New fails if an argument is nil, the backend is not a
-// *leasevalkey.Store, or an option is invalid. It does not talk to the
-// server. The Cache never closes client.
+// lease Store (*leasevalkey.Store) built on the same servers, or wrap one
+// given as Options.Store: every publication checks the refresh lease's
+// record in the same script that writes the value, so the record and the
+// entry must live on one server, in one hash slot. New fails if an
+// argument is nil, there is no Store (Options.Store is nil and the
+// backend is not a *leasevalkey.Store), or an option is invalid. It does
+// not talk to the server. The Cache never closes client.
 func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) {
 	if client == nil {
 		return nil, errors.New("cache: New: nil valkey client")
@@ -152,9 +162,12 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 	if leases == nil {
 		return nil, errors.New("cache: New: nil lease client")
 	}
-	store, ok := leases.Backend().(*leasevalkey.Store)
-	if !ok {
-		return nil, fmt.Errorf("cache: New: the lease client's backend is a %T, not a *leasevalkey.Store: the refresh lease must live next to the entries it guards", leases.Backend())
+	store := o.Store
+	if store == nil {
+		var ok bool
+		if store, ok = leases.Backend().(*leasevalkey.Store); !ok {
+			return nil, fmt.Errorf("cache: New: the lease client's backend is a %T, not a *leasevalkey.Store, and Options.Store is nil: the refresh lease must live next to the entries it guards (give the Store a wrapping backend wraps as Options.Store)", leases.Backend())
+		}
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix

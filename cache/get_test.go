@@ -16,6 +16,7 @@ import (
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/guard"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasetest"
 )
 
 func TestGetLoadsThenHits(t *testing.T) {
@@ -638,6 +639,38 @@ func TestMixedStaleForShareEntries(t *testing.T) {
 		v, info, err = keeps.cache.Get(ctx, "k", constant("other", nil))
 		if err != nil || string(v) != "plain" || info.Outcome != cache.Hit {
 			t.Fatalf("Get of a plain value = %q, %+v, %v; want a hit", v, info, err)
+		}
+	})
+}
+
+// TestWrappedBackend: a lease client over a decorator of the Store (here
+// leasetest.CountCalls) works once the Store is named in Options.Store,
+// and New says what to do without it.
+func TestWrappedBackend(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		r := newReplica(t, topo.addrs(t), namespace(), "plain", cache.Options{})
+		wrapped, calls := leasetest.CountCalls(r.store)
+		leases, err := lease.NewClient(wrapped, lease.ClientOptions{Owner: "wrapped"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cache.New(r.client, leases, cache.Options{TTL: time.Minute}); err == nil || !strings.Contains(err.Error(), "Options.Store") {
+			t.Fatalf("New over a wrapped backend without Options.Store = %v; want an error naming Options.Store", err)
+		}
+		c, err := cache.New(r.client, leases, cache.Options{TTL: time.Minute, Store: r.store, Prefix: namespace() + "-cache:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, info, err := c.Get(ctxT(t), "k", constant("loaded", nil))
+		if err != nil || string(v) != "loaded" || info.Outcome != cache.Loaded {
+			t.Fatalf("Get = %q, %+v, %v; want it loaded and published", v, info, err)
+		}
+		if v, info, err = c.Get(ctxT(t), "k", constant("again", nil)); err != nil || string(v) != "loaded" || info.Outcome != cache.Hit {
+			t.Fatalf("second Get = %q, %+v, %v; want a hit on the published value", v, info, err)
+		}
+		if calls.Acquire.Load() == 0 {
+			t.Fatal("the refresh lease was not taken through the wrapping backend")
 		}
 	})
 }
