@@ -643,14 +643,15 @@ func TestQueueExactlyOnce(t *testing.T) {
 // pruners beside the workers that walk both queues' Sweep pages every
 // 20ms: one on a connection of its own, one through a proxy that the
 // nemesis, while it faults a worker, slows past the TTL each way (so that
-// its sweeps arrive late), cuts off, or leaves alone, in turn. On every
-// source the first side of each queue is a paused process (see
-// queueStore.workers), whose completions arrive one and a half to two and
-// a half TTLs after it claimed, mostly after others took its items over,
-// completed and removed them; every second fault slows a worker's proxy
-// instead of cutting it off. The stores record each removal themselves,
-// whatever request makes it (a trigger on PostgreSQL, with the item's
-// state; keyspace events on Valkey), since a sweep's reply can be lost.
+// its sweeps arrive late) or cuts off, in turn. On every source the first
+// side of each queue is a paused process (see queueStore.workers) of at
+// least two workers, whose completions arrive one and a half to two and a
+// half TTLs after they claimed, mostly after others took their items
+// over, completed and removed them; every second fault slows a worker's
+// proxy instead of cutting it off. The stores record each removal
+// themselves, whatever request makes it (a trigger on PostgreSQL, with
+// the item's state; keyspace events on Valkey), since a sweep's reply can
+// be lost.
 //
 // Then chaos.CheckQueue holds as before, and an item that is gone must
 // have been removed once, done (on PostgreSQL), listed by a sweep (or
@@ -851,11 +852,13 @@ func queueRow(t *testing.T, st queueStore, o queueRowOptions) queueResult {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9))
 	until := time.Now().Add(rowDuration(t))
 	cuts, slowed, cutPruner := 0, 0, 0
-	// Where the row prunes, it goes on for up to maxUnknownWait past its
-	// end while no completion has begun after its item was removed (as a
-	// sweep listed it): a short run may, by chance, have none.
+	// Where the row prunes, it faults at least twice, so that the proxied
+	// pruner is both slowed and cut off, and goes on for up to
+	// maxUnknownWait past its end while no completion has begun after its
+	// item was removed (as a sweep listed it): a short run may, by chance,
+	// have none.
 	running := func() bool {
-		return time.Now().Before(until) ||
+		return time.Now().Before(until) || o.prune && cuts < 2 ||
 			o.prune && !o.broken && time.Now().Before(until.Add(maxUnknownWait)) && lateSoFar(cl, pr) == 0
 	}
 	start := time.Now()
@@ -870,14 +873,13 @@ func queueRow(t *testing.T, st queueStore, o queueRowOptions) queueResult {
 		} else {
 			toxic(t, p, chaos.Both("timeout", map[string]any{"timeout": 0})...)
 		}
-		// The proxied pruner: slowed past the TTL each way, cut off, or
-		// left alone, in turn.
+		// The proxied pruner, for the same time: slowed past the TTL
+		// each way and cut off (a blackhole) in turn.
 		if pp != nil {
-			switch cuts % 3 {
-			case 0:
+			if cuts%2 == 0 {
 				toxic(t, pp, chaos.Both("latency", map[string]any{"latency": int(3 * ttl / 2 / time.Millisecond)})...)
 				slowed++
-			case 1:
+			} else {
 				toxic(t, pp, chaos.Both("timeout", map[string]any{"timeout": 0})...)
 				cutPruner++
 			}
@@ -895,14 +897,19 @@ func queueRow(t *testing.T, st queueStore, o queueRowOptions) queueResult {
 	for _, s := range sides {
 		s.close()
 	}
-	// Drain: as many workers per queue as a side has, straight to the
-	// server, until every item is done (or gone) or a generous while has
-	// passed. The pruners go on meanwhile.
+	// Drain: as many workers per queue as a side has (at least four where
+	// the row prunes, which has twice the items), straight to the server,
+	// until every item is done (or gone) or a generous while has passed.
+	// The pruners go on meanwhile.
+	drainers := max(1, st.workers)
+	if o.prune {
+		drainers = max(drainers, 4)
+	}
 	dctx, dcancel := context.WithCancel(context.Background())
 	for j, queue := range queues {
 		side := st.open(t, st.upstream, queue, fmt.Sprintf("chaos-drain%d", j), nil)
 		defer side.close()
-		for k := range max(1, st.workers) {
+		for k := range drainers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
