@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -394,11 +395,30 @@ func TestClientOutcomeCheck(t *testing.T) {
 // leaves and on those of broken ones: an item completed twice (a source
 // that does not fence its completion), completed by a superseded claim,
 // stuck, and done without its completion write (the result of two items
-// sharing one state: break 3 of issue 13).
+// sharing one state: break 3 of issue 13); and, where a pruner removes
+// items, on the outcomes of correct and broken pruning: an item removed
+// while pending or running, before its completion, twice, or without any
+// record, and a late completion accepted after the removal.
 func TestQueueCheck(t *testing.T) {
 	t.Parallel()
 	item := func(state string, claims, completions []uint64) chaos.QueueItem {
 		return chaos.QueueItem{Queue: "q", ID: "1", State: state, Claims: claims, Completions: completions}
+	}
+	at := time.Unix(1e9, 0)
+	call := func(tok uint64, began time.Duration, accepted bool) chaos.CompletionCall {
+		return chaos.CompletionCall{Token: tok, Began: at.Add(began), Accepted: accepted}
+	}
+	// pruned is an item completed by token 9, then removed once, in
+	// state done, as a sweep listed; a late completion by token 5 began
+	// after the removal and was refused.
+	pruned := func(change func(*chaos.QueueItem)) chaos.QueueItem {
+		it := chaos.QueueItem{Queue: "q", ID: "1", Gone: true, Claims: []uint64{5, 9}, Completions: []uint64{9},
+			Calls:    []chaos.CompletionCall{call(9, -time.Second, true), call(5, time.Second, false)},
+			Removals: 1, RemovedIn: []string{"done"}, Listed: 1, RemovedBy: at}
+		if change != nil {
+			change(&it)
+		}
+		return it
 	}
 	cases := []struct {
 		name  string
@@ -411,6 +431,23 @@ func TestQueueCheck(t *testing.T) {
 		{"stuck", item("running", []uint64{5}, nil), false},
 		{"done without its completion", item("done", nil, nil), false},
 		{"completed, not done", item("pending", []uint64{5}, []uint64{5}), false},
+		{"pruned after its completion", pruned(nil), true},
+		{"pruned by a sweep whose reply was lost", pruned(func(it *chaos.QueueItem) { it.Listed, it.LostSweeps, it.RemovedBy = 0, 1, time.Time{} }), true},
+		{"pruned where the store records no state", pruned(func(it *chaos.QueueItem) { it.RemovedIn = nil }), true},
+		{"gone without a recorded removal", pruned(func(it *chaos.QueueItem) { it.Removals, it.RemovedIn = 0, nil }), false},
+		{"gone, no sweep listed it", pruned(func(it *chaos.QueueItem) { it.Listed = 0 }), false},
+		{"pruned while pending", pruned(func(it *chaos.QueueItem) { it.RemovedIn = []string{"pending"} }), false},
+		{"pruned while running", pruned(func(it *chaos.QueueItem) { it.RemovedIn = []string{"running"} }), false},
+		{"pruned, never completed", pruned(func(it *chaos.QueueItem) { it.Completions, it.Calls = nil, nil }), false},
+		{"pruned, completed twice", pruned(func(it *chaos.QueueItem) { it.Completions = []uint64{9, 5} }), false},
+		{"pruned, completed by a superseded claim", pruned(func(it *chaos.QueueItem) { it.Completions = []uint64{5} }), false},
+		{"removed twice", pruned(func(it *chaos.QueueItem) { it.Removals, it.Listed = 2, 2 }), false},
+		{"listed more often than removed", pruned(func(it *chaos.QueueItem) { it.Listed = 2 }), false},
+		{"removed, then back", pruned(func(it *chaos.QueueItem) { it.Gone, it.State = false, "done" }), false},
+		{"late completion accepted after the removal", pruned(func(it *chaos.QueueItem) { it.Calls[1].Accepted = true }), false},
+		{"late completion written after the removal", pruned(func(it *chaos.QueueItem) {
+			it.Calls = []chaos.CompletionCall{call(5, -2*time.Second, false), call(9, time.Second, false)}
+		}), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ const EnvDuration = "LEASE_CHAOS_DURATION"
 // rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
 // tests that call rowDuration, counting the parallel subtests of one test
 // once.
-const rows = 24
+const rows = 25
 
 const shortRow = 3 * time.Second
 
