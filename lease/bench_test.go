@@ -15,36 +15,22 @@ import (
 
 // BenchmarkAcquireRelease measures the client's own cost per cycle, on the
 // memory backend, whose operations are a map lookup under a mutex.
-// watched=true makes every backend call ask for its context's Done, as
-// valkey-go does for pipelined requests.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, watched := range []bool{false, true} {
-		name := "watched=false"
-		if watched {
-			name = "watched=true"
+	ctx := context.Background()
+	c, _ := lease.NewClient(leasememory.New(leasememory.Options{}), lease.ClientOptions{Owner: "bench"})
+	p, _ := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		h, err := c.TryAcquire(ctx, "k", p)
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			ctx := context.Background()
-			var s lease.Backend = leasememory.New(leasememory.Options{})
-			if watched {
-				s = watching{s}
-			}
-			c, _ := lease.NewClient(s, lease.ClientOptions{Owner: "bench"})
-			p, _ := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second})
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				h, err := c.TryAcquire(ctx, "k", p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := h.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu.report(b)
-		})
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
+	cpu.report(b)
 }
 
 // BenchmarkBackendAcquireRelease is the floor for BenchmarkAcquireRelease:

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -49,12 +50,9 @@ type Client struct {
 	clock Clock
 	obs   Observer
 	quiet bool // obs is NopObserver: build no events
-	// sysClock: clock is SystemClock, so its readings can bound backend
-	// calls too, which are measured on real time (see realNow).
+	// sysClock: clock is SystemClock, whose timers need no goroutine to
+	// wait on them (see StartManaged).
 	sysClock bool
-	// deadlines bound the first attempt of an acquire and a Handle's
-	// release under a parent that cannot end (opContext.beginShared).
-	deadlines sharedDeadlines
 	// sweep schedules background sweeps of the backend and extra.
 	sweep sweeping
 	extra []Sweeper
@@ -87,18 +85,6 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 	c.extra = append([]Sweeper(nil), o.Sweepers...)
 	c.sweep.start(o.SweepEvery, len(c.sweepers()) > 0)
 	return c, nil
-}
-
-// realNow returns t, a reading of c's clock, if c's clock is the system
-// clock, and else the system clock's time: the start of a backend call,
-// from which its OperationTimeout runs on real time. Reading the clock
-// costs as much as the rest of the client's work on some machines (a
-// virtual one without a fast clock source), so a call reads it once.
-func (c *Client) realNow(t time.Time) time.Time {
-	if c.sysClock {
-		return t
-	}
-	return time.Now()
 }
 
 // Owner returns the client's owner string.
@@ -215,12 +201,8 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		return nil, wrapOp("acquire", key, context.Cause(ctx))
 	}
 	o := p.o
-	// The secret is made as crypto/rand.Text makes its strings, from a
-	// batch shared by all acquisitions (nonce.go says why and how). The
-	// Handle is made now, so that the first attempt's context lives in it
-	// and a grant costs one allocation of the client's own.
-	h := &Handle{c: c, key: key, nonce: newNonce(), policy: p}
-	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: h.nonce, TTL: o.TTL}
+	// 130 bits from crypto/rand, shared by every attempt of this call.
+	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
 	at := attempts{start: c.clock.Now()}
 	var (
 		lastErr  error
@@ -242,15 +224,10 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		if at.n > 1 {
 			sent = c.clock.Now()
 		}
-		var octx *opContext
-		if at.n == 1 {
-			octx = h.acquireCtx.beginShared(&c.deadlines, ctx, c.realNow(sent), o.OperationTimeout)
-		} else {
-			// The first attempt's backend may still hold h's context.
-			octx = newOp(ctx, c.realNow(sent), o.OperationTimeout)
-		}
+		// OperationTimeout runs on real time, whatever c's clock.
+		octx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
 		tok, err := c.b.Acquire(octx, req)
-		octx.end()
+		cancel()
 		if !c.quiet {
 			at.latency = c.clock.Now().Sub(sent) // for the event only
 		}
@@ -260,12 +237,12 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 				granted := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
 				return nil, c.acquireFailed(ctx, granted, p, at, context.Cause(ctx))
 			}
-			h.token, h.deadline = tok, sent.Add(p.LocalLifetime())
+			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p, deadline: sent.Add(p.LocalLifetime())}
 			if !c.quiet {
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
 					at.n, c.clock.Now().Sub(at.start)})
 			}
-			c.maybeSweep(c.realNow(sent))
+			c.maybeSweep()
 			return h, nil
 		}
 		lastErr = err

@@ -26,13 +26,6 @@ type Handle struct {
 	released bool
 	lost     *LostError // the backend or a renewer said the acquisition is gone
 	managed  *Managed
-
-	// acquireCtx bounds the first acquire attempt of the call that made
-	// the handle (later attempts get a context of their own, since the
-	// first attempt's backend may still hold this one), and releaseCtx the
-	// one backend Release a handle makes (guarded by released), so that a
-	// cycle granted at its first attempt allocates no context for either.
-	acquireCtx, releaseCtx opContext
 }
 
 // Key returns the leased key.
@@ -103,12 +96,13 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 		// watchdog bounds one that does not return when its context ends.
 		watchdog.Reset(left)
 	}
-	octx := newOp(ctx, h.c.realNow(sent), timeout)
+	// timeout runs on real time, whatever the client's clock.
+	octx, cancel := context.WithTimeout(ctx, timeout)
 	err := h.c.b.Renew(octx, h.acquisition(), o.TTL)
 	if watchdog != nil {
 		watchdog.Stop()
 	}
-	octx.end()
+	cancel()
 	if err != nil {
 		h.noteLost(err)
 		err = wrapOp("renew", h.key, err)
@@ -138,9 +132,9 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 // A nil result is already history when it returns: use a fence, not
 // Validate, to protect a write.
 func (h *Handle) Validate(ctx context.Context) error {
-	octx := newOp(ctx, time.Now(), h.policy.o.OperationTimeout)
+	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
 	r, err := h.c.b.Inspect(octx, h.key)
-	octx.end()
+	cancel()
 	if err != nil {
 		return wrapOp("validate", h.key, err)
 	}
@@ -205,31 +199,26 @@ func (h *Handle) Release(ctx context.Context) error {
 		return wrapOp("release", h.key, h.releasedError())
 	}
 	// The client's clock is read for the event's latency only.
-	var start, now time.Time // on the client's clock, on real time
-	if h.c.quiet {
-		now = time.Now()
-	} else {
+	var start time.Time
+	if !h.c.quiet {
 		start = h.c.clock.Now()
-		now = h.c.realNow(start)
 	}
-	octx := h.releaseCtx.beginShared(&h.c.deadlines, ctx, now, h.policy.o.OperationTimeout)
+	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
 	err := h.c.b.Release(octx, h.acquisition())
-	octx.end()
+	cancel()
 	if err != nil {
 		err = wrapOp("release", h.key, err)
 	}
-	if h.c.quiet {
-		if err == nil {
-			h.c.maybeSweep(now)
+	if !h.c.quiet {
+		info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: h.c.clock.Now().Sub(start), Err: err}
+		if err != nil {
+			h.c.obs.Observe(&ReleaseFailed{info})
+		} else {
+			h.c.obs.Observe(&Released{info})
 		}
-		return err
 	}
-	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: h.c.clock.Now().Sub(start), Err: err}
-	if err != nil {
-		h.c.obs.Observe(&ReleaseFailed{info})
-		return err
+	if err == nil {
+		h.c.maybeSweep()
 	}
-	h.c.obs.Observe(&Released{info})
-	h.c.maybeSweep(now)
-	return nil
+	return err
 }

@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -157,5 +159,39 @@ func TestManagedAsleepLosesWhenRefused(t *testing.T) {
 	<-m.Done()
 	if err := m.Stop(context.Background()); !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("Stop after loss = %v, want ErrLost", err)
+	}
+}
+
+// TestManagedAsleepStartsNoGoroutine checks what the asleep path is for:
+// many managed leases stopped or released before their first renewal (work
+// items, short jobs) cost no goroutine each while they wait.
+func TestManagedAsleepStartsNoGoroutine(t *testing.T) {
+	c, _, _, p := sysFixture(t, time.Hour)
+	const n = 100
+	hs := make([]*lease.Handle, n)
+	for i := range hs {
+		h, err := c.Acquire(context.Background(), fmt.Sprintf("k%d", i), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[i] = h
+	}
+	before := runtime.NumGoroutine()
+	ms := make([]*lease.Managed, n)
+	for i, h := range hs {
+		ms[i] = manage(t, h, context.Background())
+	}
+	// A margin for goroutines of the runtime or of other code; a goroutine
+	// per renewer would be n.
+	if grew := runtime.NumGoroutine() - before; grew > n/10 {
+		t.Errorf("%d managed leases started %d goroutines, want none", n, grew)
+	}
+	for i, m := range ms {
+		if err := m.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+		if err := hs[i].Release(context.Background()); err != nil {
+			t.Fatalf("Release = %v", err)
+		}
 	}
 }

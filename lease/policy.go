@@ -25,14 +25,10 @@ type PolicyOptions struct {
 	// Default TTL/6. Must be less than TTL.
 	SafetyMargin time.Duration
 
-	// OperationTimeout bounds every single backend call. Default the
-	// smaller of TTL/10 and 5s. A call under a context that can never end
-	// (context.Background, context.WithoutCancel) may run up to a
-	// thousandth of OperationTimeout longer, and never more than 1ms
-	// longer, when it is the first attempt of an acquire or a release and
-	// another call of the same Client is in flight: such calls share one
-	// timer among calls that start close together. Renewals end exactly
-	// at their bound.
+	// OperationTimeout bounds every single backend call, on real time
+	// whatever the Client's Clock (the call's context gets it as a
+	// deadline, as context.WithTimeout gives one). Default the smaller of
+	// TTL/10 and 5s.
 	OperationTimeout time.Duration
 
 	// Retry is the pause between two renewal attempts after a transient

@@ -183,13 +183,13 @@ func (s *sweeping) start(every time.Duration, any bool) {
 	s.every = every
 }
 
-// maybeSweep starts a background sweep if one is due at t, a reading of
-// the system clock. It costs one atomic load when none is.
-func (c *Client) maybeSweep(t time.Time) {
+// maybeSweep starts a background sweep if one is due now, on the system
+// clock. It costs a clock reading and an atomic load when none is.
+func (c *Client) maybeSweep() {
 	if c.sweep.every <= 0 {
 		return
 	}
-	now := t.UnixNano()
+	now := time.Now().UnixNano()
 	next := c.sweep.next.Load()
 	if next == 0 {
 		// First use: the first sweep comes half to one period later, so

@@ -74,9 +74,8 @@ func renewedSince(t *testing.T, h *lease.Handle, m *lease.Managed, t0 time.Time)
 	})
 }
 
-// TestPausedServerEndsOverlappingCalls: acquires that overlap share one
-// deadline context in lease.Client; on a paused server each still ends,
-// with an unknown outcome (or the deadline, if it waited for a pool
+// TestPausedServerEndsOverlappingCalls: acquires that overlap on one
+// lease.Client, on a paused server, each end, with an unknown outcome (or the deadline, if it waited for a pool
 // connection), when its OperationTimeout passes.
 func TestPausedServerEndsOverlappingCalls(t *testing.T) {
 	t.Parallel()

@@ -320,9 +320,8 @@ func managedPolicy(t *testing.T) lease.Policy {
 	return p
 }
 
-// TestPausedServerEndsOverlappingCalls: acquires that overlap share one
-// deadline context in lease.Client; on a paused server each still ends
-// with an unknown outcome when its OperationTimeout passes.
+// TestPausedServerEndsOverlappingCalls: acquires that overlap on one
+// lease.Client, on a paused server, each end with an unknown outcome when its OperationTimeout passes.
 func TestPausedServerEndsOverlappingCalls(t *testing.T) {
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	s := newStore(t, newClient(t, srv.Addr()))

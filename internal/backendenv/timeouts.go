@@ -12,9 +12,8 @@ import (
 
 // CheckOverlappingTimeouts checks that acquires in flight at once on one
 // lease.Client, under a context that can never end, each end when their
-// OperationTimeout passes on a server that does not answer: those calls
-// share one deadline context (the client's shared timer), and a shared
-// context that never ended would leave them waiting. pause stops the
+// OperationTimeout passes on a server that does not answer, so that no
+// call waits on the server longer than its bound. pause stops the
 // server (the caller resumes it). Each acquire must return within 5s of
 // real time (a liveness bound, far above the 300ms timeout, and below the
 // 10s after which valkey-go gives up on a connection by itself) with an
