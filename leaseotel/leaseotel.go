@@ -1,7 +1,10 @@
 // Package leaseotel turns the events of packages lease, cache and
 // leasequeue into OpenTelemetry metrics and spans, on the
 // go.opentelemetry.io/otel metric and trace APIs. Only programs that import
-// it link those modules; the SDK and exporters are the program's choice.
+// it link those modules; the SDK and exporters are the program's choice. It
+// links no store's client: it reads the events of cache and leasequeue from
+// their leaves cacheevent and queueevent, so a program on PostgreSQL alone
+// links no valkey-go by importing it, and one on Valkey alone no pgx.
 //
 //	tel, err := leaseotel.New(leaseotel.Options{}) // the global providers
 //	if err != nil {
@@ -74,10 +77,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/golib/lease/cache"
+	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
-	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -150,14 +153,16 @@ func (t *Telemetry) Lease() lease.Observer {
 	return lease.ObserverFunc(func(e lease.Event) { t.t.Lease(e, t.record, t.span) })
 }
 
-// Cache returns the observer for cache.Options.Observer.
-func (t *Telemetry) Cache() cache.Observer {
-	return cache.ObserverFunc(func(e cache.Event) { t.t.Cache(e, t.record, t.span) })
+// Cache returns the observer for cache.Options.Observer (cache.Observer
+// is cacheevent.Observer).
+func (t *Telemetry) Cache() cacheevent.Observer {
+	return cacheevent.ObserverFunc(func(e cacheevent.Event) { t.t.Cache(e, t.record, t.span) })
 }
 
-// Queue returns the observer for the leasequeue options' Observer.
-func (t *Telemetry) Queue() leasequeue.Observer {
-	return leasequeue.ObserverFunc(func(e leasequeue.Event) { t.t.Queue(e, t.record, t.span) })
+// Queue returns the observer for the leasequeue options' Observer
+// (leasequeue.Observer is queueevent.Observer).
+func (t *Telemetry) Queue() queueevent.Observer {
+	return queueevent.ObserverFunc(func(e queueevent.Event) { t.t.Queue(e, t.record, t.span) })
 }
 
 func (t *Telemetry) record(p telemetry.Point) {
