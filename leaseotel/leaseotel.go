@@ -42,6 +42,8 @@
 //	lease.queue.retries             counter          failed attempts to be retried
 //	lease.queue.dead_letters        counter          items moved to the dead-letter state
 //	lease.queue.losses              counter          item and partition leases lost [lease.lost.reason]
+//	lease.queue.prunes              counter          background prunes of the source's finished items [lease.outcome]
+//	lease.queue.pruned_items        counter          finished items those prunes removed
 //
 // They are the metrics of package leaseprom under OpenTelemetry names, with
 // the same outcome and reason values (see leaseprom's documentation), built
@@ -62,8 +64,9 @@
 // lease.release, lease.lost (an instant), lease.cache.get,
 // lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
 // lease.queue.claim (with lease.queue.attempt, and lease.queue.claim.age
-// in seconds when taken), lease.queue.complete, lease.queue.fail and
-// lease.queue.lost. A failed operation's span has status Error and records
+// in seconds when taken), lease.queue.complete, lease.queue.fail,
+// lease.queue.lost and lease.queue.prune (with lease.queue.removed, the
+// items it removed). A failed operation's span has status Error and records
 // the error. Events carry no context, so these spans are roots of their
 // own traces: link them to a request through lease.key and lease.token.
 package leaseotel

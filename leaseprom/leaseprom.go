@@ -41,6 +41,8 @@
 //	lease_queue_retries_total               counter  failed attempts that will be retried
 //	lease_queue_dead_letters_total          counter  items moved to the dead-letter state
 //	lease_queue_losses_total                counter  item or partition leases lost, by reason
+//	lease_queue_prunes_total                counter  background prunes of the source's finished items run by this process, by outcome
+//	lease_queue_pruned_items_total          counter  finished items those prunes removed (also by one that stopped early)
 //
 // The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may

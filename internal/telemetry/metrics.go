@@ -71,6 +71,8 @@ const (
 	QueueRetries
 	QueueDeadLetters
 	QueueLosses
+	QueuePrunes
+	QueuePrunedItems
 	numMetrics
 )
 
@@ -104,6 +106,8 @@ var Specs = [numMetrics]Spec{
 	QueueRetries:         {"queue_retries_total", "lease.queue.retries", "{attempt}", Counter, "Failed attempts whose item will be retried.", nil},
 	QueueDeadLetters:     {"queue_dead_letters_total", "lease.queue.dead_letters", "{item}", Counter, "Items moved to the dead-letter state.", nil},
 	QueueLosses:          {"queue_losses_total", "lease.queue.losses", "{lease}", Counter, "Item and partition leases lost, by reason.", []Label{ReasonLabel}},
+	QueuePrunes:          {"queue_prunes_total", "lease.queue.prunes", "{prune}", Counter, "Background prunes of the source's finished items run by this process, by outcome.", []Label{OutcomeLabel}},
+	QueuePrunedItems:     {"queue_pruned_items_total", "lease.queue.pruned_items", "{item}", Counter, "Finished items removed by background prunes, also by prunes that stopped early.", nil},
 }
 
 // Point is one measurement: add Value to a counter or gauge, or observe it
@@ -380,6 +384,13 @@ func (t *Translator) Queue(e queueevent.Event, point func(Point), span func(Span
 	case *queueevent.Lost:
 		point(Point{Metric: QueueLosses, Value: 1, Reason: LostReason(i.Err)})
 		name = "lease.queue.lost"
+	case *queueevent.Pruned:
+		point(Point{Metric: QueuePrunes, Value: 1, Outcome: out})
+		point(Point{Metric: QueuePrunedItems, Value: float64(e.Removed)})
+		name = "lease.queue.prune"
+		if span != nil {
+			ints = map[string]int64{"lease.queue.removed": int64(e.Removed)}
+		}
 	default:
 		return
 	}
