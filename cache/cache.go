@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
+	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
@@ -81,39 +81,24 @@ const maxReloads = 3
 // published and handed to every Get waiting for it.
 type LoadFunc func(ctx context.Context, token lease.Token) ([]byte, error)
 
-// Outcome says how Get obtained the value it returned.
-type Outcome int
+// Outcome says how Get obtained the value it returned. It is
+// cacheevent.Outcome, so that the Served event can carry it.
+type Outcome = cacheevent.Outcome
 
 const (
 	// Hit means a fresh value was on the server. It takes one round trip,
 	// or two when a Cache without StaleFor reads a value that a Cache with
 	// StaleFor published.
-	Hit Outcome = iota + 1
+	Hit = cacheevent.Hit
 	// Loaded means this Get ran its load function and published the value.
-	Loaded
+	Loaded = cacheevent.Loaded
 	// Shared means another Get loaded the value, in this process or
 	// another one, and this one waited for it.
-	Shared
+	Shared = cacheevent.Shared
 	// Stale means the value is past its TTL (but within StaleFor) and
 	// another process is refreshing it.
-	Stale
+	Stale = cacheevent.Stale
 )
-
-// String returns the outcome's lower-case name ("hit", "loaded", "shared",
-// "stale"), as NewSlogObserver logs it.
-func (o Outcome) String() string {
-	switch o {
-	case Hit:
-		return "hit"
-	case Loaded:
-		return "loaded"
-	case Shared:
-		return "shared"
-	case Stale:
-		return "stale"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
 
 // Info describes the value a Get returned.
 type Info struct {
@@ -248,9 +233,9 @@ func (c *Cache) Get(ctx context.Context, key string, load LoadFunc) ([]byte, Inf
 	val, info, err := c.get(ctx, key, load)
 	i := EventInfo{Key: key, Token: info.Token, Latency: time.Since(start), Err: err}
 	if err != nil {
-		c.obs.Observe(&GetFailed{i})
+		c.obs.Observe(&GetFailed{EventInfo: i})
 	} else {
-		c.obs.Observe(&Served{i, info.Outcome})
+		c.obs.Observe(&Served{EventInfo: i, Outcome: info.Outcome})
 	}
 	return val, info, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/golib/lease/internal/applied"
+	"github.com/golib/lease/internal/refused"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
@@ -17,7 +18,7 @@ var (
 	// began: the value may have been computed from data older than the
 	// invalidation. Nothing was written. The error is an
 	// *InvalidatedError.
-	ErrInvalidated = errors.New("cache: entry invalidated since the refresh began")
+	ErrInvalidated = refused.ErrInvalidated
 
 	// ErrWaitTimeout means Get waited Options.Wait for another process to
 	// publish the value, and it did not.

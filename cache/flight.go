@@ -219,7 +219,7 @@ func (c *Cache) loadAndPublish(ctx context.Context, f *flight, k keys, h *lease.
 	start := time.Now()
 	failed := func(err error) result {
 		c.observe(func() Event {
-			return &RefreshFailed{EventInfo{Key: k.key, Token: h.Token(), Latency: time.Since(start), Err: err}}
+			return &RefreshFailed{EventInfo: EventInfo{Key: k.key, Token: h.Token(), Latency: time.Since(start), Err: err}}
 		})
 		return result{err: err}
 	}
@@ -243,7 +243,7 @@ func (c *Cache) loadAndPublish(ctx context.Context, f *flight, k keys, h *lease.
 		return failed(err)
 	}
 	c.observe(func() Event {
-		return &Refreshed{EventInfo{Key: k.key, Token: h.Token(), Latency: time.Since(start)}}
+		return &Refreshed{EventInfo: EventInfo{Key: k.key, Token: h.Token(), Latency: time.Since(start)}}
 	})
 	return result{val: val, info: Info{Outcome: Loaded, Token: h.Token()}, seq: s}
 }

@@ -570,7 +570,8 @@ func TestObserverSeesEveryStep(t *testing.T) {
 	obs := cache.ObserverFunc(func(e cache.Event) {
 		mu.Lock()
 		defer mu.Unlock()
-		name := strings.TrimPrefix(fmt.Sprintf("%T", e), "*cache.")
+		name := fmt.Sprintf("%T", e) // *cacheevent.Served: cache.Served is an alias
+		name = name[strings.LastIndex(name, ".")+1:]
 		if s, ok := e.(*cache.Served); ok {
 			name += "/" + s.Outcome.String()
 		}

@@ -70,10 +70,10 @@ func (c *Cache) publish(ctx context.Context, g guard.Guard, k keys, value []byte
 	err := c.runPublish(ctx, g, k, value, ttl)
 	info := EventInfo{Key: k.key, Token: g.Token(), Latency: time.Since(start), Err: err}
 	if err != nil {
-		c.observe(func() Event { return &PublishRefused{info} })
+		c.observe(func() Event { return &PublishRefused{EventInfo: info} })
 		return wrapOp(op, k.key, err)
 	}
-	c.observe(func() Event { return &Published{info, len(value)} })
+	c.observe(func() Event { return &Published{EventInfo: info, Size: len(value)} })
 	return nil
 }
 
@@ -152,7 +152,7 @@ func (c *Cache) Invalidate(ctx context.Context, key string) error {
 		err = classify(err)
 	}
 	c.observe(func() Event {
-		return &Invalidated{EventInfo{Key: key, Token: lease.Token(mark), Latency: time.Since(start), Err: err}}
+		return &Invalidated{EventInfo: EventInfo{Key: key, Token: lease.Token(mark), Latency: time.Since(start), Err: err}}
 	})
 	return wrapOp(op, key, err)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/refused"
 	"github.com/golib/lease/lease"
 )
 
@@ -15,7 +16,7 @@ var (
 	// ErrStale means the fence of a resource has accepted a higher token of
 	// the same lease: a newer holder has written. Nothing was written. The
 	// error is a *StaleError.
-	ErrStale = errors.New("fence: stale token")
+	ErrStale = refused.ErrStale
 
 	// ErrForeignLease means the resource is fenced by a different lease key
 	// than the snapshot's. Tokens of different leases are unrelated, so the

@@ -1,7 +1,10 @@
 // Package leaseotel turns the events of packages lease, cache and
 // leasequeue into OpenTelemetry metrics and spans, on the
 // go.opentelemetry.io/otel metric and trace APIs. Only programs that import
-// it link those modules; the SDK and exporters are the program's choice.
+// it link those modules; the SDK and exporters are the program's choice. It
+// links no store's client: it reads the events of cache and leasequeue from
+// their leaves cacheevent and queueevent, so a program on PostgreSQL alone
+// links no valkey-go by importing it, and one on Valkey alone no pgx.
 //
 //	tel, err := leaseotel.New(leaseotel.Options{}) // the global providers
 //	if err != nil {
@@ -39,6 +42,8 @@
 //	lease.queue.retries             counter          failed attempts to be retried
 //	lease.queue.dead_letters        counter          items moved to the dead-letter state
 //	lease.queue.losses              counter          item and partition leases lost [lease.lost.reason]
+//	lease.queue.prunes              counter          background prunes of the source's finished items [lease.outcome]
+//	lease.queue.pruned_items        counter          finished items those prunes removed
 //
 // They are the metrics of package leaseprom under OpenTelemetry names, with
 // the same outcome and reason values (see leaseprom's documentation), built
@@ -59,8 +64,9 @@
 // lease.release, lease.lost (an instant), lease.cache.get,
 // lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
 // lease.queue.claim (with lease.queue.attempt, and lease.queue.claim.age
-// in seconds when taken), lease.queue.complete, lease.queue.fail and
-// lease.queue.lost. A failed operation's span has status Error and records
+// in seconds when taken), lease.queue.complete, lease.queue.fail,
+// lease.queue.lost and lease.queue.prune (with lease.queue.removed, the
+// items it removed). A failed operation's span has status Error and records
 // the error. Events carry no context, so these spans are roots of their
 // own traces: link them to a request through lease.key and lease.token.
 package leaseotel
@@ -74,10 +80,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/golib/lease/cache"
+	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
-	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -150,14 +156,16 @@ func (t *Telemetry) Lease() lease.Observer {
 	return lease.ObserverFunc(func(e lease.Event) { t.t.Lease(e, t.record, t.span) })
 }
 
-// Cache returns the observer for cache.Options.Observer.
-func (t *Telemetry) Cache() cache.Observer {
-	return cache.ObserverFunc(func(e cache.Event) { t.t.Cache(e, t.record, t.span) })
+// Cache returns the observer for cache.Options.Observer (cache.Observer
+// is cacheevent.Observer).
+func (t *Telemetry) Cache() cacheevent.Observer {
+	return cacheevent.ObserverFunc(func(e cacheevent.Event) { t.t.Cache(e, t.record, t.span) })
 }
 
-// Queue returns the observer for the leasequeue options' Observer.
-func (t *Telemetry) Queue() leasequeue.Observer {
-	return leasequeue.ObserverFunc(func(e leasequeue.Event) { t.t.Queue(e, t.record, t.span) })
+// Queue returns the observer for the leasequeue options' Observer
+// (leasequeue.Observer is queueevent.Observer).
+func (t *Telemetry) Queue() queueevent.Observer {
+	return queueevent.ObserverFunc(func(e queueevent.Event) { t.t.Queue(e, t.record, t.span) })
 }
 
 func (t *Telemetry) record(p telemetry.Point) {

@@ -1,6 +1,9 @@
 // Package leaseprom exports the events of packages lease, cache and
 // leasequeue as Prometheus metrics, on github.com/prometheus/client_golang.
-// Only programs that import it link that library.
+// Only programs that import it link that library. It links no store's
+// client: it reads the events of cache and leasequeue from their leaves
+// cacheevent and queueevent, so a program on PostgreSQL alone links no
+// valkey-go by importing it, and one on Valkey alone no pgx.
 //
 // One [Metrics] serves all three packages and is registered once:
 //
@@ -38,6 +41,8 @@
 //	lease_queue_retries_total               counter  failed attempts that will be retried
 //	lease_queue_dead_letters_total          counter  items moved to the dead-letter state
 //	lease_queue_losses_total                counter  item or partition leases lost, by reason
+//	lease_queue_prunes_total                counter  background prunes of the source's finished items run by this process, by outcome
+//	lease_queue_pruned_items_total          counter  finished items those prunes removed (also by one that stopped early)
 //
 // The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may
@@ -63,10 +68,10 @@ package leaseprom
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/golib/lease/cache"
+	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
-	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // Options configures Metrics. The zero value is ready to use.
@@ -153,14 +158,16 @@ func (m *Metrics) Lease() lease.Observer {
 	return lease.ObserverFunc(func(e lease.Event) { m.t.Lease(e, m.record, nil) })
 }
 
-// Cache returns the observer for cache.Options.Observer.
-func (m *Metrics) Cache() cache.Observer {
-	return cache.ObserverFunc(func(e cache.Event) { m.t.Cache(e, m.record, nil) })
+// Cache returns the observer for cache.Options.Observer (cache.Observer
+// is cacheevent.Observer).
+func (m *Metrics) Cache() cacheevent.Observer {
+	return cacheevent.ObserverFunc(func(e cacheevent.Event) { m.t.Cache(e, m.record, nil) })
 }
 
-// Queue returns the observer for the leasequeue options' Observer.
-func (m *Metrics) Queue() leasequeue.Observer {
-	return leasequeue.ObserverFunc(func(e leasequeue.Event) { m.t.Queue(e, m.record, nil) })
+// Queue returns the observer for the leasequeue options' Observer
+// (leasequeue.Observer is queueevent.Observer).
+func (m *Metrics) Queue() queueevent.Observer {
+	return queueevent.ObserverFunc(func(e queueevent.Event) { m.t.Queue(e, m.record, nil) })
 }
 
 func (m *Metrics) record(p telemetry.Point) {

@@ -163,6 +163,15 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_queue_dead_letters_total", nil, 1},
 			{"lease_queue_losses_total", []string{"reason=expired"}, 1},
 		}, sums: map[string]float64{"lease_queue_claim_age_seconds": 3, "lease_queue_claim_attempt": 2}},
+		{name: "queue prunes", queue: []leasequeue.Event{
+			&leasequeue.Pruned{EventInfo: leasequeue.EventInfo{Key: "q/prune/", Token: 3}, Removed: 5},
+			&leasequeue.Pruned{EventInfo: leasequeue.EventInfo{Key: "q/prune/", Token: 4}},
+			&leasequeue.Pruned{EventInfo: leasequeue.EventInfo{Key: "q/prune/", Token: 5, Err: errUnknown}, Removed: 2},
+		}, checks: []check{
+			{"lease_queue_prunes_total", []string{"outcome=ok"}, 2},
+			{"lease_queue_prunes_total", []string{"outcome=unknown"}, 1},
+			{"lease_queue_pruned_items_total", nil, 7},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := leaseprom.New(leaseprom.Options{})

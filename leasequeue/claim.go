@@ -86,7 +86,7 @@ func (c *Claim) complete(ctx context.Context, write func(context.Context, lease.
 		err = write(ctx, c.h.Snapshot())
 	}
 	c.end(ctx, c.mustRelease(err))
-	c.q.emit(&Completed{c.info(err), c.attempt})
+	c.q.emit(&Completed{EventInfo: c.info(err), Attempt: c.attempt})
 	return err
 }
 
@@ -216,7 +216,7 @@ var ended = func() context.Context {
 func (c *Claim) lost(err error) {
 	if err != nil {
 		c.q.track.lost(c.h, err, c.q.clock.Now())
-		c.q.emit(&Lost{c.info(err)})
+		c.q.emit(&Lost{EventInfo: c.info(err)})
 	}
 }
 

@@ -265,7 +265,7 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 	for runCtx.Err() == nil {
 		if member != nil && member.Err() != nil {
 			g.track.lost(member.Handle(), member.Err(), g.clock.Now())
-			g.emit(&Lost{g.info(member.Handle(), "", member.Err())})
+			g.emit(&Lost{EventInfo: g.info(member.Handle(), "", member.Err())})
 			g.track.remove(member.Handle())
 			_ = member.Stop(runCtx)
 			member = nil
@@ -455,7 +455,7 @@ func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn Part
 	g.owned[p] = o
 	g.mu.Unlock()
 	g.track.add(h, p, nil)
-	g.emit(&Assigned{g.info(h, p, nil)})
+	g.emit(&Assigned{EventInfo: g.info(h, p, nil)})
 	wg.Go(func() { g.own(runCtx, o, pctx, fn) })
 }
 
@@ -473,7 +473,7 @@ func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, 
 	case <-o.m.Lost():
 		lost = true
 		g.track.lost(o.h, o.m.Err(), g.clock.Now())
-		g.emit(&Lost{g.info(o.h, o.name, o.m.Err())})
+		g.emit(&Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
 		err = <-done
 	}
 	g.track.remove(o.h)
@@ -494,7 +494,7 @@ func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, 
 	cancel()
 	if !lost && o.m.Err() != nil { // lost after fn returned, before the release
 		lost = true
-		g.emit(&Lost{g.info(o.h, o.name, o.m.Err())})
+		g.emit(&Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
 	}
 	g.mu.Lock()
 	delete(g.owned, o.name)

@@ -265,7 +265,7 @@ func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, 
 		c.ctx, c.cancel = context.WithCancelCause(m.Context())
 		c.stopWatch = context.AfterFunc(m.Context(), func() { c.lost(m.Err()) })
 	}
-	q.emit(&Claimed{c.info(nil), attempt, b.Age})
+	q.emit(&Claimed{EventInfo: c.info(nil), Attempt: attempt, Age: b.Age})
 	if attempt > q.o.MaxAttempts {
 		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
 		if err := c.fail(ctx, Failure{Err: cause, Dead: true}); err != nil {

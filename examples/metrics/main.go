@@ -7,10 +7,12 @@
 //
 // Three workers campaign for one singleton lease ("reports/nightly"); the
 // holder keeps it renewed and hands it over now and then. The same workers
-// process a queue of items, one in five of which fails once and is retried.
-// Every event goes to one leaseprom.Metrics, registered once, whose
-// lease_held, lease_acquisitions_total, lease_renewals_total,
-// lease_queue_completions_total and the rest show what the fleet does.
+// process a queue of items, one in five of which fails once and is retried,
+// and prune done items once they are half a second old. Every event
+// goes to one leaseprom.Metrics, registered once, whose lease_held,
+// lease_acquisitions_total, lease_renewals_total,
+// lease_queue_completions_total, lease_queue_pruned_items_total and the
+// rest show what the fleet does.
 package main
 
 import (
@@ -73,7 +75,9 @@ func run(ctx context.Context, ln net.Listener, items int) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	backend := leasememory.New(leasememory.Options{})
-	source := leasequeue.NewMemorySource(leasequeue.MemoryOptions{})
+	// Done items are kept half a second and pruned every quarter of one,
+	// so that a scrape shows prunes; the defaults are a day and an hour.
+	source := leasequeue.NewMemorySource(leasequeue.MemoryOptions{DoneRetention: 500 * time.Millisecond})
 	ids := make([]string, items)
 	for i := range ids {
 		ids[i] = fmt.Sprint("item-", i)
@@ -90,7 +94,7 @@ func run(ctx context.Context, ln net.Listener, items int) error {
 			return err
 		}
 		q, err := leasequeue.New(client, source, leasequeue.Options{
-			Name: "queue", Policy: policy, PollEvery: 50 * time.Millisecond,
+			Name: "queue", Policy: policy, PollEvery: 50 * time.Millisecond, PruneEvery: 250 * time.Millisecond,
 			RetryDelay: func(int) time.Duration { return 100 * time.Millisecond },
 			Observer:   metrics.Queue(),
 		})

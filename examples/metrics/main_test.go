@@ -70,7 +70,8 @@ func TestServesMetrics(t *testing.T) {
 	var got map[string]float64
 	for {
 		got = scrape(t, url)
-		if got[`lease_queue_completions_total{outcome="ok"}`] == 20 && got[`lease_acquisitions_total{key="reports",outcome="ok"}`] >= 2 {
+		if got[`lease_queue_completions_total{outcome="ok"}`] == 20 && got[`lease_acquisitions_total{key="reports",outcome="ok"}`] >= 2 &&
+			got[`lease_queue_pruned_items_total`] == 20 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -88,6 +89,7 @@ func TestServesMetrics(t *testing.T) {
 		`lease_queue_completions_total{outcome="ok"}`: 20,
 		`lease_queue_retries_total`:                   2,
 		`lease_queue_dead_letters_total`:              0,
+		`lease_queue_pruned_items_total`:              20, // every done item, once
 	} {
 		if got[series] != want {
 			t.Errorf("%s = %v, want %v", series, got[series], want)

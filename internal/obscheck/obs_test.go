@@ -367,3 +367,58 @@ func TestQueueWork(t *testing.T) {
 		t.Errorf("%d lease.queue.claim spans with lease.queue.claim.age, want 11", ages)
 	}
 }
+
+// TestQueuePrunes runs a queue on the Valkey source whose done items are
+// kept a nanosecond, so that Run's background prunes remove each item
+// once it is done, and checks that both adapters count every item removed
+// and every prune run.
+func TestQueuePrunes(t *testing.T) {
+	r := newRig(t)
+	vk, client, prefix := r.sharedClient(t)
+	src, err := leasequeue.NewValkeySource(vk, "pruned", leasequeue.ValkeyOptions{Prefix: prefix + "q:", DoneRetention: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := lease.NewPolicy(lease.PolicyOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := leasequeue.New(client, src, leasequeue.Options{
+		Name: "pruned", Policy: policy, PollEvery: 20 * time.Millisecond, PruneEvery: 30 * time.Millisecond,
+		Observer: leasequeue.MultiObserver(r.metrics.Queue(), r.tel.Queue()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := []string{"a", "b", "c", "d", "e"}
+	if _, err := src.Enqueue(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- q.Run(runCtx, func(context.Context, *leasequeue.Claim) error { return nil })
+	}()
+	for r.prom(t, "lease_queue_pruned_items_total") < float64(len(ids)) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the prunes removed %v of %d items in 30s", r.prom(t, "lease_queue_pruned_items_total"), len(ids))
+	}
+	want(t, "lease_queue_pruned_items_total", r.prom(t, "lease_queue_pruned_items_total"), float64(len(ids)))
+	want(t, "lease.queue.pruned_items", r.otel(t, "lease.queue.pruned_items"), float64(len(ids)))
+	prunes := r.prom(t, "lease_queue_prunes_total")
+	if prunes < 1 {
+		t.Errorf("lease_queue_prunes_total = %v, want at least 1", prunes)
+	}
+	want(t, "lease.queue.prunes", r.otel(t, "lease.queue.prunes"), prunes)
+	if n := r.spanCount("lease.queue.prune", false) + r.spanCount("lease.queue.prune", true); float64(n) != prunes {
+		t.Errorf("%d lease.queue.prune spans, want %v, one per prune", n, prunes)
+	}
+}

@@ -4,9 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/golib/lease/cache"
+	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/lease"
-	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // Kind is how a metric aggregates.
@@ -71,6 +71,8 @@ const (
 	QueueRetries
 	QueueDeadLetters
 	QueueLosses
+	QueuePrunes
+	QueuePrunedItems
 	numMetrics
 )
 
@@ -104,6 +106,8 @@ var Specs = [numMetrics]Spec{
 	QueueRetries:         {"queue_retries_total", "lease.queue.retries", "{attempt}", Counter, "Failed attempts whose item will be retried.", nil},
 	QueueDeadLetters:     {"queue_dead_letters_total", "lease.queue.dead_letters", "{item}", Counter, "Items moved to the dead-letter state.", nil},
 	QueueLosses:          {"queue_losses_total", "lease.queue.losses", "{lease}", Counter, "Item and partition leases lost, by reason.", []Label{ReasonLabel}},
+	QueuePrunes:          {"queue_prunes_total", "lease.queue.prunes", "{prune}", Counter, "Background prunes of the source's finished items run by this process, by outcome.", []Label{OutcomeLabel}},
+	QueuePrunedItems:     {"queue_pruned_items_total", "lease.queue.pruned_items", "{item}", Counter, "Finished items removed by background prunes, also by prunes that stopped early.", nil},
 }
 
 // Point is one measurement: add Value to a counter or gauge, or observe it
@@ -294,7 +298,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 
 // Cache reports e's measurements to point and, if span is not nil, its
 // span.
-func (t *Translator) Cache(e cache.Event, point func(Point), span func(Span)) {
+func (t *Translator) Cache(e cacheevent.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	now := t.now()
 	out := Outcome(i.Err)
@@ -302,28 +306,28 @@ func (t *Translator) Cache(e cache.Event, point func(Point), span func(Span)) {
 	name := ""
 	var ints map[string]int64
 	switch e := e.(type) {
-	case *cache.Served:
+	case *cacheevent.Served:
 		p(CacheGets, 1, e.Outcome.String())
 		p(CacheGetDuration, i.Latency.Seconds(), e.Outcome.String())
 		name, out = "lease.cache.get", e.Outcome.String()
-	case *cache.GetFailed:
+	case *cacheevent.GetFailed:
 		p(CacheGets, 1, out)
 		p(CacheGetDuration, i.Latency.Seconds(), out)
 		name = "lease.cache.get"
-	case *cache.Refreshed, *cache.RefreshFailed:
+	case *cacheevent.Refreshed, *cacheevent.RefreshFailed:
 		p(CacheRefreshes, 1, out)
 		point(Point{Metric: CacheRefreshDuration, Value: i.Latency.Seconds()})
 		name = "lease.cache.refresh"
-	case *cache.Published:
+	case *cacheevent.Published:
 		p(CachePublications, 1, out)
 		name = "lease.cache.publish"
 		if span != nil {
 			ints = map[string]int64{"lease.cache.size": int64(e.Size)}
 		}
-	case *cache.PublishRefused:
+	case *cacheevent.PublishRefused:
 		p(CachePublications, 1, out)
 		name = "lease.cache.publish"
-	case *cache.Invalidated:
+	case *cacheevent.Invalidated:
 		p(CacheInvalidations, 1, out)
 		name = "lease.cache.invalidate"
 	default:
@@ -336,7 +340,7 @@ func (t *Translator) Cache(e cache.Event, point func(Point), span func(Span)) {
 
 // Queue reports e's measurements to point and, if span is not nil, its
 // span.
-func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span)) {
+func (t *Translator) Queue(e queueevent.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	now := t.now()
 	out := Outcome(i.Err)
@@ -346,7 +350,7 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 		floats map[string]float64
 	)
 	switch e := e.(type) {
-	case *leasequeue.Claimed:
+	case *queueevent.Claimed:
 		point(Point{Metric: QueueClaims, Value: 1, Outcome: out})
 		name = "lease.queue.claim"
 		if span != nil {
@@ -359,13 +363,13 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 				floats = map[string]float64{"lease.queue.claim.age": e.Age.Seconds()}
 			}
 		}
-	case *leasequeue.Completed:
+	case *queueevent.Completed:
 		point(Point{Metric: QueueCompletions, Value: 1, Outcome: out})
 		name = "lease.queue.complete"
 		if span != nil {
 			ints = map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
 		}
-	case *leasequeue.Failed:
+	case *queueevent.Failed:
 		switch {
 		case i.Err != nil:
 		case e.Dead:
@@ -377,9 +381,16 @@ func (t *Translator) Queue(e leasequeue.Event, point func(Point), span func(Span
 		if span != nil {
 			ints = map[string]int64{"lease.queue.attempt": int64(e.Attempt)}
 		}
-	case *leasequeue.Lost:
+	case *queueevent.Lost:
 		point(Point{Metric: QueueLosses, Value: 1, Reason: LostReason(i.Err)})
 		name = "lease.queue.lost"
+	case *queueevent.Pruned:
+		point(Point{Metric: QueuePrunes, Value: 1, Outcome: out})
+		point(Point{Metric: QueuePrunedItems, Value: float64(e.Removed)})
+		name = "lease.queue.prune"
+		if span != nil {
+			ints = map[string]int64{"lease.queue.removed": int64(e.Removed)}
+		}
 	default:
 		return
 	}

@@ -2,6 +2,12 @@
 // share: how an event's error becomes a bounded outcome label, how keys
 // become bounded key labels, and which acquisitions are held. Both adapters
 // use it, so a dashboard built on one reads the same on the other.
+//
+// It reads the events of packages cache and leasequeue from their
+// driver-free leaves, cacheevent and queueevent, and recognises fence's
+// and cache's refusals by the values of internal/refused, so that an
+// adapter links no store's client: only what its user's program links
+// already.
 package telemetry
 
 import (
@@ -9,9 +15,8 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/golib/lease/cache"
-	"github.com/golib/lease/fence"
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/refused"
 	"github.com/golib/lease/lease"
 )
 
@@ -41,11 +46,11 @@ func Outcome(err error) string {
 		return Unknown
 	case errors.Is(err, lease.ErrNotAcquired):
 		return NotAcquired
-	case errors.Is(err, fence.ErrStale):
+	case errors.Is(err, refused.ErrStale):
 		return Stale
 	case errors.Is(err, guard.ErrNotCurrent):
 		return NotCurrent
-	case errors.Is(err, cache.ErrInvalidated):
+	case errors.Is(err, refused.ErrInvalidated):
 		return Invalidated
 	case errors.Is(err, lease.ErrLost):
 		return Lost
