@@ -216,6 +216,11 @@ type backend interface {
 	target() *side
 	control() *side
 	resetControl(ctx context.Context) error
+	// work returns a counter of the target server's own clean-up (Valkey:
+	// keys its expiry deleted; PostgreSQL: autovacuum and autoanalyze runs
+	// of the table finished), whose growth during a point tells whether
+	// that work ran beside the pairs, and what it is called.
+	work(ctx context.Context) (float64, string, error)
 	// beforeSweep runs once the retention has passed, before the sweep.
 	beforeSweep(ctx context.Context) error
 	// snapshot takes the footprint of the target.
@@ -254,18 +259,24 @@ type point struct {
 	before          int64 // keys driven before it
 	target, control sample
 	allocs, bytes   float64 // per pair, of both sides
+	work            float64 // backend.work's growth during the point
+	workLabel       string
 }
 
 // chunks is how many parts of a point's pairs each side runs, the two
 // alternating (target first in the even parts, control in the odd ones),
 // so that a change of the machine's load hits both alike.
-const chunks = 4
+const chunks = 8
 
 func measure(ctx context.Context, b *testing.B, be backend, cfg config, name string) *point {
 	if err := be.resetControl(ctx); err != nil {
 		b.Fatal(err)
 	}
 	p := &point{name: name, before: be.target().next.Load()}
+	w0, _, err := be.work(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	for i := range chunks {
@@ -282,6 +293,11 @@ func measure(ctx context.Context, b *testing.B, be backend, cfg config, name str
 		}
 	}
 	runtime.ReadMemStats(&ms1)
+	w1, label, err := be.work(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.work, p.workLabel = w1-w0, label
 	total := float64(2 * cfg.pairs)
 	p.allocs = float64(ms1.Mallocs-ms0.Mallocs) / total
 	p.bytes = float64(ms1.TotalAlloc-ms0.TotalAlloc) / total
@@ -421,6 +437,7 @@ func reportPoint(b *testing.B, p, first *point) {
 		b.ReportMetric(ms(p.control.pct(0.5)), "ctl-p50-ms")
 		b.ReportMetric(ms(p.control.pct(0.99)), "ctl-p99-ms")
 		b.ReportMetric(float64(p.before), "keys-before")
+		b.ReportMetric(p.work, "server-work")
 		b.ReportMetric(p.allocs, "allocs/op")
 		b.ReportMetric(p.bytes, "B/op")
 		if p != first {
@@ -474,13 +491,13 @@ func table(name, desc string, cfg config, be backend, stages []stage, points []*
 
 	fmt.Fprintf(&buf, "\nacquire→release pairs, %d per point, %d goroutines (ratio: to h0; control: the same pairs on an emptied control store, interleaved)\n", cfg.pairs, cfg.workers)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "point\tkeys before\tp50\tp99\tpairs/s\tp50 ratio\tp99 ratio\tpairs/s ratio\tcontrol p50\tcontrol p99\tcontrol pairs/s\tcontrol pairs/s ratio\t")
+	fmt.Fprintln(tw, "point\tkeys before\tp50\tp99\tpairs/s\tp50 ratio\tp99 ratio\tpairs/s ratio\tcontrol p50\tcontrol p99\tcontrol pairs/s\tcontrol pairs/s ratio\t"+points[0].workLabel+"\t")
 	h0 := points[0]
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%.2f\t\n", p.name, p.before,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%.2f\t%.0f\t\n", p.name, p.before,
 			dur(p.target.pct(0.5)), dur(p.target.pct(0.99)), p.target.ops(),
 			ratio(p.target.pct(0.5), h0.target.pct(0.5)), ratio(p.target.pct(0.99), h0.target.pct(0.99)), p.target.ops()/h0.target.ops(),
-			dur(p.control.pct(0.5)), dur(p.control.pct(0.99)), p.control.ops(), p.control.ops()/h0.control.ops())
+			dur(p.control.pct(0.5)), dur(p.control.pct(0.99)), p.control.ops(), p.control.ops()/h0.control.ops(), p.work)
 	}
 	tw.Flush()
 

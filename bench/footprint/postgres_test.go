@@ -122,6 +122,13 @@ func (be *postgresBackend) flushStats(ctx context.Context) error {
 	return nil
 }
 
+func (be *postgresBackend) work(ctx context.Context) (float64, string, error) {
+	var n int64
+	err := be.pool.QueryRow(ctx, `SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		be.store.Table()).Scan(&n)
+	return float64(n), "autovacuums+autoanalyzes meanwhile", err
+}
+
 // beforeSweep flushes the statistics of the last point's inserts before
 // the sweep's deletes: PostgreSQL clamps n_live_tup at zero whenever a
 // flush would take it below, so deletes counted before the inserts they

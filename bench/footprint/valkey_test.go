@@ -126,6 +126,18 @@ func (be *valkeyBackend) resetControl(ctx context.Context) error {
 	return be.ctlClient.Do(ctx, be.ctlClient.B().Flushall().Sync().Build()).Error()
 }
 
+func (be *valkeyBackend) work(ctx context.Context) (float64, string, error) {
+	info, err := be.client.Do(ctx, be.client.B().Info().Section("stats").Build()).ToString()
+	if err != nil {
+		return 0, "", err
+	}
+	n, err := strconv.ParseInt(infoField(info, "expired_keys"), 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("INFO stats: expired_keys: %w", err)
+	}
+	return float64(n), "keys expired meanwhile", nil
+}
+
 func (be *valkeyBackend) beforeSweep(context.Context) error { return nil }
 
 func (be *valkeyBackend) describe(cfg config) string {
