@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -132,6 +131,7 @@ type Cache struct {
 	stale     time.Duration
 	wait      time.Duration
 	obs       Observer // nil means NopObserver: no event is built
+	marks     *Sweeper // Sweep's: the Sweeper of Prefix and store
 
 	mu      sync.Mutex
 	flights map[string]*flight // by cache key; see flight.go
@@ -165,11 +165,10 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = DefaultLeaseTTL
 	}
+	if err := checkPrefix("New", o.Prefix); err != nil {
+		return nil, err
+	}
 	switch {
-	case strings.ContainsAny(o.Prefix, "{}"):
-		return nil, fmt.Errorf("cache: New: Prefix %q must not contain '{' or '}'", o.Prefix)
-	case lease.ValidateKey(o.Prefix) != nil:
-		return nil, fmt.Errorf("cache: New: Prefix: %w", lease.ValidateKey(o.Prefix))
 	case o.TTL < time.Millisecond:
 		return nil, fmt.Errorf("cache: New: TTL (%v) must be at least 1ms", o.TTL)
 	case o.StaleFor < 0:
@@ -184,6 +183,7 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 	c := &Cache{client: client, leases: leases, store: store, policy: policy,
 		prefix: o.Prefix, tagPrefix: "{" + keyspace.Escape(o.Prefix),
 		ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
+	c.marks = &Sweeper{client: client, store: store, prefix: c.prefix, tagPrefix: c.tagPrefix}
 	if c.obs == NopObserver {
 		c.obs = nil
 	}

@@ -43,8 +43,9 @@
 // to the mark: exactly the refreshes whose lease was acquired before
 // Invalidate ran. A refresh that acquires the lease afterwards reads the
 // source afterwards, and publishes. Commit the change to the source first,
-// then call Invalidate. The mark only goes up; a Get that is loading when
-// its entry is invalidated loads again.
+// then call Invalidate. The mark only goes up, until it is deleted once
+// redundant (see Footprint); a Get that is loading when its entry is
+// invalidated loads again.
 //
 // # One refresher across processes
 //
@@ -70,7 +71,7 @@
 //
 //	<Prefix>{<escaped lease key>}:value        header, then the value
 //	<Prefix>{<escaped lease key>}:fresh        the publishing token (StaleFor only)
-//	<Prefix>{<escaped lease key>}:invalidated  the invalidation mark; never deleted
+//	<Prefix>{<escaped lease key>}:invalidated  the invalidation mark, until redundant
 //	<Prefix>{<escaped lease key>}:published    shard channel announcing publications
 //
 // With the default prefixes the entry "page:/home" has the record
@@ -90,8 +91,28 @@
 // returns a value past its TTL. A value is written and read whole,
 // whatever its size.
 //
-// Like the lease record, the invalidation mark (about 60 bytes plus the
-// key) is never deleted: an entry that was ever invalidated keeps it.
+// # Footprint
+//
+// Values and freshness markers expire; lease records end after the lease
+// Store's retention (see the lease backend). The invalidation mark (about
+// 60 bytes plus the key) has no TTL, so that no volatile-* maxmemory
+// policy evicts it, and ends once it is redundant: once no acquisition of
+// the refresh lease with a token up to the mark can pass Publish's lease
+// check again. Publish deletes it when a later acquisition publishes. A
+// Sweeper deletes the marks of entries invalidated and not refreshed
+// since: those whose lease record is gone, shows a later token, or shows
+// the acquisition up to the mark released, force-released, or expired
+// more than the Store's Retention ago (that margin keeps the mark across a
+// backward step of the server's clock, which alone could make an expired
+// acquisition current again). A mark whose acquisition is still current
+// stays: it is what refuses that acquisition's publication.
+//
+// Give the Sweeper (NewSweeper; the Cache needs its lease client first,
+// so it cannot be given itself) to the lease client in
+// lease.ClientOptions.Sweepers, and the client sweeps the marks with its
+// Store, in the background, under its sweep lease; Cache.Sweep and
+// Sweeper.Sweep sweep on demand. The user that sweeps needs the grants
+// below.
 //
 // # Server settings
 //
@@ -105,6 +126,17 @@
 // prefixes (SECURITY.md explains each grant, and what a cluster needs):
 //
 //	ACL SETUSER web reset on >secret ~lease:* &lease:* ~cache:* &cache:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time +spublish +ssubscribe +sunsubscribe +info
+//
+// Sweeping the invalidation marks needs +scan +role besides (to walk the
+// keys of every primary; the sweep script needs only the commands above);
+// a lease client that sweeps them with its Store needs +del too for the
+// Store's own sweep (without it that part fails and the marks are swept
+// all the same).
+// SCAN lists the names of every key on the server, whatever the user's
+// key patterns: give those grants to an operator's user, or to the
+// services' only where they have the server to themselves. Without them
+// the marks of entries not refreshed since their invalidation stay until
+// such a user sweeps.
 //
 // # Errors
 //

@@ -87,3 +87,38 @@ func ExampleCache_Publish() {
 		log.Fatal(err)
 	}
 }
+
+// The invalidation marks end with the lease records: build the Sweeper
+// before the lease client, give it in ClientOptions.Sweepers, and the
+// client sweeps both in the background.
+func ExampleNewSweeper() {
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	store, err := leasevalkey.New(client, leasevalkey.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	marks, err := cache.NewSweeper(client, store, cache.DefaultPrefix)
+	if err != nil {
+		log.Fatal(err)
+	}
+	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "web/host-1", Sweepers: []lease.Sweeper{marks}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pages, err := cache.New(client, leases, cache.Options{TTL: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = pages
+
+	// Or now, under the sweep lease: the Store's records, then the marks.
+	n, err := leases.Sweep(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(n, "removed")
+}

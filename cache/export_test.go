@@ -17,3 +17,9 @@ func (c *Cache) Flights() int {
 	defer c.mu.Unlock()
 	return len(c.flights)
 }
+
+// ParseMark returns the refresh lease's key and record of the entry whose
+// invalidation mark is named name, or false if name is no mark of s.
+func (s *Sweeper) ParseMark(name string) (leaseKey, record string, ok bool) {
+	return s.parseMark(name)
+}

@@ -604,7 +604,7 @@ func TestMixedStaleForShareEntries(t *testing.T) {
 	t.Parallel()
 	forEachTopology(t, func(t *testing.T, topo topology) {
 		ns := namespace()
-		keeps := newReplica(t, topo.addrs(t), ns, "keeps", cache.Options{TTL: 30 * time.Millisecond, StaleFor: time.Hour})
+		keeps := newReplica(t, topo.addrs(t), ns, "keeps", cache.Options{TTL: 300 * time.Millisecond, StaleFor: time.Hour})
 		plain := newReplica(t, topo.addrs(t), ns, "plain", cache.Options{TTL: time.Hour})
 		ctx := ctxT(t)
 

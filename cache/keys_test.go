@@ -19,7 +19,8 @@ type noServer struct{ valkey.Client }
 // documentation, the module's one encoding (package keyspace): the
 // refresh lease's record, and the entry's keys and channel under the
 // Cache's prefix with the record's hash tag. Keys are drawn rich in the
-// bytes the encoding escapes.
+// bytes the encoding escapes. The Sweeper reads each mark's name back to
+// its entry, and no other name as a mark.
 func TestEntryNames(t *testing.T) {
 	store, err := leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: "l:"})
 	if err != nil {
@@ -44,6 +45,18 @@ func TestEntryNames(t *testing.T) {
 			t.Fatalf("LeaseKey(%q) = %q, want %q", key, c.LeaseKey(key), lk)
 		}
 		base := prefix + store.HashTag(lk)
+		sweeper, err := cache.NewSweeper(noServer{}, store, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotKey, gotRecord, ok := sweeper.ParseMark(mark); !ok || gotKey != lk || gotRecord != store.RecordKey(lk) {
+			t.Fatalf("the sweeper reads mark %q as %q, %q, %v; want %q, %q", mark, gotKey, gotRecord, ok, lk, store.RecordKey(lk))
+		}
+		for _, name := range []string{record, value, fresh, channel} {
+			if k, _, ok := sweeper.ParseMark(name); ok {
+				t.Fatalf("the sweeper reads %q, which is no mark, as the mark of %q", name, k)
+			}
+		}
 		for _, n := range []struct{ what, got, want string }{
 			{"record", record, store.RecordKey(lk)},
 			{"value", value, base + ":value"},

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	valkey "github.com/valkey-io/valkey-go"
+
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/guard"
@@ -428,4 +430,65 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	}
 	valkeyacl.CheckAllUsed(t, admin, valkeyacl.Cache)
 	valkeyacl.CheckForbidden(t, admin, a.client, "other:{tenant}")
+}
+
+// markOf returns the invalidation mark of key as the server holds it, and
+// whether there is one.
+func markOf(t testing.TB, r *replica, key string) (string, bool) {
+	t.Helper()
+	_, _, _, mark, _ := r.cache.EntryNames(key)
+	v, err := r.client.Do(ctxT(t), r.client.B().Get().Key(mark).Build()).ToString()
+	if valkey.IsValkeyNil(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", mark, err)
+	}
+	return v, true
+}
+
+// TestPublishDeletesTheMark: a publication by a refresh that began after
+// the invalidation deletes the mark, which no longer refuses anything; a
+// publication the mark refuses keeps it.
+func TestPublishDeletesTheMark(t *testing.T) {
+	t.Parallel()
+	forEachTopology(t, func(t *testing.T, topo topology) {
+		r := newReplica(t, topo.addrs(t), namespace(), "o", cache.Options{})
+		ctx := ctxT(t)
+		const key = "page:/{home}"
+		old, err := r.leases.TryAcquire(ctx, r.cache.LeaseKey(key), policy(t, lease.PolicyOptions{TTL: time.Minute}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := r.store.Guard(old.Snapshot())
+		if err := r.cache.Invalidate(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := markOf(t, r, key); !ok || m != old.Token().String() {
+			t.Fatalf("mark after Invalidate = %q, %v; want %d", m, ok, old.Token())
+		}
+		if err := r.cache.Publish(ctx, g, key, []byte("old"), 0); !errors.Is(err, cache.ErrInvalidated) {
+			t.Fatalf("Publish by the refresh that began before the invalidation = %v; want ErrInvalidated", err)
+		}
+		if _, ok := markOf(t, r, key); !ok {
+			t.Fatal("a refused publication deleted the mark")
+		}
+		if err := old.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, info, err := r.cache.Get(ctx, key, constant("new", nil))
+		if err != nil || string(v) != "new" || info.Outcome != cache.Loaded {
+			t.Fatalf("Get = %q, %+v, %v; want new, loaded", v, info, err)
+		}
+		if m, ok := markOf(t, r, key); ok {
+			t.Fatalf("the mark %q is left after a publication with token %d", m, info.Token)
+		}
+		// The old acquisition stays refused by the lease check alone.
+		if err := r.cache.Publish(ctx, g, key, []byte("old"), 0); err == nil {
+			t.Fatal("the old acquisition published after the mark was deleted")
+		}
+		if got, _ := rawValue(t, r, key); got != "new" {
+			t.Fatalf("entry holds %q; want new", got)
+		}
+	})
 }

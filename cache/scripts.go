@@ -4,9 +4,11 @@ import (
 	_ "embed"
 
 	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/golib/lease/internal/valkeystore"
 )
 
-// The scripts: publish.lua describes the keys they touch. Both mutate, so
+// The scripts: publish.lua describes the keys they touch. All mutate, so
 // they are NewLuaScript, not the Retryable variant, as in the lease
 // backend: valkey-go does not resend them behind our back, and a request
 // whose outcome is unknown is reported as such. They are loaded with
@@ -18,8 +20,16 @@ var (
 	//go:embed lua/invalidate.lua
 	invalidateLua string
 
+	//go:embed lua/sweep.lua
+	sweepLua string
+
 	publishScript    = valkey.NewLuaScript(publishLua, valkey.WithLoadSHA1(true))
 	invalidateScript = valkey.NewLuaScript(invalidateLua, valkey.WithLoadSHA1(true))
+	sweepScript      = valkey.NewLuaScript(sweepLua, valkey.WithLoadSHA1(true))
+	// sweepDryScript is sweep.lua flagged no-writes, run with EVALSHA_RO:
+	// a dry run writes nothing, even where a script that may write is
+	// refused (a full server).
+	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeystore.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
 )
 
 // Outcomes returned by the publish script.

@@ -21,6 +21,8 @@
 // or, for a token of another lease key, a *ForeignLeaseError
 // (ErrForeignLease), whatever the numbers: tokens of different keys are
 // unrelated. last(r) never goes down. [Mark.Admit] is the rule in code.
+// The PostgreSQL and Valkey fences also refuse a token below the floor of
+// its lease key (see Retirement), before applying the rule.
 //
 // A new holder's acquisition alone does not fence anything: until it
 // writes, the fence still admits the previous holder's token. [Claim] (and
@@ -60,6 +62,32 @@
 // data and the new Mark back in one conditional write that fails if either
 // changed since the read. [Memory] is the reference implementation, for one
 // process.
+//
+// # Retirement
+//
+// A fence cannot expire, since a paused holder may wake at any time, but
+// the PostgreSQL and Valkey fences retire: a fence of resource r, fenced
+// by lease key K at token t, that has not advanced for a retention
+// ([TableOptions].Retention, [ValkeyOptions].Retention; lease.DefaultRetention
+// by default, lease.KeepForever never) is deleted in one atomic step with
+// raising floor(K) to max(floor(K), t). Every fenced write under K with a
+// token below floor(K) is then refused with a *StaleError whose Floor is
+// true, whether or not its resource has a fence. A stale writer to r is
+// still refused (its token is below t ≤ floor(K)), and the current holder
+// of K never is (its token is at or above every token K ever had). A
+// retired resource may be fenced again, by K or by another lease key.
+//
+// Floors are never deleted. In PostgreSQL there is one per lease key, in
+// the table [Table.FloorsName] beside the fences; in Valkey one per lease
+// key and hash slot ([Valkey.FloorKey]), covering the resources of that
+// slot. Retirement runs when a [lease.Sweeper] runs: [Table.Sweeper] and
+// [Valkey] itself, which a lease.Client sweeps in the background when
+// given in lease.ClientOptions.Sweepers. Fence columns on your own tables
+// need no retirement: they go away with your rows. [Memory] does not
+// retire. docs/fencing.md ("Retirement") has the proof, including why the
+// PostgreSQL retirement locks the fences table and how fenced transactions
+// at REPEATABLE READ and SERIALIZABLE notice a retirement newer than their
+// snapshot.
 //
 // # Errors
 //

@@ -43,19 +43,33 @@ var (
 )
 
 // StaleError reports a write refused because the resource's fence has
-// accepted a higher token of the same lease. It matches ErrStale.
+// accepted a higher token of the same lease, or because the token is below
+// the floor of its lease key, the highest token of the key's retired
+// fences (Floor is then true). It matches ErrStale.
 type StaleError struct {
-	// Resource names the fenced resource.
+	// Resource names the fenced resource. For a refusal by the floor, which
+	// applies to every resource alike, it is the first resource of the
+	// write in sorted order.
 	Resource string `json:"resource"`
 	// Key is the lease key of the refused write (and of the fence).
 	Key string `json:"key"`
 	// Token is the refused write's token.
 	Token lease.Token `json:"token"`
-	// Current is the highest token the fence has accepted.
+	// Current is the highest token the fence has accepted or, if Floor,
+	// the floor of the lease key.
 	Current lease.Token `json:"current"`
+	// Floor reports a refusal by the floor of the lease key: a fence of
+	// the lease accepted token Current and was then retired (see the
+	// package documentation, "Retirement"), so every write of the lease
+	// with a lower token is stale, whether or not the resource has a fence.
+	Floor bool `json:"floor,omitempty"`
 }
 
 func (e *StaleError) Error() string {
+	if e.Floor {
+		return fmt.Sprintf("fence: resource %q: token %d of lease %q is stale: the lease's floor is token %d (a retired fence of the lease had accepted it)",
+			e.Resource, e.Token, e.Key, e.Current)
+	}
 	return fmt.Sprintf("fence: resource %q: token %d of lease %q is stale: the fence has accepted token %d",
 		e.Resource, e.Token, e.Key, e.Current)
 }

@@ -222,6 +222,34 @@ func takeOver(ctx context.Context, leases *lease.Client, pool *pgxpool.Pool, fen
 	return h, nil
 }
 
+// Retire the fences that have not advanced for a day: the lease client
+// sweeps them in the background, once across replicas, with its backend.
+func ExampleTable_Sweeper() {
+	var (
+		pool    *pgxpool.Pool
+		client  valkey.Client
+		backend lease.Backend
+	)
+	// docs:begin sweep
+	table, err := fence.NewTable(fence.TableOptions{Retention: 24 * time.Hour})
+	if err != nil {
+		return
+	}
+	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Retention: 24 * time.Hour})
+	if err != nil {
+		return
+	}
+	leases, err := lease.NewClient(backend, lease.ClientOptions{
+		Owner:    "billing-worker",
+		Sweepers: []lease.Sweeper{table.Sweeper(pool), fences},
+	})
+	if err != nil {
+		return
+	}
+	// docs:end sweep
+	_ = leases
+}
+
 // Claim a resource right after acquiring the lease.
 func ExampleClaim() {
 	var (

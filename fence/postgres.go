@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,15 +26,26 @@ const (
 	DefaultTable  = "lease_fences"
 )
 
-// defaultQualified is how the embedded SQL names the fences table; Table
-// replaces it with the configured name.
-const defaultQualified = "public.lease_fences"
+// defaultQualified and defaultFloors are how the embedded SQL names the
+// fences table and its floors table; Table replaces them with the
+// configured names.
+const (
+	defaultQualified = "public.lease_fences"
+	defaultFloors    = "public.lease_fences_floors"
+)
+
+// floorsSuffix names the floors table after the fences table.
+const floorsSuffix = "_floors"
 
 var (
 	//go:embed migrations/*.sql
 	migrationFiles embed.FS
 	//go:embed queries/advance.sql
 	advanceSQL string
+	//go:embed queries/retire.sql
+	retireSQL string
+	//go:embed queries/due.sql
+	dueSQL string
 )
 
 // Migrations returns the embedded migrations of the fences table in the
@@ -82,32 +94,61 @@ type txOptions struct {
 
 func (b txOptions) Begin(ctx context.Context) (pgx.Tx, error) { return b.db.BeginTx(ctx, b.o) }
 
-// TableOptions name a fences table. The zero value names
-// public.lease_fences.
+// DefaultRetireLockTimeout is how long, by default, a sweep of a fences
+// table waits for the table lock that retiring a page of fences takes
+// (see Table.Sweep).
+const DefaultRetireLockTimeout = 100 * time.Millisecond
+
+// TableOptions name a fences table and say when its fences retire. The
+// zero value names public.lease_fences and retires fences that have not
+// advanced for lease.DefaultRetention.
 type TableOptions struct {
 	// Schema holds the table. Default DefaultSchema ("public").
 	Schema string
 	// Table is the table's name. Default DefaultTable ("lease_fences").
 	// Migrate records applied migrations in Table + "_migrations" beside
-	// it, so Table is at most 52 bytes.
+	// it, so Table is at most 52 bytes. The floors of the table's lease
+	// keys are in Table + "_floors", beside it.
 	Table string
+	// Retention is how long a fence that has not advanced (accepted a
+	// higher token, or a first one) is kept before Sweep retires it:
+	// deletes its row and raises the floor of its lease key to its token,
+	// so that the lease's stale writers stay refused on that resource and
+	// on every other (see the package documentation, "Retirement"). Safety
+	// holds for any retention; the retention only decides how many fences
+	// the table keeps. Default lease.DefaultRetention; lease.KeepForever
+	// retires nothing.
+	Retention time.Duration
+	// RetireLockTimeout bounds how long Sweep waits for the lock that
+	// retiring a page takes, which conflicts with every fenced write on the
+	// table: fenced writes that begin meanwhile wait behind it. A page whose
+	// lock is not granted in time is skipped (see Table.Sweep). Default
+	// DefaultRetireLockTimeout (100ms); at least a millisecond.
+	RetireLockTimeout time.Duration
 }
 
 // Table is a fences table in PostgreSQL: one row per resource with the
-// lease key it is fenced by and the highest token it has accepted. Its
+// lease key it is fenced by and the highest token it has accepted, and
+// beside it the floors of the lease keys whose fences were retired. Its
 // methods take the database on each call, so one Table serves every pool,
 // connection and transaction. It is immutable and safe for concurrent use.
 type Table struct {
 	schema, table string
 	qualified     string // quoted schema.table
+	floors        string // quoted schema.table_floors
 	versions      string // quoted schema.table_migrations
+	retention     time.Duration
+	lockTimeout   time.Duration
 	advance       string
+	retire        string
+	due           string
+	lock          string // the statement that locks the table for a retirement
 }
 
 // NewTable returns the fences table o names. It fails, wrapping ErrInvalid,
-// if a name is too long or not valid UTF-8; names are quoted, so any other
-// characters are allowed. It does not talk to the database: run Migrate
-// (or apply Migrations) first.
+// if a name is too long or not valid UTF-8, or a duration is out of range;
+// names are quoted, so any other characters are allowed. It does not talk
+// to the database: run Migrate (or apply Migrations) first.
 func NewTable(o TableOptions) (*Table, error) {
 	if o.Schema == "" {
 		o.Schema = DefaultSchema
@@ -121,23 +162,58 @@ func NewTable(o TableOptions) (*Table, error) {
 	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
 		return nil, invalid("TableOptions.Table + \"_migrations\" %w", err)
 	}
+	retention, err := checkRetention(o.Retention, "TableOptions")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.RetireLockTimeout == 0:
+		o.RetireLockTimeout = DefaultRetireLockTimeout
+	case o.RetireLockTimeout < time.Millisecond:
+		return nil, invalid("TableOptions.RetireLockTimeout %v is below a millisecond", o.RetireLockTimeout)
+	}
 	t := &Table{
-		schema:    o.Schema,
-		table:     o.Table,
-		qualified: pgstore.Quote(o.Schema, o.Table),
-		versions:  pgstore.Quote(o.Schema, o.Table+"_migrations"),
+		schema:      o.Schema,
+		table:       o.Table,
+		qualified:   pgstore.Quote(o.Schema, o.Table),
+		floors:      pgstore.Quote(o.Schema, o.Table+floorsSuffix),
+		versions:    pgstore.Quote(o.Schema, o.Table+"_migrations"),
+		retention:   retention,
+		lockTimeout: o.RetireLockTimeout,
 	}
 	t.advance = t.render(advanceSQL)
+	t.retire = t.render(retireSQL)
+	t.due = t.render(dueSQL)
+	t.lock = "LOCK TABLE " + t.qualified + " IN SHARE ROW EXCLUSIVE MODE"
 	return t, nil
 }
 
-// render replaces the default table name in embedded SQL with t's.
+// checkRetention returns the retention r of options named field: the
+// default for 0, KeepForever as is, an error for any other r ≤ 0.
+func checkRetention(r time.Duration, field string) (time.Duration, error) {
+	switch {
+	case r == 0:
+		return lease.DefaultRetention, nil
+	case r == lease.KeepForever:
+		return r, nil
+	case r < 0:
+		return 0, invalid("%s.Retention %v is negative (lease.KeepForever keeps fences for good)", field, r)
+	}
+	return r, nil
+}
+
+// render replaces the default table names in embedded SQL with t's: the
+// floors table first, whose default name starts with the fences table's.
 func (t *Table) render(sql string) string {
-	return strings.ReplaceAll(sql, defaultQualified, t.qualified)
+	return strings.NewReplacer(defaultFloors, t.floors, defaultQualified, t.qualified).Replace(sql)
 }
 
 // Name returns the table's quoted, schema-qualified name.
 func (t *Table) Name() string { return t.qualified }
+
+// FloorsName returns the quoted, schema-qualified name of the table's
+// floors table: its name followed by "_floors", in its schema.
+func (t *Table) FloorsName() string { return t.floors }
 
 var defaultFences = func() *Table {
 	t, err := NewTable(TableOptions{})
@@ -256,14 +332,19 @@ func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []
 		resource, key *string
 		token         int64
 		largest       *int64
+		floor         *int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&resource, &key, &token}, func() error {
-		if resource == nil || key == nil {
+		switch {
+		case resource == nil && key == nil:
 			l := token
 			largest = &l
-			return nil
+		case resource == nil:
+			f := token
+			floor = &f
+		default:
+			marks[*resource] = Mark{Key: *key, Token: lease.Token(token)}
 		}
-		marks[*resource] = Mark{Key: *key, Token: lease.Token(token)}
 		return nil
 	})
 	if err != nil {
@@ -271,6 +352,9 @@ func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []
 	}
 	if largest != nil {
 		return &ImplausibleTokenError{Resource: rs[0], Key: snap.Key, Token: snap.Token, Largest: lease.Token(*largest)}
+	}
+	if floor != nil {
+		return &StaleError{Resource: rs[0], Key: snap.Key, Token: snap.Token, Current: lease.Token(*floor), Floor: true}
 	}
 	want := Mark{Key: snap.Key, Token: snap.Token}
 	for _, r := range rs {
@@ -293,9 +377,9 @@ func (t *Table) statementError(rs []string, err error) error {
 	}
 	switch {
 	case pgstore.IsMissingTable(err):
-		return fmt.Errorf("fence: resources %q: fences table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, err)
+		return fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, t.floors, err)
 	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
-		return fmt.Errorf("fence: resources %q: permission denied on fences table %s (grant SELECT, INSERT, UPDATE on it): %w", rs, t.qualified, err)
+		return fmt.Errorf("fence: resources %q: permission denied on fences table %s or its floors table %s (grant SELECT, INSERT, UPDATE on the first, SELECT, INSERT on the second): %w", rs, t.qualified, t.floors, err)
 	}
 	// Whatever the outcome of the statement, the transaction it ran in is
 	// never committed: Tx returns before the COMMIT.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
@@ -35,9 +36,17 @@ var fenceScript = valkey.NewLuaScript(fenceSource, valkey.WithLoadSHA1(true))
 
 // ValkeyOptions configure a Valkey fence. The zero value is valid.
 type ValkeyOptions struct {
-	// Prefix starts the name of every fence key. Default DefaultPrefix
-	// ("fence:"). It must not contain '{' or '}'.
+	// Prefix starts the name of every fence key and floor key. Default
+	// DefaultPrefix ("fence:"). It must not contain '{' or '}'.
 	Prefix string
+	// Retention is how long a fence that has not advanced (accepted a
+	// higher token, or a first one) is kept before Sweep retires it:
+	// deletes its fence key and raises the floor of its lease key in the
+	// resource's hash slot to its token (see the package documentation,
+	// "Retirement"). Safety holds for any retention; the retention only
+	// decides how many fence keys the server keeps. Default
+	// lease.DefaultRetention; lease.KeepForever retires nothing.
+	Retention time.Duration
 }
 
 // Valkey runs fenced writes on a Valkey server or cluster: each call to
@@ -45,16 +54,19 @@ type ValkeyOptions struct {
 // applies the commands, atomically, in one round trip.
 //
 // A resource's fence key is Prefix + "{" + resource + "}" (see FenceKey),
-// a hash that is never deleted and never expires. The braces are a hash
-// tag: every key a fenced write touches must be in the same hash slot,
-// which the keys are when they carry the same tag, as in
+// a hash that never expires and is deleted only when Sweep retires it. The
+// braces are a hash tag: every key a fenced write touches must be in the
+// same hash slot, which the keys are when they carry the same tag, as in
 // "invoice:{billing/2026-11}:total" for the resource "billing/2026-11".
-// Do checks that before sending anything.
+// Do checks that before sending anything. Beside the fence keys, in each
+// hash slot, are the floors of the lease keys whose fences in that slot
+// were retired (see FloorKey).
 //
 // Valkey is safe for concurrent use; it never closes the client.
 type Valkey struct {
-	client valkey.Client
-	prefix string
+	client    valkey.Client
+	prefix    string
+	retention time.Duration
 }
 
 // NewValkey returns a Valkey fence on client (standalone, sentinel or
@@ -70,13 +82,39 @@ func NewValkey(client valkey.Client, o ValkeyOptions) (*Valkey, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, invalid("ValkeyOptions.Prefix %q must not contain '{' or '}'", o.Prefix)
 	}
-	return &Valkey{client: client, prefix: o.Prefix}, nil
+	retention, err := checkRetention(o.Retention, "ValkeyOptions")
+	if err != nil {
+		return nil, err
+	}
+	return &Valkey{client: client, prefix: o.Prefix, retention: retention}, nil
 }
 
 // FenceKey returns the name of the fence key of resource:
 // Prefix + "{" + resource + "}". Keys written under the fence must hash to
 // its slot; the simplest way is to put "{" + resource + "}" in them.
 func (v *Valkey) FenceKey(resource string) string { return keyspace.Name(v.prefix, resource, "") }
+
+// floorSuffix follows the hash tag in the name of a floor key, before the
+// escaped lease key.
+const floorSuffix = ":floor:"
+
+// FloorKey returns the name of the floor key of leaseKey in the hash slot
+// of resource's fence key: Prefix + "{" + tag + "}:floor:" + the lease
+// key escaped as internal/keyspace escapes names ('%', '{', '}' and '/'
+// as %25, %7B, %7D and %2F), where tag is a string of one to three
+// letters and digits whose hash slot is that slot. It is a hash whose
+// field token holds the highest token of leaseKey among the fences
+// retired in that slot; every fenced write of leaseKey in that slot with a
+// lower token is refused. Floor keys never expire and are never deleted:
+// there is at most one per lease key and hash slot.
+func (v *Valkey) FloorKey(resource, leaseKey string) string {
+	return v.floorKey(v.FenceKey(resource), leaseKey)
+}
+
+// floorKey returns the floor key of leaseKey in the slot of fence key fk.
+func (v *Valkey) floorKey(fk, leaseKey string) string {
+	return keyspace.Name(v.prefix, slotTag(keySlot(fk)), floorSuffix+keyspace.Escape(leaseKey))
+}
 
 // isFenceKey reports whether key is the fence key of some resource:
 // Prefix, '{', a resource without braces, '}'.
@@ -87,6 +125,17 @@ func (v *Valkey) isFenceKey(key string) bool {
 	}
 	r, ok = strings.CutSuffix(r, "}")
 	return ok && r != "" && !strings.ContainsAny(r, "{}")
+}
+
+// isFloorKey reports whether key has the shape of a floor key: Prefix,
+// '{', a tag without braces, "}:floor:", anything.
+func (v *Valkey) isFloorKey(key string) bool {
+	r, ok := strings.CutPrefix(key, v.prefix+"{")
+	if !ok {
+		return false
+	}
+	tag, rest, ok := strings.Cut(r, "}")
+	return ok && tag != "" && !strings.Contains(tag, "{") && strings.HasPrefix(rest, floorSuffix)
 }
 
 // Claim advances the fence of resource to snap, writing nothing else: from
@@ -137,9 +186,13 @@ func (v *Valkey) Do(ctx context.Context, snap lease.Snapshot, resource string, c
 // queue's keys, so that one script claims an item and writes its fence).
 // The fence key must be a hash in the format of the fence script (fields
 // key, token and owner, see FenceKey) that only fenced writes and its own
-// package write; resource only names the write in errors. Every command's
-// key must be in the hash slot of fenceKey and must not be fenceKey; the
-// errors are those of Do.
+// package write; resource only names the write in errors. The floor of the
+// snapshot's lease key is read from its floor key in fenceKey's slot, named
+// as FloorKey names it; Sweep retires only the fence keys it names itself,
+// so a fence key of DoAt never retires and that floor is only raised by
+// fences of the same lease in the same slot. Every command's key must be
+// in the hash slot of fenceKey and must be neither fenceKey nor a floor
+// key; the errors are those of Do.
 func (v *Valkey) DoAt(ctx context.Context, snap lease.Snapshot, resource, fenceKey string, cmds ...Command) ([]valkey.ValkeyMessage, error) {
 	if err := validSnapshot(snap); err != nil {
 		return nil, err
@@ -182,21 +235,23 @@ func (v *Valkey) encode(snap lease.Snapshot, resource string, cmds []Command) (k
 }
 
 // encodeAt checks the commands of a fenced write on the fence key fk, of
-// a checked snapshot, and returns the script's KEYS and ARGV.
+// a checked snapshot, and returns the script's KEYS (the fence key, the
+// floor key of the snapshot's lease key in its slot, the data keys) and
+// ARGV.
 func (v *Valkey) encodeAt(snap lease.Snapshot, resource, fk string, cmds []Command) (keys, args []string, err error) {
 	slot := keySlot(fk)
 	n := 4
 	for _, c := range cmds {
 		n += 3 + len(c.args)
 	}
-	keys = make([]string, 1, 1+len(cmds))
-	keys[0] = fk
+	keys = make([]string, 2, 2+len(cmds))
+	keys[0], keys[1] = fk, v.floorKey(fk, snap.Key)
 	args = make([]string, 0, n)
 	args = append(args, snap.Key, snap.Token.String(), snap.Owner, strconv.Itoa(len(cmds)))
 	var index map[string]int // for large groups; small ones search keys
 	if len(cmds) > 16 {
-		index = make(map[string]int, len(cmds)+1)
-		index[fk] = 1
+		index = make(map[string]int, len(cmds)+2)
+		index[fk], index[keys[1]] = 1, 2
 	}
 	for i, c := range cmds {
 		if err := c.check(); err != nil {
@@ -209,6 +264,10 @@ func (v *Valkey) encodeAt(snap lease.Snapshot, resource, fk string, cmds []Comma
 			// Another resource's fence key in the same slot: a group must
 			// never lower or remove a fence, its own or another's.
 			return nil, nil, invalid("resource %q: command %d: %s writes a fence key", resource, i+1, c)
+		}
+		if v.isFloorKey(c.key) {
+			// Nor a floor, of any lease key.
+			return nil, nil, invalid("resource %q: command %d: %s writes a floor key", resource, i+1, c)
 		}
 		if s := keySlot(c.key); s != slot {
 			return nil, nil, invalid("resource %q: command %d: key %q is in hash slot %d, not in slot %d of the fence key %q (put {%s} in the key)",
@@ -255,6 +314,12 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 		msg, _ := arr[2].ToString()
 		return nil, fmt.Errorf("fence: resource %q: command %d failed after the fence and the %d commands before it were applied (Valkey does not roll back): %s",
 			resource, c, c-1, msg)
+	}
+	if code == 6 && len(arr) == 2 {
+		floor, _ := arr[1].ToString()
+		if n, err := strconv.ParseUint(floor, 10, 64); err == nil {
+			return nil, &StaleError{Resource: resource, Key: snap.Key, Token: snap.Token, Current: lease.Token(n), Floor: true}
+		}
 	}
 	if code == 4 && len(arr) == 2 {
 		largest, _ := arr[1].ToString()

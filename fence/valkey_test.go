@@ -196,7 +196,7 @@ func TestValkeyClientSideChecks(t *testing.T) {
 
 // TestValkeyScriptAllowList calls the script directly, as a caller who
 // bypasses the Go API could: nothing but the allowed commands on the keys
-// it was passed can run.
+// it was passed can run, and no fence or floor key is reachable as data.
 func TestValkeyScriptAllowList(t *testing.T) {
 	t.Parallel()
 	c := standalone(t)
@@ -204,35 +204,36 @@ func TestValkeyScriptAllowList(t *testing.T) {
 	// The script takes the fence key as given; a prefix of this test's
 	// own keeps a second run (-count=2) from finding the first one's.
 	v := newFence(t, c)
-	fk, data := v.FenceKey("r"), dataKey(v, "data", "r")
+	fk, floor, data := v.FenceKey("r"), v.FloorKey("r", "k"), dataKey(v, "data", "r")
 	run := func(keys []string, args ...string) error {
 		cmd := c.B().Eval().Script(fence.FenceLua).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 		return c.Do(ctx, cmd).Error()
 	}
 	head := []string{"k", "1", "o"}
 	for name, args := range map[string][]string{
-		"FLUSHALL":         {"1", "FLUSHALL", "2", "0"},
-		"EVAL":             {"1", "EVAL", "2", "2", "return 1", "0"},
-		"lower-case set":   {"1", "set", "2", "1", "v"},
-		"CONFIG":           {"1", "CONFIG", "2", "2", "SET", "x"},
+		"FLUSHALL":         {"1", "FLUSHALL", "3", "0"},
+		"EVAL":             {"1", "EVAL", "3", "2", "return 1", "0"},
+		"lower-case set":   {"1", "set", "3", "1", "v"},
+		"CONFIG":           {"1", "CONFIG", "3", "2", "SET", "x"},
 		"key index 1":      {"1", "SET", "1", "1", "v"},
-		"key index 3":      {"1", "SET", "3", "1", "v"},
+		"key index 2":      {"1", "SET", "2", "1", "v"},
+		"key index 4":      {"1", "SET", "4", "1", "v"},
 		"key index 0":      {"1", "SET", "0", "1", "v"},
 		"key by name":      {"1", "SET", "other{r}", "1", "v"},
-		"SET GET option":   {"1", "SET", "2", "2", "v", "GET"},
-		"SET EX 0":         {"1", "SET", "2", "3", "v", "EX", "0"},
-		"SET PXAT":         {"1", "SET", "2", "3", "v", "PXAT", "1"},
-		"DEL two keys":     {"1", "DEL", "2", "1", "other{r}"},
-		"XADD explicit ID": {"1", "XADD", "2", "3", "1-1", "f", "v"},
-		"XADD MINID":       {"1", "XADD", "2", "5", "MINID", "0", "*", "f", "v"},
-		"INCRBY 1.5":       {"1", "INCRBY", "2", "1", "1.5"},
-		"EXPIRE 0":         {"1", "EXPIRE", "2", "1", "0"},
-		"args too few":     {"1", "SET", "2", "5", "v"},
-		"args left over":   {"1", "DEL", "2", "0", "extra"},
-		"count too high":   {"2", "DEL", "2", "0"},
+		"SET GET option":   {"1", "SET", "3", "2", "v", "GET"},
+		"SET EX 0":         {"1", "SET", "3", "3", "v", "EX", "0"},
+		"SET PXAT":         {"1", "SET", "3", "3", "v", "PXAT", "1"},
+		"DEL two keys":     {"1", "DEL", "3", "1", "other{r}"},
+		"XADD explicit ID": {"1", "XADD", "3", "3", "1-1", "f", "v"},
+		"XADD MINID":       {"1", "XADD", "3", "5", "MINID", "0", "*", "f", "v"},
+		"INCRBY 1.5":       {"1", "INCRBY", "3", "1", "1.5"},
+		"EXPIRE 0":         {"1", "EXPIRE", "3", "1", "0"},
+		"args too few":     {"1", "SET", "3", "5", "v"},
+		"args left over":   {"1", "DEL", "3", "0", "extra"},
+		"count too high":   {"2", "DEL", "3", "0"},
 		"count negative":   {"-1"},
 	} {
-		if err := run([]string{fk, data}, append(head, args...)...); err == nil || !strings.Contains(err.Error(), "fence:") {
+		if err := run([]string{fk, floor, data}, append(head, args...)...); err == nil || !strings.Contains(err.Error(), "fence:") {
 			t.Errorf("%s: %v; want a refusal", name, err)
 		}
 	}
@@ -244,28 +245,50 @@ func TestValkeyScriptAllowList(t *testing.T) {
 		"token 21 digits": {"k", strings.Repeat("9", 21), "o", "0"},
 		"empty key":       {"", "1", "o", "0"},
 	} {
-		if err := run([]string{fk}, args...); err == nil {
+		if err := run([]string{fk, floor}, args...); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if err := run([]string{fk, fk}, append(head, "0")...); err == nil {
+	// The floor key must be the floor key of the write's lease key.
+	for name, keys := range map[string][]string{
+		"no floor key":          {fk},
+		"another lease's floor": {fk, v.FloorKey("r", "other")},
+		"a data key as floor":   {fk, data},
+		"floor key without tag": {fk, strings.TrimSuffix(fk, "{r}") + "{}:floor:k"},
+	} {
+		if err := run(keys, append(head, "0")...); err == nil || !strings.Contains(err.Error(), "floor key") {
+			t.Errorf("%s: %v; want a refusal naming the floor key", name, err)
+		}
+	}
+	if err := run([]string{fk, floor, fk}, append(head, "0")...); err == nil {
 		t.Error("the fence key passed twice: accepted")
 	}
-	// Another resource's fence key, passed as a data key (the script must
-	// refuse it even if a caller skips the Go checks).
+	if err := run([]string{fk, floor, floor}, append(head, "1", "DEL", "3", "0")...); err == nil {
+		t.Error("the floor key passed as a data key: accepted")
+	}
+	// Another resource's fence key, or any lease's floor key, passed as a
+	// data key (the script must refuse them even if a caller skips the Go
+	// checks).
 	other := v.FenceKey("r2")
-	if err := run([]string{fk, other}, append(head, "1", "DEL", "2", "0")...); err == nil || !strings.Contains(err.Error(), "is a fence key") {
+	if err := run([]string{fk, floor, other}, append(head, "1", "DEL", "3", "0")...); err == nil || !strings.Contains(err.Error(), "is a fence key") {
 		t.Errorf("DEL of another resource's fence key: %v; want a refusal", err)
 	}
-	if err := run([]string{fk, other + ":log"}, append(head, "1", "DEL", "2", "0")...); err != nil {
-		t.Errorf("DEL of a data key that starts like a fence key: %v", err)
+	for _, f := range []string{v.FloorKey("r", "other"), v.FloorKey("r2", "k"), strings.TrimSuffix(fk, "{r}") + "{anything}:floor:"} {
+		if err := run([]string{fk, floor, f}, append(head, "1", "DEL", "3", "0")...); err == nil || !strings.Contains(err.Error(), "is a floor key") {
+			t.Errorf("DEL of floor key %q: %v; want a refusal", f, err)
+		}
 	}
-	_ = c.Do(ctx, c.B().Del().Key(fk).Build()) // the call above claimed r
-	if n, _ := c.Do(ctx, c.B().Exists().Key(fk, data).Build()).AsInt64(); n != 0 {
+	for _, ok := range []string{other + ":log", strings.TrimSuffix(fk, "{r}") + "{r}:floors", strings.TrimSuffix(fk, "{r}") + "{r}floor:k"} {
+		if err := run([]string{fk, floor, ok}, append(head, "1", "DEL", "3", "0")...); err != nil {
+			t.Errorf("DEL of a data key %q that starts like a fence or floor key: %v", ok, err)
+		}
+	}
+	_ = c.Do(ctx, c.B().Del().Key(fk).Build()) // the calls above claimed r
+	if n, _ := c.Do(ctx, c.B().Exists().Key(fk, floor, data).Build()).AsInt64(); n != 0 {
 		t.Fatalf("refused scripts wrote %d keys", n)
 	}
 	// A well-formed call goes through.
-	if err := run([]string{fk, data}, append(head, "1", "SET", "2", "3", "v", "PX", "5000")...); err != nil {
+	if err := run([]string{fk, floor, data}, append(head, "1", "SET", "3", "3", "v", "PX", "5000")...); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -101,8 +101,10 @@ func mustPolicy(o PolicyOptions) Policy {
 // under the lease SweepKey, which it takes with one TryAcquire and releases
 // when done: if another replica is sweeping, Sweep returns at once with an
 // error matching ErrNotAcquired and removes nothing. It returns how many
-// records it removed. ctx bounds the whole sweep; between pages Sweep
-// checks that its lease is still held, and stops if not.
+// records it removed. A sweeper that fails (a missing permission, say)
+// does not keep the others from running; Sweep returns every failure,
+// joined. ctx bounds the whole sweep; between pages Sweep renews its lease,
+// and stops if it was lost.
 //
 // A Client calls Sweep by itself, in the background, at most once every
 // ClientOptions.SweepEvery; call it directly to sweep now (the leasectl
@@ -134,19 +136,22 @@ func (c *Client) sweepers() []Sweeper {
 	return append(out, c.extra...)
 }
 
-// sweepAll walks each sweeper to its end while h is held.
+// sweepAll walks each sweeper to its end while h is held. A sweeper that
+// fails does not stop the next one; losing h or ctx stops them all.
 func sweepAll(ctx context.Context, sweepers []Sweeper, h *Handle) (int, error) {
 	n := 0
+	var errs []error
 	for _, s := range sweepers {
 		cursor := ""
 		for {
 			if err := h.Renew(ctx); err != nil {
-				return n, err
+				return n, errors.Join(append(errs, err)...)
 			}
 			page, err := s.Sweep(ctx, SweepOptions{Cursor: cursor, Limit: sweepPage})
 			n += len(page.Removed)
 			if err != nil {
-				return n, err
+				errs = append(errs, err)
+				break
 			}
 			if page.Next == "" {
 				break
@@ -154,7 +159,7 @@ func sweepAll(ctx context.Context, sweepers []Sweeper, h *Handle) (int, error) {
 			cursor = page.Next
 		}
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }
 
 // sweepTimeout bounds one background sweep.

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,5 +134,29 @@ func TestSweepInTheBackground(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := extra.calls.Load(); got != before {
 		t.Fatalf("a client with SweepEvery -1 swept (%d calls, want %d)", got, before)
+	}
+}
+
+// failingSweeper fails every call.
+type failingSweeper struct{}
+
+func (failingSweeper) Sweep(context.Context, lease.SweepOptions) (lease.SweepPage, error) {
+	return lease.SweepPage{}, errors.New("NOPERM this user has no permissions to run the 'scan' command")
+}
+
+func TestSweepGoesOnPastAFailingSweeper(t *testing.T) {
+	ctx := context.Background()
+	after := &countingSweeper{}
+	c, err := lease.NewClient(memory.New(memory.Options{}), lease.ClientOptions{Owner: "a", SweepEvery: -1,
+		Sweepers: []lease.Sweeper{failingSweeper{}, after}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Sweep(ctx)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Sweep with a failing sweeper: %v, want its error", err)
+	}
+	if after.calls.Load() != 1 || n != 1 {
+		t.Fatalf("the sweeper after a failing one ran %d times and Sweep removed %d; want 1 and 1", after.calls.Load(), n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/internal/valkeyacl"
+	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )
 
@@ -91,6 +92,19 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 		if it := mustItem(ctx, t, src, id); it.State != want {
 			t.Errorf("item %s = %+v; want %s", id, it, want)
 		}
+	}
+	// Sweep finds nothing past its retention yet, then removes the
+	// finished items (DEL is allowed).
+	if page, err := src.Sweep(ctx, lease.SweepOptions{Limit: 10}); err != nil || len(page.Removed) != 0 {
+		t.Fatalf("Sweep as the ACL user = %+v, %v; want nothing removed", page, err)
+	}
+	short, err := leasequeue.NewValkeySource(c, "orders", leasequeue.ValkeyOptions{DoneRetention: time.Nanosecond, DeadRetention: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if got := sweepAll(ctx, t, short, lease.SweepOptions{Limit: 10}); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("Sweep as the ACL user removed %q; want a, b and c", got)
 	}
 	// The finished items' ready times are gone (HDEL is allowed); the
 	// released item keeps its own.

@@ -26,9 +26,10 @@ import (
 //
 // The rules of lease.Backend hold for the claim of each item, under the
 // item's lease key (Queue.Key): a token strictly greater than every token
-// the item carried before, also after the source lost data, as long as its
-// clock does not step back (seed it with the clock in microseconds, as the
-// lease backends do); expiry on the source's clock; and the same three
+// the item carried before, also after the source lost data or removed the
+// finished item (see lease.Sweeper) and its ID was enqueued again, as long
+// as its clock does not step back (seed it with the clock in microseconds,
+// as the lease backends do); expiry on the source's clock; and the same three
 // kinds of errors (nil, a refusal, or an error matching
 // lease.ErrIndeterminate when the request may have been applied). Complete
 // and Fail are fenced by the claim's token, as for every Source, and clear

@@ -71,7 +71,35 @@
 // Valkey lease backend and the default prefixes (SECURITY.md explains each
 // grant, and what a cluster needs):
 //
-//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//	ACL SETUSER workers reset on >secret ~lease:* &lease:* ~leasequeue:* +client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load +hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +del +rpush +lpop +zadd +zrange +zscore +zrem +sadd +smembers +srem +time +spublish +ssubscribe +sunsubscribe +info
+//
+// # Retention
+//
+// Finished items do not stay forever. Each source keeps a done item for
+// DoneRetention (default DefaultDoneRetention, 24 hours) and a dead one for
+// DeadRetention (default DefaultDeadRetention, 7 days) after it finished,
+// on the source's clock, then its Sweep (lease.Sweeper) removes it; the
+// options are fields of PostgresOptions, ValkeyOptions and MemoryOptions,
+// and lease.KeepForever keeps the items of a state for good. Sweep removes
+// an item only in the request that checks it is still done or dead and
+// past its retention, so a pending or running item, also one whose claim
+// expired and whose worker may still complete it, is never removed.
+//
+// Run sweeps by itself: about every Options.PruneEvery (default an hour)
+// it walks the source's Sweep pages under the lease Queue.PruneKey, taken
+// with TryAcquire, so one worker across all replicas prunes at a time, and
+// reports each prune with a Pruned event. Queue.Prune does it on demand;
+// a lease.Client sweeps a source listed in ClientOptions.Sweepers too.
+//
+// Enqueue leaves an ID the queue has alone, in any state, so the retention
+// is also how long an ID enqueued twice runs once. Once its item is
+// removed, the ID is new again: Enqueue adds it as a new item, and its
+// first claim gets a token above every token of the removed item, because
+// claim tokens are max(the item's token + 1, the source's clock in µs) and
+// Sweep removes an item only once its token is below that clock
+// (MemorySource, which has no such clock, counts from above the highest
+// token it removed). So a claim of the removed item cannot write the new
+// one.
 //
 // # Partitions
 //
@@ -105,8 +133,8 @@
 // # Observations
 //
 // An Observer receives events: Claimed, Heartbeat (a renewal went
-// through, or is overdue), Completed, Failed, Lost, Assigned, Revoked and
-// Rebalanced. NewSlogObserver logs them. The leases' own events go to the
+// through, or is overdue), Completed, Failed, Lost, Pruned, Assigned,
+// Revoked and Rebalanced. NewSlogObserver logs them. The leases' own events go to the
 // lease.Client's observer, those of a Claimer's claims too (renewed,
 // lost, released; a claim is granted by the source, so there is no
 // Acquired event for it).

@@ -37,6 +37,9 @@ type store struct {
 	backend func(t testing.TB) lease.Backend
 	// source returns the source of queue.
 	source func(t testing.TB, queue string) source
+	// retaining returns the source of queue that keeps done and dead
+	// items for the given retentions (see PostgresOptions.DoneRetention).
+	retaining func(t testing.TB, queue string, done, dead time.Duration) source
 	// roster returns a roster.
 	roster func(t testing.TB) leasequeue.Roster
 	// completeWith completes c with a fenced effect recorded atomically
@@ -102,14 +105,16 @@ func (s memorySource) Item(_ context.Context, id string) (leasequeue.Item, error
 func memoryStore(clock lease.Clock) *store {
 	b := leasememory.New(leasememory.Options{Clock: clock})
 	roster := &leasequeue.MemoryRoster{}
-	return &store{
+	s := &store{
 		name:    "memory",
 		backend: func(testing.TB) lease.Backend { return b },
-		source: func(testing.TB, string) source {
-			return memorySource{leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})}
+		retaining: func(_ testing.TB, _ string, done, dead time.Duration) source {
+			return memorySource{leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock, DoneRetention: done, DeadRetention: dead})}
 		},
 		roster: func(testing.TB) leasequeue.Roster { return roster },
 	}
+	s.source = func(t testing.TB, queue string) source { return s.retaining(t, queue, 0, 0) }
+	return s
 }
 
 var prefixes atomic.Int64
@@ -138,7 +143,7 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 		t.Fatal(err)
 	}
 	logKey := func(partition string) string { return prefix + "judge:{" + partition + "}:log" }
-	return &store{
+	s := &store{
 		name: "valkey",
 		backend: func(t testing.TB) lease.Backend {
 			t.Helper()
@@ -148,9 +153,9 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 			}
 			return s
 		},
-		source: func(t testing.TB, queue string) source {
+		retaining: func(t testing.TB, queue string, done, dead time.Duration) source {
 			t.Helper()
-			s, err := leasequeue.NewValkeySource(shared, queue, leasequeue.ValkeyOptions{Prefix: prefix})
+			s, err := leasequeue.NewValkeySource(shared, queue, leasequeue.ValkeyOptions{Prefix: prefix, DoneRetention: done, DeadRetention: dead})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,6 +212,8 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 			return out, nil
 		},
 	}
+	s.source = func(t testing.TB, queue string) source { return s.retaining(t, queue, 0, 0) }
+	return s
 }
 
 // valkeyClient returns a client of the server(s) at addrs, closed when t
@@ -244,7 +251,7 @@ CREATE TABLE completions (item text NOT NULL, token bigint NOT NULL)`)
 	if err != nil {
 		t.Fatalf("create the judge's tables: %v", err)
 	}
-	return &store{
+	s := &store{
 		name: "postgres",
 		backend: func(t testing.TB) lease.Backend {
 			t.Helper()
@@ -255,9 +262,9 @@ CREATE TABLE completions (item text NOT NULL, token bigint NOT NULL)`)
 			t.Cleanup(func() { s.Close() }) // before the pool closes
 			return s
 		},
-		source: func(t testing.TB, queue string) source {
+		retaining: func(t testing.TB, queue string, done, dead time.Duration) source {
 			t.Helper()
-			s, err := leasequeue.NewPostgresSource(admin, queue, leasequeue.PostgresOptions{})
+			s, err := leasequeue.NewPostgresSource(admin, queue, leasequeue.PostgresOptions{DoneRetention: done, DeadRetention: dead})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,6 +315,8 @@ CREATE TABLE completions (item text NOT NULL, token bigint NOT NULL)`)
 			return pgx.CollectRows(rows, pgx.RowTo[lease.Token])
 		},
 	}
+	s.source = func(t testing.TB, queue string) source { return s.retaining(t, queue, 0, 0) }
+	return s
 }
 
 // pgPool returns a pool of at most size connections to url, closed when t

@@ -66,3 +66,9 @@ func (s *ValkeySource) WithTokenLead(lead int64) *ValkeySource {
 	c.scripts = newTokenScripts(lead)
 	return &c
 }
+
+// DoneKey returns the name of the queue's done set.
+func (s *ValkeySource) DoneKey() string { return s.done }
+
+// PruneStatement returns the statement of the source's Sweep pages.
+func (s *PostgresSource) PruneStatement() string { return s.prune }

@@ -128,12 +128,14 @@ func TestValkeyNamesFollowTheLayout(t *testing.T) {
 		for _, c := range []struct{ what, got, want string }{
 			{"ready list", src.ReadyKey(), keyspace.Name("lq:", qt, ":ready")},
 			{"due set", src.DueKey(), keyspace.Name("lq:", qt, ":due")},
+			{"done set", src.DoneKey(), keyspace.Name("lq:", qt, ":done")},
 			{"dead set", src.DeadKey(), keyspace.Name("lq:", qt, ":dead")},
 			{"ready times", src.SinceKey(), keyspace.Name("lq:", qt, ":since")},
 			{"item hash", src.ItemKey(id, "item"), keyspace.Name("lq:", qt, ":item/"+keyspace.Escape(id)+"/item")},
 			{"fence key", src.FenceKey(id), keyspace.Name("lq:", qt, ":item/"+keyspace.Escape(id)+"/fence")},
 			{"member set", r.Key(g), keyspace.Name("lq:", keyspace.Tag(g), ":members")},
 			{"item lease", itemLease(t, q, id), keyspace.LeaseKey(q+"/", keyspace.QueueItem, id)},
+			{"prune lease", pruneLease(t, q), keyspace.LeaseKey(q+"/", keyspace.QueuePrune, "")},
 			{"member lease", leasequeue.MemberKey(g, w), keyspace.LeaseKey(g+"/", keyspace.GroupMember, w)},
 			{"partition lease", leasequeue.PartitionKey(g, w), keyspace.LeaseKey(g+"/", keyspace.GroupPartition, w)},
 		} {
@@ -147,7 +149,7 @@ func TestValkeyNamesFollowTheLayout(t *testing.T) {
 		// Every script touches the queue's keys and its items' keys
 		// (claim.lua names the items it picks): all in one slot.
 		for _, group := range [][]string{
-			{src.ReadyKey(), src.DueKey(), src.DeadKey(), src.SinceKey(),
+			{src.ReadyKey(), src.DueKey(), src.DoneKey(), src.DeadKey(), src.SinceKey(),
 				src.FenceKey(id), src.ItemKey(id, "item"), src.ItemKey(id, "receipt")},
 		} {
 			for _, k := range group[1:] {
@@ -160,7 +162,14 @@ func TestValkeyNamesFollowTheLayout(t *testing.T) {
 }
 
 // itemLease returns the lease key of item id of queue q.
-func itemLease(t *rapid.T, q, id string) string {
+func itemLease(t *rapid.T, q, id string) string { return newKeysQueue(t, q).Key(id) }
+
+// pruneLease returns the lease key under which the workers of queue q
+// prune.
+func pruneLease(t *rapid.T, q string) string { return newKeysQueue(t, q).PruneKey() }
+
+// newKeysQueue returns a queue named q, on memory.
+func newKeysQueue(t *rapid.T, q string) *leasequeue.Queue {
 	c, err := lease.NewClient(leasememory.New(leasememory.Options{}), lease.ClientOptions{Owner: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +182,7 @@ func itemLease(t *rapid.T, q, id string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return qu.Key(id)
+	return qu
 }
 
 // hashTag returns the part of a Valkey key that decides its hash slot.

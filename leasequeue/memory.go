@@ -2,6 +2,7 @@ package leasequeue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,33 +12,48 @@ import (
 
 // MemoryOptions configure a MemorySource. The zero value is valid.
 type MemoryOptions struct {
-	// Clock tells time for hiding items; use the lease client's. Default
-	// lease.SystemClock().
+	// Clock tells time for hiding items and for their retention; use the
+	// lease client's. Default lease.SystemClock().
 	Clock lease.Clock
+
+	// DoneRetention is how long the source keeps a done item after it was
+	// completed, on Clock, before Sweep removes it. Default
+	// DefaultDoneRetention (24 hours); lease.KeepForever (any negative
+	// value) keeps done items for good.
+	DoneRetention time.Duration
+	// DeadRetention is how long the source keeps a dead item after it went
+	// to the dead-letter state, as DoneRetention. Default
+	// DefaultDeadRetention (7 days).
+	DeadRetention time.Duration
 }
 
 // MemorySource is a Source and a Claimer in the memory of one process,
-// fenced by a fence.Memory: the reference implementation of the Source and
-// Claimer rules, for tests, examples and single-process programs. Its
-// claims' tokens count up from the item's fence, as the memory lease
-// backend's do (the source is lost with the process, so there is no
-// restore to outlive). Next and ClaimNext hand out running items whose claim may have expired
-// first, then pending ones, each in the order they were enqueued. It is
-// safe for concurrent use, and is lost with the process.
+// each item fenced by a fence.Mark kept with it (the rule of
+// fence.Memory): the reference implementation of the Source and Claimer
+// rules, for tests, examples and single-process programs. Its claims'
+// tokens count up from the item's fence, as the memory lease backend's do
+// (the source is lost with the process, so there is no restore to
+// outlive), and from above every token of an item Sweep removed. Next and
+// ClaimNext hand out running items whose claim may have expired first,
+// then pending ones, each in the order they were enqueued. It is safe for
+// concurrent use, and is lost with the process.
 type MemorySource struct {
-	clock lease.Clock
-	fence fence.Memory
+	clock     lease.Clock
+	retention retention
 
 	mu    sync.Mutex
 	items map[string]*memoryItem
-	order []string // IDs in the order they were enqueued
+	order []string    // IDs in the order they were enqueued
+	floor lease.Token // the highest token of an item Sweep removed
 }
 
 type memoryItem struct {
 	Item
-	visible time.Time // for a claimed item, when its claim expires
-	ready   time.Time // when it was enqueued, or its retry delay ends
-	nonce   string    // the secret of the item's claim (Claimer), if any
+	mark     fence.Mark // the item's fence
+	visible  time.Time  // for a claimed item, when its claim expires
+	ready    time.Time  // when it was enqueued, or its retry delay ends
+	finished time.Time  // when it became done or dead
+	nonce    string     // the secret of the item's claim (Claimer), if any
 }
 
 var _ Source = (*MemorySource)(nil)
@@ -47,12 +63,13 @@ func NewMemorySource(o MemoryOptions) *MemorySource {
 	if o.Clock == nil {
 		o.Clock = lease.SystemClock()
 	}
-	return &MemorySource{clock: o.Clock, items: make(map[string]*memoryItem)}
+	return &MemorySource{clock: o.Clock, retention: newRetention(o.DoneRetention, o.DeadRetention), items: make(map[string]*memoryItem)}
 }
 
 // Enqueue adds pending items with the given IDs, ready at once, and
 // returns how many were added: an ID the source already has, in any
-// state, is left alone. IDs must be valid fence resource names (see
+// state, is left alone. A finished item is kept until Sweep removes it
+// after its retention; from then on its ID is new again (see Sweep). IDs must be valid fence resource names (see
 // fence.ValidateResource); Enqueue panics otherwise.
 func (s *MemorySource) Enqueue(ids ...string) int {
 	s.mu.Lock()
@@ -77,16 +94,13 @@ func (s *MemorySource) Enqueue(ids ...string) int {
 // know it.
 func (s *MemorySource) Item(id string) (Item, bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	it := s.items[id]
-	s.mu.Unlock()
 	if it == nil {
 		return Item{}, false
 	}
-	m := s.fence.Mark(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := it.Item
-	out.FenceKey, out.Token = m.Key, m.Token
+	out.FenceKey, out.Token = it.mark.Key, it.mark.Token
 	return out, true
 }
 
@@ -115,14 +129,8 @@ func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]str
 // Begin implements Source.
 func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
 	var b Begun
-	err := s.fence.Do(snap, []string{id}, func() error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		it := s.items[id]
-		switch {
-		case it == nil:
-			return notFound(id)
-		case it.State == Done || it.State == Dead:
+	err := s.fenced(snap, id, func(it *memoryItem) error {
+		if it.State == Done || it.State == Dead {
 			return finished(id, it.State)
 		}
 		it.State, it.Owner = Running, snap.Owner
@@ -135,10 +143,39 @@ func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, 
 	return b, err
 }
 
+// fenced applies write to item id under snap, as fence.Memory.Do does
+// with the item's mark: if the mark admits snap, write is called, and the
+// mark moves to snap if write returns nil. It returns an error wrapping
+// fence.ErrInvalid for a snapshot without a token or a valid key,
+// ErrNotFound for an unknown item, and the mark's refusal.
+func (s *MemorySource) fenced(snap lease.Snapshot, id string, write func(*memoryItem) error) error {
+	if snap.Token == 0 {
+		return fmt.Errorf("%w: leasequeue: item %q: snapshot of lease %q has no token", fence.ErrInvalid, id, snap.Key)
+	}
+	if err := lease.ValidateKey(snap.Key); err != nil {
+		return fmt.Errorf("%w: leasequeue: item %q: %w", fence.ErrInvalid, id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	if it == nil {
+		return notFound(id)
+	}
+	next, err := it.mark.Admit(id, snap)
+	if err != nil {
+		return err
+	}
+	if err := write(it); err != nil {
+		return err
+	}
+	it.mark = next
+	return nil
+}
+
 // Complete implements Source.
 func (s *MemorySource) Complete(_ context.Context, snap lease.Snapshot, id string) error {
 	return s.finish(snap, id, func(it *memoryItem) {
-		it.State, it.LastError = Done, ""
+		it.State, it.LastError, it.finished = Done, "", s.clock.Now()
 	})
 }
 
@@ -147,7 +184,7 @@ func (s *MemorySource) Fail(_ context.Context, snap lease.Snapshot, id string, f
 	return s.finish(snap, id, func(it *memoryItem) {
 		it.State = Pending
 		if f.Dead {
-			it.State = Dead
+			it.State, it.finished = Dead, s.clock.Now()
 		}
 		if f.Err != nil {
 			it.LastError = f.Err.Error()
@@ -159,14 +196,8 @@ func (s *MemorySource) Fail(_ context.Context, snap lease.Snapshot, id string, f
 
 // finish applies end to the running item id, fenced by snap.
 func (s *MemorySource) finish(snap lease.Snapshot, id string, end func(*memoryItem)) error {
-	return s.fence.Do(snap, []string{id}, func() error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		it := s.items[id]
-		switch {
-		case it == nil:
-			return notFound(id)
-		case it.State != Running:
+	return s.fenced(snap, id, func(it *memoryItem) error {
+		if it.State != Running {
 			return notRunning(id, it.State)
 		}
 		it.Owner, it.nonce = snap.Owner, ""

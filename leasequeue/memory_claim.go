@@ -3,6 +3,7 @@ package leasequeue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -57,36 +58,37 @@ func (s *MemorySource) ClaimItem(_ context.Context, r ClaimRequest, id string) (
 // claimOne claims item id for r if it is pending or running with an
 // expired claim or (unless ready is set) with none; with ready set, for
 // ClaimNext, a pending item must also be past its retry time. The claim
-// is the write of a fence.Do under a token one above the item's fence, so
-// that the fence and the item move together.
+// is a fenced write under a token one above the item's fence and above
+// every token of a removed item (see MemorySource.Sweep), so that the
+// fence and the item move together.
 func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted, error) {
-	snap := lease.Snapshot{Key: r.KeyPrefix + escapeID(id), Owner: r.Owner, Token: s.fence.Mark(id).Token + 1}
-	g := Granted{ID: id, Token: snap.Token}
-	err := s.fence.Do(snap, []string{id}, func() error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		it := s.items[id]
-		now := s.clock.Now()
-		switch {
-		case it == nil:
-			return notFound(id)
-		case it.State == Done || it.State == Dead:
-			return finished(id, it.State)
-		case it.State == Running && now.Before(it.visible) && (ready || it.nonce != ""),
-			it.State == Pending && ready && now.Before(it.visible):
-			return errTaken
-		}
-		it.State, it.Owner, it.nonce = Running, r.Owner, r.Nonce
-		it.Attempts++
-		it.visible = now.Add(r.TTL)
-		g.Begun = Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}
-		return nil
-	})
-	if errors.Is(err, fence.ErrStale) {
-		// A claimer that read the same fence got there first.
+	key := r.KeyPrefix + escapeID(id)
+	if err := lease.ValidateKey(key); err != nil {
+		return Granted{}, fmt.Errorf("%w: leasequeue: item %q: %w", fence.ErrInvalid, id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	now := s.clock.Now()
+	switch {
+	case it == nil:
+		return Granted{}, notFound(id)
+	case it.State == Done || it.State == Dead:
+		return Granted{}, finished(id, it.State)
+	case it.State == Running && now.Before(it.visible) && (ready || it.nonce != ""),
+		it.State == Pending && ready && now.Before(it.visible):
 		return Granted{}, errTaken
 	}
-	return g, err
+	snap := lease.Snapshot{Key: key, Owner: r.Owner, Token: max(it.mark.Token, s.floor) + 1}
+	next, err := it.mark.Admit(id, snap)
+	if err != nil {
+		return Granted{}, err // fenced by another lease key
+	}
+	it.mark = next
+	it.State, it.Owner, it.nonce = Running, r.Owner, r.Nonce
+	it.Attempts++
+	it.visible = now.Add(r.TTL)
+	return Granted{ID: id, Token: snap.Token, Begun: Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}}, nil
 }
 
 // RenewClaim implements Claimer.
@@ -103,10 +105,13 @@ func (s *MemorySource) ReleaseClaim(_ context.Context, id string, a lease.Acquis
 // token of a.Nonce if a.Token is 0), and returns a's *lease.LostError
 // otherwise.
 func (s *MemorySource) onClaim(id string, a lease.Acquisition, f func(*memoryItem, time.Time)) error {
-	token := s.fence.Mark(id).Token
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it, now := s.items[id], s.clock.Now()
+	var token lease.Token
+	if it != nil {
+		token = it.mark.Token
+	}
 	if it != nil && it.State == Running && it.nonce == a.Nonce && (a.Token == 0 || a.Token == token) && now.Before(it.visible) {
 		f(it, now)
 		return nil
@@ -120,10 +125,14 @@ func (s *MemorySource) onClaim(id string, a lease.Acquisition, f func(*memoryIte
 
 // InspectClaim implements Claimer. The Record's Key is left empty.
 func (s *MemorySource) InspectClaim(_ context.Context, id string) (lease.Record, error) {
-	rec := lease.Record{Token: s.fence.Mark(id).Token}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it := s.items[id]; it != nil && it.State == Running && it.nonce != "" {
+	var rec lease.Record
+	it := s.items[id]
+	if it != nil {
+		rec.Token = it.mark.Token
+	}
+	if it != nil && it.State == Running && it.nonce != "" {
 		if left := it.visible.Sub(s.clock.Now()); left > 0 {
 			rec.Held, rec.Owner, rec.Remaining = true, it.Owner, left
 		}

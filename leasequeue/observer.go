@@ -37,9 +37,9 @@ func MultiObserver(observers ...Observer) Observer {
 }
 
 // Event is one of *Claimed, *Heartbeat, *Completed, *Failed, *Lost (items
-// and partitions), *Assigned, *Revoked and *Rebalanced (partitions). The set
-// is closed to other packages so that new kinds can be added; switch on the
-// type and ignore the rest.
+// and partitions), *Pruned (finished items), *Assigned, *Revoked and
+// *Rebalanced (partitions). The set is closed to other packages so that new
+// kinds can be added; switch on the type and ignore the rest.
 type Event interface {
 	// Info returns the fields every event has.
 	Info() EventInfo
@@ -124,6 +124,17 @@ type (
 	// with that cause.
 	Lost struct{ EventInfo }
 
+	// Pruned is emitted by Queue.Run after it pruned the source's finished
+	// items in the background (see Options.PruneEvery): Key and Token are
+	// those of the prune lease (Queue.PruneKey), Latency is how long the
+	// walk took, and Err why it stopped early, if it did. It is not
+	// emitted when another worker was pruning.
+	Pruned struct {
+		EventInfo
+		// Removed counts the items removed, also before an error.
+		Removed int
+	}
+
 	// Assigned is emitted when the worker took a partition, before its
 	// handler starts.
 	Assigned struct{ EventInfo }
@@ -157,14 +168,15 @@ func (*Heartbeat) event()  {}
 func (*Completed) event()  {}
 func (*Failed) event()     {}
 func (*Lost) event()       {}
+func (*Pruned) event()     {}
 func (*Assigned) event()   {}
 func (*Revoked) event()    {}
 func (*Rebalanced) event() {}
 
 // NewSlogObserver returns an Observer that writes each event to logger:
-// heartbeats at Debug, claims, completions and partition changes at Info,
-// failures at Warn and losses and refused completions at Error. A nil
-// logger discards everything.
+// heartbeats at Debug, claims, completions, prunes and partition changes
+// at Info, failures at Warn and losses and refused completions at Error. A
+// nil logger discards everything.
 func NewSlogObserver(logger *slog.Logger) Observer {
 	return observe.NewSlogObserver(logger, slogLine)
 }
@@ -194,6 +206,9 @@ func slogLine(e Event) observe.Line {
 		attrs = append(attrs, slog.Int("attempt", e.Attempt), slog.Any("cause", e.Cause))
 	case *Lost:
 		level, msg = slog.LevelError, "lease lost"
+	case *Pruned:
+		msg = "finished items pruned"
+		attrs = append(attrs, slog.Int("removed", e.Removed))
 	case *Assigned:
 		msg = "partition assigned"
 	case *Revoked:

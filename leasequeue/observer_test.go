@@ -18,6 +18,7 @@ var everyEvent = []leasequeue.Event{
 	&leasequeue.Completed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1},
 	&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1, Cause: errors.New("boom")},
 	&leasequeue.Lost{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a", Err: errors.New("lease lost")}},
+	&leasequeue.Pruned{EventInfo: leasequeue.EventInfo{Name: "q", Key: "q/prune/"}, Removed: 3},
 	&leasequeue.Assigned{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}},
 	&leasequeue.Revoked{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}, Reason: leasequeue.ErrRevoked},
 	&leasequeue.Rebalanced{EventInfo: leasequeue.EventInfo{Name: "g"}, Members: []string{"a", "b"}, Target: 2},
@@ -42,6 +43,7 @@ func TestSlogObserverLogsEveryEvent(t *testing.T) {
 		`level=INFO msg="item claimed"`, `level=DEBUG msg="lease renewed"`, `level=INFO msg="item completed"`,
 		`level=WARN msg="item failed"`, `level=ERROR msg="lease lost"`, `level=INFO msg="partition assigned"`,
 		`level=INFO msg="partition revoked"`, `level=INFO msg="group rebalanced"`, `cause=boom`, `members="[a b]"`, `age=2s`,
+		`level=INFO msg="finished items pruned"`, `removed=3`,
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, buf.String())

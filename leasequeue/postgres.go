@@ -56,18 +56,30 @@ func PostgresGooseMigrations() fs.FS { return postgresGooseMigrations }
 
 var postgresGooseMigrations = pgmigrate.MustGoose(PostgresMigrations())
 
-// PostgresOptions name the leasequeue tables. The zero value names
+// PostgresOptions name the leasequeue tables, and say how long a
+// PostgresSource keeps finished items. The zero value names
 // public.leasequeue_jobs (items) and public.leasequeue_jobs_members
-// (rosters).
+// (rosters), and keeps the defaults of retention.
 type PostgresOptions struct {
 	// Schema holds the tables. Default DefaultPostgresSchema ("public").
 	Schema string
 	// Table is the items table. Default DefaultPostgresTable
 	// ("leasequeue_jobs"). The roster table is Table + "_members", the
-	// index of due items Table + "_due", and MigratePostgres records its
-	// versions in Table + "_migrations", so Table is at most 52 bytes.
-	// Names are always quoted, so any other characters are allowed.
+	// indexes of due and of finished items Table + "_due" and Table +
+	// "_finished", and MigratePostgres records its versions in Table +
+	// "_migrations", so Table is at most 52 bytes. Names are always
+	// quoted, so any other characters are allowed.
 	Table string
+
+	// DoneRetention is how long a PostgresSource keeps a done item after
+	// it was completed, on the database's clock, before Sweep removes it.
+	// Default DefaultDoneRetention (24 hours); lease.KeepForever (any
+	// negative value) keeps done items for good.
+	DoneRetention time.Duration
+	// DeadRetention is how long a PostgresSource keeps a dead item after
+	// it went to the dead-letter state, as DoneRetention. Default
+	// DefaultDeadRetention (7 days).
+	DeadRetention time.Duration
 }
 
 // PostgresDB runs the statements of the PostgreSQL source and roster: a
@@ -86,6 +98,7 @@ type pgNames struct {
 	members       string // "schema"."table_members"
 	versions      string // "schema"."table_migrations"
 	due           string // "table_due"
+	finished      string // "table_finished"
 }
 
 func newPgNames(o PostgresOptions) (pgNames, error) {
@@ -108,12 +121,13 @@ func newPgNames(o PostgresOptions) (pgNames, error) {
 		members:  pgstore.Quote(o.Schema, o.Table+"_members"),
 		versions: pgstore.Quote(o.Schema, o.Table+"_migrations"),
 		due:      pgstore.Quote(o.Table + "_due"),
+		finished: pgstore.Quote(o.Table + "_finished"),
 	}, nil
 }
 
 // defaultNames matches the default names in the embedded SQL: the two
-// tables, schema-qualified, and the index.
-var defaultNames = regexp.MustCompile(`\bpublic\.leasequeue_jobs(_members)?\b|\bleasequeue_jobs_due\b`)
+// tables, schema-qualified, and the indexes.
+var defaultNames = regexp.MustCompile(`\bpublic\.leasequeue_jobs(_members)?\b|\bleasequeue_jobs_(due|finished)\b`)
 
 // render replaces the default names in embedded SQL with n's, dropping the
 // lines that are whole comments.
@@ -132,6 +146,8 @@ func (n pgNames) render(sql string) string {
 			return n.jobs
 		case "public.leasequeue_jobs_members":
 			return n.members
+		case "leasequeue_jobs_finished":
+			return n.finished
 		}
 		return n.due
 	})
@@ -171,9 +187,10 @@ type PostgresSource struct {
 
 	next, begin, complete, fail, deferQ, item, enqueue      string
 	claim, claimOne, claimItem, renew, release, claimStateQ string
-	completeBatch                                           string
+	completeBatch, prune                                    string
 
-	batch completer
+	retention retention
+	batch     completer
 }
 
 var _ Source = (*PostgresSource)(nil)
@@ -198,6 +215,7 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
 		claim: n.query("claim"), claimOne: n.query("claim_one"), claimItem: n.query("claim_item"), renew: n.query("renew"),
 		release: n.query("release"), claimStateQ: n.query("claim_state"), completeBatch: n.query("complete_batch"),
+		prune: n.query("prune"), retention: newRetention(o.DoneRetention, o.DeadRetention),
 	}, nil
 }
 
@@ -206,7 +224,8 @@ func (s *PostgresSource) Table() string { return s.n.jobs }
 
 // Enqueue adds pending items with the given IDs, ready at once, and
 // returns how many were added: IDs the queue already has, in any state,
-// are left alone.
+// are left alone. A finished item is kept until Sweep removes it after
+// its retention; from then on its ID is new again (see Sweep).
 func (s *PostgresSource) Enqueue(ctx context.Context, ids ...string) (int, error) {
 	tag, err := s.db.Exec(ctx, s.enqueue, s.queue, ids)
 	if err != nil {

@@ -23,7 +23,7 @@ func TestPostgresMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(files, []string{"001_leasequeue.down.sql", "001_leasequeue.up.sql", "002_leasequeue_ready_at.down.sql", "002_leasequeue_ready_at.up.sql", "003_leasequeue_claims.down.sql", "003_leasequeue_claims.up.sql"}) {
+	if !slices.Equal(files, []string{"001_leasequeue.down.sql", "001_leasequeue.up.sql", "002_leasequeue_ready_at.down.sql", "002_leasequeue_ready_at.up.sql", "003_leasequeue_claims.down.sql", "003_leasequeue_claims.up.sql", "004_leasequeue_finished_at.down.sql", "004_leasequeue_finished_at.up.sql"}) {
 		t.Fatalf("migration files %q", files)
 	}
 	for _, o := range []leasequeue.PostgresOptions{
@@ -62,7 +62,7 @@ func TestPostgresOddNames(t *testing.T) {
 		t.Fatalf("second MigratePostgres: %v", err)
 	}
 	var versions int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "odd ""schema"""."jobs; DROP TABLE x --_migrations"`).Scan(&versions); err != nil || versions != 3 {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "odd ""schema"""."jobs; DROP TABLE x --_migrations"`).Scan(&versions); err != nil || versions != 4 {
 		t.Fatalf("versions recorded: %d, %v", versions, err)
 	}
 	src, err := leasequeue.NewPostgresSource(pool, "q", o)
@@ -170,4 +170,49 @@ func mustClaimAndTakeOver(ctx context.Context, t *testing.T, s *store, src sourc
 	cb := claimOnceFree(ctx, t, newQueue(t, s, src, "other", o), "taken")
 	t.Cleanup(func() { cb.Release(context.Background()) })
 	return c
+}
+
+// TestPostgresPruneUsesTheFinishedIndex: the generic plan of a Sweep page
+// reads the index of finished items, in its order, so a page costs its
+// own rows and not a scan of the queue.
+func TestPostgresPruneUsesTheFinishedIndex(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := postgresStore(t).source(t, "plan").(*leasequeue.PostgresSource)
+	tx, err := src.DB().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, sql := range []string{
+		"SET LOCAL enable_seqscan = off", // an empty table would be read whole otherwise
+		"SET LOCAL plan_cache_mode = force_generic_plan",
+		"PREPARE prune AS " + src.PruneStatement(),
+	} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE prune('plan', 'done', 1000, '-infinity', '', 10, false, true)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	for _, want := range []string{
+		// The page: a range of the index, from the cursor on.
+		"Index Scan using leasequeue_jobs_finished",
+		"Index Cond: ((queue = $1) AND (state = $2) AND (finished_at <= ",
+		"(ROW(finished_at, id) > ROW($4, $5)))",
+		// The DELETE: the rows picked, by their ctid.
+		"Tid Scan on leasequeue_jobs",
+	} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("the plan of a Sweep page lacks %s:\n%s", want, plan)
+		}
+	}
 }

@@ -64,6 +64,19 @@ type Options struct {
 
 	// Observer receives the queue's events. Default NopObserver.
 	Observer Observer
+
+	// PruneEvery is how often, at most, Run removes the source's finished
+	// items that outlived their retention (see Prune), if the source is a
+	// lease.Sweeper, as the ready-made sources are. Run does it in the
+	// background, under the lease PruneKey taken with TryAcquire on the
+	// queue's lease client, so that one worker across all replicas prunes
+	// at a time: the first time between half of and one PruneEvery after
+	// Run starts, then every PruneEvery while it runs. Each prune is
+	// reported with a Pruned event, errors included; a worker that finds
+	// another one pruning skips its turn silently. Default
+	// DefaultPruneEvery (an hour); negative never prunes in the
+	// background.
+	PruneEvery time.Duration
 }
 
 // Handler processes one claimed item. ctx is the claim's context: it is
@@ -128,6 +141,9 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	}
 	if o.PollEvery == 0 {
 		o.PollEvery = min(time.Second, o.Policy.TTL()/4)
+	}
+	if o.PruneEvery == 0 {
+		o.PruneEvery = DefaultPruneEvery
 	}
 	q := &Queue{client: client, src: src, o: o, prefix: itemKey(o.Name, ""), obs: o.Observer, clock: client.Clock()}
 	if q.obs == nil {
@@ -279,10 +295,15 @@ func (q *Queue) failure(attempt int, cause error) Failure {
 // lease would expire, so an item whose worker died is claimed as soon as
 // its lease has expired.
 //
+// Run also prunes the source's finished items that outlived their
+// retention, in the background, about every Options.PruneEvery, one
+// worker across all replicas at a time (see Prune).
+//
 // When ctx ends, Run cancels the handlers' contexts and returns after
-// every handler has returned and its claim was closed. It returns nil
-// then; errors of single items are reported to the Observer. A Queue runs
-// at most one Run at a time.
+// every handler has returned and its claim was closed, and a prune under
+// way has stopped. It returns nil then; errors of single items and of
+// prunes are reported to the Observer. A Queue runs at most one Run at a
+// time.
 func (q *Queue) Run(ctx context.Context, handler Handler) error {
 	if handler == nil {
 		return errors.New("leasequeue: Run: nil Handler")
@@ -299,6 +320,9 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { q.monitor(runCtx) })
+	if q.pruning() {
+		wg.Go(func() { q.pruneLoop(runCtx) })
+	}
 	// Concurrency workers take the items: each slot reserved is a worker
 	// that is free or about to be, so a send to jobs waits for no item.
 	h := &handlers{detached: context.WithoutCancel(runCtx), open: make(map[*Claim]struct{}, q.o.Concurrency)}

@@ -43,19 +43,24 @@ var (
 	inspectLua string
 	//go:embed lua/end.lua
 	endLua string
+	//go:embed lua/prune.lua
+	pruneLua string
+	//go:embed lua/finished.lua
+	finishedLua string
 
-	nextScript    = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
-	enqueueScript = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
-	claimOpScript = valkey.NewLuaScript(claimOpLua, valkey.WithLoadSHA1(true))
-	inspectScript = valkey.NewLuaScriptReadOnly(inspectLua, valkey.WithLoadSHA1(true))
+	nextScript     = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
+	enqueueScript  = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
+	claimOpScript  = valkey.NewLuaScript(claimOpLua, valkey.WithLoadSHA1(true))
+	inspectScript  = valkey.NewLuaScriptReadOnly(inspectLua, valkey.WithLoadSHA1(true))
+	finishedScript = valkey.NewLuaScript(finishedLua, valkey.WithLoadSHA1(true))
 )
 
 // tokenScripts are the scripts that compare or advance tokens: begin,
-// claim and end, each behind the token helpers of
+// claim, end and prune, each behind the token helpers of
 // valkeystore.TokenScript, which compare and add tokens as decimal
 // strings and refuse tokens more than a lead ahead of the server's clock.
 type tokenScripts struct {
-	begin, claim, end *valkey.Lua
+	begin, claim, end, prune *valkey.Lua
 }
 
 // newTokenScripts returns the token scripts that bound tokens by lead, in
@@ -65,6 +70,7 @@ func newTokenScripts(lead int64) *tokenScripts {
 		begin: valkey.NewLuaScript(valkeystore.TokenScript(beginLua, lead), valkey.WithLoadSHA1(true)),
 		claim: valkey.NewLuaScript(valkeystore.TokenScript(claimLua, lead), valkey.WithLoadSHA1(true)),
 		end:   valkey.NewLuaScript(valkeystore.TokenScript(endLua, lead), valkey.WithLoadSHA1(true)),
+		prune: valkey.NewLuaScript(valkeystore.TokenScript(pruneLua, lead), valkey.WithLoadSHA1(true)),
 	}
 }
 
@@ -81,6 +87,16 @@ type ValkeyOptions struct {
 	// other packages (the lease Store, fences, caches) prefixes of their
 	// own.
 	Prefix string
+
+	// DoneRetention is how long a ValkeySource keeps a done item after
+	// it was completed, on the server's clock, before Sweep removes it.
+	// Default DefaultDoneRetention (24 hours); lease.KeepForever (any
+	// negative value) keeps done items for good.
+	DoneRetention time.Duration
+	// DeadRetention is how long a ValkeySource keeps a dead item after it
+	// went to the dead-letter state, as DoneRetention. Default
+	// DefaultDeadRetention (7 days).
+	DeadRetention time.Duration
 }
 
 func (o ValkeyOptions) prefix() (string, error) {
@@ -105,13 +121,15 @@ func (o ValkeyOptions) prefix() (string, error) {
 //	P{Q}:due            sorted set of handed-out, unfinished IDs, by the
 //	                    time to look at them again (ms on the server's
 //	                    clock): a claimed item by its claim's expiry
+//	P{Q}:done           sorted set of done IDs, by the time they were
+//	                    completed (ms on the server's clock)
 //	P{Q}:dead           sorted set of dead IDs, by the time they died
 //	P{Q}:since          hash of unfinished IDs to when each became ready
 //	                    (enqueued, or its retry delay over; ms on the
 //	                    server's clock), for the claims' ages
-//	P{Q}:item/I/item    hash: state, owner, error, attempts, and the
+//	P{Q}:item/I/item    hash: state, owner, error, attempts, the
 //	                    current claim's secret and expiry (µs on the
-//	                    server's clock)
+//	                    server's clock), and once finished, when (ms)
 //	P{Q}:item/I/fence   the item's fence, in the format of fence.Valkey:
 //	                    its lease key and last token
 //
@@ -136,7 +154,9 @@ type ValkeySource struct {
 	prefix  string
 	queue   string
 
-	ready, due, dead, since, items string
+	ready, due, done, dead, since, items string
+
+	retention retention
 }
 
 var _ Source = (*ValkeySource)(nil)
@@ -159,11 +179,13 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 	}
 	tag := keyspace.Tag(queue)
 	return &ValkeySource{client: client, fence: f, scripts: boundedScripts, prefix: prefix, queue: queue,
-		ready: keyspace.Name(prefix, tag, ":ready"),
-		due:   keyspace.Name(prefix, tag, ":due"),
-		dead:  keyspace.Name(prefix, tag, ":dead"),
-		since: keyspace.Name(prefix, tag, ":since"),
-		items: keyspace.Name(prefix, tag, ":item/")}, nil
+		ready:     keyspace.Name(prefix, tag, ":ready"),
+		due:       keyspace.Name(prefix, tag, ":due"),
+		done:      keyspace.Name(prefix, tag, ":done"),
+		dead:      keyspace.Name(prefix, tag, ":dead"),
+		since:     keyspace.Name(prefix, tag, ":since"),
+		items:     keyspace.Name(prefix, tag, ":item/"),
+		retention: newRetention(o.DoneRetention, o.DeadRetention)}, nil
 }
 
 // ReadyKey returns the name of the queue's ready list: producers that are
@@ -193,7 +215,9 @@ func (s *ValkeySource) ItemKey(id, suffix string) string {
 // Enqueue adds pending items with the given IDs and pushes them to the
 // ready list; it returns how many were new. An ID the queue has already is
 // pushed again but keeps its state (a finished item is dropped when it is
-// handed out), so calling Enqueue again after an error is safe.
+// handed out), so calling Enqueue again after an error is safe. A finished
+// item is kept until Sweep removes it after its retention; from then on
+// its ID is new again (see Sweep).
 func (s *ValkeySource) Enqueue(ctx context.Context, ids ...string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
@@ -274,7 +298,7 @@ func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string
 		return Begun{}, fmt.Errorf("%w: leasequeue: begin %q: snapshot without a key or token", fence.ErrInvalid, id)
 	}
 	arr, err := s.scripts.begin.Exec(ctx, s.client,
-		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.since},
+		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.since, s.done},
 		[]string{id, snap.Key, snap.Token.String(), snap.Owner, strconv.FormatInt(millis(hide), 10)}).ToArray()
 	if err != nil {
 		return Begun{}, valkeyError("begin", id, err)
@@ -343,9 +367,12 @@ func (s *ValkeySource) Complete(ctx context.Context, snap lease.Snapshot, id str
 //
 // With commands it takes two requests: the fenced script, which does not
 // read the item's state first (the current claim's completion applies
-// even if that claim already ended the item), then an unfenced removal
-// of the item from the due set and ready-time hash; should that be lost,
-// a claim that looks at the item later finds it done and drops it.
+// even if that claim already ended the item), then an unfenced script
+// that records when the item finished and removes it from the due set
+// and ready-time hash; should that be lost, a claim that looks at the
+// item later finds it done and does it. An item completed with commands
+// keeps its fence when Sweep removes it, since the fence also guards the
+// commands' keys: delete ItemKey(id, "fence") with those keys.
 func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
 	if len(cmds) == 0 {
 		return s.Complete(ctx, snap, id)
@@ -355,16 +382,14 @@ func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id
 		return err
 	}
 	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fence.Command{
-		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0"),
+		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0", "with", "1"),
 	}, cmds...)...)
 	if err != nil {
 		return err
 	}
 	// Only after the fenced write, and unfenced: a lost update only makes
 	// a claimer look at the item again, and find it done.
-	s.client.DoMulti(ctx,
-		s.client.B().Zrem().Key(s.due).Member(id).Build(),
-		s.client.B().Hdel().Key(s.since).Field(id).Build())
+	finishedScript.Exec(ctx, s.client, []string{s.ItemKey(id, "item"), s.due, s.since, s.done}, []string{id})
 	return nil
 }
 
@@ -399,7 +424,7 @@ func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, 
 		return fmt.Errorf("%w: leasequeue: finish %q: snapshot without a token", fence.ErrInvalid, id)
 	}
 	arr, err := s.scripts.end.Exec(ctx, s.client,
-		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.dead, s.since},
+		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.dead, s.since, s.done},
 		[]string{id, snap.Token.String(), snap.Owner, string(state), text, strconv.FormatInt(millis(retry), 10)}).ToArray()
 	if err != nil {
 		return valkeyError("finish", id, err)

@@ -100,7 +100,7 @@ func checkRequest(r ClaimRequest) error {
 
 // claim runs the claim script in mode with its argument.
 func (s *ValkeySource) claim(ctx context.Context, r ClaimRequest, mode, arg string) ([]valkey.ValkeyMessage, error) {
-	arr, err := s.scripts.claim.Exec(ctx, s.client, []string{s.ready, s.due, s.since},
+	arr, err := s.scripts.claim.Exec(ctx, s.client, []string{s.ready, s.due, s.since, s.done},
 		[]string{s.items, r.KeyPrefix, r.Owner, r.Nonce, strconv.FormatInt(millis(r.TTL), 10), mode, arg}).ToArray()
 	if valkey.IsValkeyNil(err) {
 		return nil, nil

@@ -3,15 +3,16 @@ package valkey
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/keyspace"
+	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
 )
 
@@ -82,9 +83,6 @@ func parseRecordKey(prefix, name string) (string, bool) {
 	return key, true
 }
 
-// globEscaper quotes the bytes that are special in a SCAN MATCH pattern.
-var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
-
 // List implements lease.Lister with SCAN (never KEYS) on every primary
 // behind the client, one primary after the other: on a cluster, every
 // primary the client knows; standalone or with a sentinel, the one
@@ -133,66 +131,21 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 	if ctx.Err() != nil {
 		return nil, "", beforeSend(ctx, op)
 	}
-	primaries, err := s.primaries(ctx, op)
-	if err != nil {
-		return nil, "", err
-	}
-	if len(primaries) == 0 {
-		return nil, "", fmt.Errorf("leasevalkey: %s: the client knows no primary", op)
-	}
-	addr, scan := primaries[0], uint64(0)
-	if cursor != "" {
-		n, a, ok := strings.Cut(cursor, "@")
-		u, err := strconv.ParseUint(n, 10, 64)
-		if !ok || err != nil {
-			return nil, "", fmt.Errorf("leasevalkey: %s: cursor %q is not one %s returned", op, cursor, op)
-		}
-		if !slices.Contains(primaries, a) {
-			return nil, "", fmt.Errorf("leasevalkey: %s: cursor names %s, which is no longer a primary (failover or resharding); start again from the first page", op, a)
-		}
-		addr, scan = a, u
-	}
-	node := s.client.Nodes()[addr]
-	if node == nil {
-		return nil, "", fmt.Errorf("leasevalkey: %s: the client no longer knows node %s; start again from the first page", op, addr)
-	}
 	_, tail := recordLayout(s.prefix)
-	pattern := globEscaper.Replace(recordPrefix(s.prefix, keyPrefix)) + "*" + globEscaper.Replace(tail)
-	entry, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(pattern).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
+	pattern := valkeystore.GlobEscape(recordPrefix(s.prefix, keyPrefix)) + "*" + valkeystore.GlobEscape(tail)
+	names, next, err := valkeystore.ScanPrimaries(ctx, s.client, cursor, pattern, "hash", limit)
+	if errors.Is(err, valkeystore.ErrWalk) {
+		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
+	}
 	if err != nil {
-		return nil, "", classify(op+" (SCAN on "+addr+")", err)
+		return nil, "", classify(op, err)
 	}
-	switch i := slices.Index(primaries, addr); {
-	case entry.Cursor != 0:
-		next = strconv.FormatUint(entry.Cursor, 10) + "@" + addr
-	case i+1 < len(primaries):
-		next = "0@" + primaries[i+1]
-	}
-	for _, name := range entry.Elements {
+	for _, name := range names {
 		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, keyPrefix) && !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
 	return keys, next, nil
-}
-
-// primaries returns the addresses of the primaries behind the client,
-// sorted, asking each node the client knows for its ROLE.
-func (s *Store) primaries(ctx context.Context, op string) ([]string, error) {
-	var out []string
-	for addr, c := range s.client.Nodes() {
-		vals, err := c.Do(ctx, c.B().Role().Build()).ToArray()
-		if err != nil {
-			return nil, classify(op+" (ROLE on "+addr+")", err)
-		}
-		if len(vals) > 0 {
-			if role, _ := vals[0].ToString(); role == "master" {
-				out = append(out, addr)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // inspectReply reads the reply of inspect.lua for key.

@@ -450,8 +450,9 @@ func TestSweepRacesAcquisitions(t *testing.T) {
 						}
 						last = a.Token
 						switch i % 3 {
-						case 0: // released at once
-							if err := s.Release(ctx, a); err != nil {
+						case 0: // released at once (or found expired, on a
+							// machine slow enough to take the TTL for it)
+							if err := s.Release(ctx, a); err != nil && !errors.Is(err, lease.ErrLost) {
 								t.Errorf("Release(%q): %v", key, err)
 								return
 							}

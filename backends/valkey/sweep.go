@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 
 	valkey "github.com/valkey-io/valkey-go"
 
@@ -23,18 +22,8 @@ var sweepLua string
 // could write would be refused (a full server).
 var (
 	sweepScript    = valkey.NewLuaScript(sweepLua, valkey.WithLoadSHA1(true))
-	sweepDryScript = valkey.NewLuaScriptReadOnly(noWrites(sweepLua), valkey.WithLoadSHA1(true))
+	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeystore.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
 )
-
-// noWrites returns the script src, whose first line is "#!lua", with the
-// flag no-writes.
-func noWrites(src string) string {
-	body, ok := strings.CutPrefix(src, "#!lua\n")
-	if !ok {
-		panic("leasevalkey: a script to flag no-writes does not start with #!lua")
-	}
-	return "#!lua flags=no-writes\n" + body
-}
 
 // Sweep implements lease.Sweeper: it removes the records of leases that
 // expired more than the Store's retention ago (see Options.Retention).

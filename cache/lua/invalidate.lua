@@ -11,7 +11,10 @@
 -- Every acquisition so far has a token no greater than the record's token
 -- (the last one issued), and every later one gets a greater token, so
 -- raising the mark to the record's token shuts out exactly the refreshes
--- that started before this point. The mark never goes down.
+-- that started before this point. The mark never goes down; it is deleted
+-- once redundant, when a later token publishes (publish.lua) or a sweep
+-- finds no acquisition up to it that could still be current (sweep.lua).
+-- It has no TTL, so no volatile-* maxmemory policy evicts it.
 --
 -- It may run when the server is out of memory (allow-oom): it frees more
 -- than the few bytes of the mark it may write, and a change to the source

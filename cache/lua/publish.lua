@@ -8,7 +8,8 @@
 --          here) and expires (microseconds since the Unix epoch on this
 --          server's clock; 0 once released)
 -- KEYS[2]  the invalidation mark: the highest lease token whose
---          acquisitions may no longer publish (missing means 0)
+--          acquisitions may no longer publish (missing means 0); deleted
+--          here once a token above it publishes (see below)
 -- KEYS[3]  the value key: a header naming the mode and the publishing
 --          token, then the value (see entry.go)
 -- KEYS[4]  the freshness marker: the publishing token, for mode 'S'
@@ -22,6 +23,12 @@
 --          after ARGV[4]) or 'S' (fresh while the marker holds its token:
 --          the marker expires after ARGV[4], the value after ARGV[5])
 --
+-- A publication with a token above the mark deletes the mark, last: the
+-- record shows that token, issued after the mark's, and tokens of a key
+-- only rise, so no acquisition with a token up to the mark can be current
+-- again, and the lease check above refuses each of them without the
+-- mark. (sweep.lua deletes the marks of entries nobody publishes.)
+--
 -- Returns {0} when published; {1, record token, record owner, record
 -- expires, now} when the lease does not show the acquisition (nothing
 -- written; missing fields are nil); {2, mark} when the entry was
@@ -32,7 +39,8 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] or (tonumber(r[3]) or 0) <= now then
   return {1, r[1], r[2], r[3], now}
 end
-local mark = tonumber(redis.call('GET', KEYS[2])) or 0
+local m = redis.call('GET', KEYS[2])
+local mark = tonumber(m) or 0
 if tonumber(ARGV[1]) <= mark then
   return {2, mark}
 end
@@ -46,5 +54,8 @@ if ARGV[7] == 'S' then
 else
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
   redis.call('UNLINK', KEYS[4])
+end
+if m then
+  redis.call('UNLINK', KEYS[2])
 end
 return {0}

@@ -136,7 +136,7 @@ func (c *cli) inspect(ctx context.Context, t *target, key string) error {
 		return err
 	}
 	if !r.Held && r.Token == 0 {
-		return &negative{fmt.Sprintf("no record of key %q: never acquired, or the backend lost it", key)}
+		return &negative{fmt.Sprintf("no record of key %q: never acquired, removed a retention after its last lease ended, or lost by the backend", key)}
 	}
 	return nil
 }

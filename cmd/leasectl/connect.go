@@ -28,6 +28,7 @@ type config struct {
 	fenceSchema, fenceTable string
 	disableNotify, json     bool
 	timeout                 time.Duration
+	retention               time.Duration
 	valkeySet, postgresSet  bool // given as flags (possibly empty)
 }
 
@@ -50,6 +51,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.disableNotify, "disable-notify", false, "the application sets Options.DisableNotify")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on each operation")
+	fs.DurationVar(&c.retention, "retention", 0, "the stores' Options.Retention, for gc (default lease.DefaultRetention)")
 }
 
 // target is the backend leasectl talks to.
@@ -161,12 +163,12 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Valkey at %s: %w", strings.Join(opt.InitAddress, ","), err)
 	}
-	store, err := leasevalkey.New(client, leasevalkey.Options{Prefix: c.cfg.valkeyPrefix})
+	store, err := leasevalkey.New(client, leasevalkey.Options{Prefix: c.cfg.valkeyPrefix, Retention: c.cfg.retention})
 	if err != nil {
 		client.Close()
 		return nil, usagef("%v", err)
 	}
-	fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: c.cfg.fencePrefix})
+	fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: c.cfg.fencePrefix, Retention: c.cfg.retention})
 	if err != nil {
 		client.Close()
 		return nil, usagef("%v", err)
@@ -181,12 +183,13 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 		mode = "Valkey cluster"
 	}
 	return &target{
-		kind:    "valkey",
-		where:   fmt.Sprintf("%s at %s, prefix %q", mode, strings.Join(nodes, ","), store.Prefix()),
-		backend: store,
-		lister:  store,
-		forcer:  store,
-		mark:    fv.Mark,
+		kind:     "valkey",
+		where:    fmt.Sprintf("%s at %s, prefix %q", mode, strings.Join(nodes, ","), store.Prefix()),
+		backend:  store,
+		lister:   store,
+		forcer:   store,
+		mark:     fv.Mark,
+		sweepers: []named{{"fence", fv}},
 		diagnose: func(ctx context.Context) ([]error, []string) {
 			r := store.Diagnose(ctx)
 			return r.Problems, r.Advice
@@ -218,24 +221,25 @@ func (c *cli) connectPostgres(ctx context.Context) (*target, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", scrub(err, cfg.ConnConfig.Password))
 	}
-	store, err := leasepostgres.New(pool, leasepostgres.Options{Schema: c.cfg.schema, Table: c.cfg.table, DisableNotify: c.cfg.disableNotify})
+	store, err := leasepostgres.New(pool, leasepostgres.Options{Schema: c.cfg.schema, Table: c.cfg.table, DisableNotify: c.cfg.disableNotify, Retention: c.cfg.retention})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)
 	}
-	ft, err := fence.NewTable(fence.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable})
+	ft, err := fence.NewTable(fence.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable, Retention: c.cfg.retention})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)
 	}
 	cc := cfg.ConnConfig
 	return &target{
-		kind:    "postgres",
-		where:   fmt.Sprintf("PostgreSQL at %s:%d, database %q as %q, table %s", cc.Host, cc.Port, cc.Database, cc.User, store.Table()),
-		backend: store,
-		lister:  store,
-		forcer:  store,
-		mark:    func(ctx context.Context, r string) (fence.Mark, error) { return ft.Mark(ctx, pool, r) },
+		kind:     "postgres",
+		where:    fmt.Sprintf("PostgreSQL at %s:%d, database %q as %q, table %s", cc.Host, cc.Port, cc.Database, cc.User, store.Table()),
+		backend:  store,
+		lister:   store,
+		forcer:   store,
+		mark:     func(ctx context.Context, r string) (fence.Mark, error) { return ft.Mark(ctx, pool, r) },
+		sweepers: []named{{"fence", ft.Sweeper(pool)}},
 		diagnose: func(ctx context.Context) ([]error, []string) {
 			r := store.Diagnose(ctx)
 			return r.Problems, r.Advice

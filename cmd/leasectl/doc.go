@@ -48,6 +48,12 @@
 //	                            (check then judges a pooler accordingly)
 //	--backend valkey|postgres   which one, when both are configured
 //	--timeout D                 bound on each operation (default 10s)
+//	--retention D               the stores' Options.Retention, which gc
+//	                            sweeps by: give the services' value (default
+//	                            24h, lease.DefaultRetention). A shorter one
+//	                            removes records sooner than the services
+//	                            would, which only shortens how far back the
+//	                            store's clock may step without harm
 //	--json                      JSON instead of tables (watch: one object a line)
 //
 // leasectl never prints a connection string or a password: an error about

@@ -64,7 +64,7 @@ connection flags (before the command or among its flags):
   --valkey-prefix P  --fence-prefix P
   --postgres DSN               (default $DATABASE_URL, then the PG* variables)
   --schema S  --table T  --fence-schema S  --fence-table T  --disable-notify
-  --backend valkey|postgres  --timeout D  --json
+  --backend valkey|postgres  --timeout D  --retention D  --json
 
 exit status: 0 done, 1 error, 2 usage, 3 not found / nothing done / check failed
 `

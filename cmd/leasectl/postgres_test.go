@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -164,5 +165,33 @@ func TestPostgres(t *testing.T) {
 	t.Run("check", func(t *testing.T) {
 		ctl("check").want(t, 0, "ok: no problem found", "advice:", "idle_in_transaction_session_timeout")
 		ctl("--table", "missing", "check").want(t, 3, "problem:", "not found")
+	})
+
+	t.Run("gc", func(t *testing.T) {
+		a := held["billing/06"]
+		if err := fence.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token}, "invoices/gc"); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		// With the default retention nothing has ended a day ago.
+		ctl("gc", "--dry-run").want(t, 0, "would remove 0 records")
+		time.Sleep(50 * time.Millisecond)
+		ctl("gc", "--dry-run", "--retention", "10ms").want(t, 0, "lease\tbilling/06", "fence\tinvoices/gc")
+		ctl("inspect", "billing/06").want(t, 0, "billing/06")
+		ctl("gc", "--retention", "10ms").want(t, 0, "removed")
+		ctl("inspect", "billing/06").want(t, 3, "no record")
+		ctl("fence", "show", "invoices/gc").want(t, 3, "has no fence")
+		// The floor still refuses the released holder's token below it.
+		err := fence.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token - 1}, "invoices/gc")
+		if !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("a token below the retired fence's after gc: %v, want fence.ErrStale", err)
+		}
+		for _, b := range held {
+			if b.Key != a.Key && b.Key != "billing/04" { // released above
+				ctl("inspect", b.Key).want(t, 0, b.Key)
+			}
+		}
 	})
 }

@@ -174,6 +174,49 @@ func TestValkeyCluster(t *testing.T) {
 		ctl("--fence-prefix", fp, "fence", "show", "reports/none").want(t, 3, "has no fence")
 	})
 
+	t.Run("gc", func(t *testing.T) {
+		fp := unique("fence") + ":"
+		fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: fp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A crashed holder: its lease expires and nobody releases it, so
+		// only a sweep removes its record.
+		tok, err := store.Acquire(ctx, lease.AcquireRequest{Key: "crashed", Owner: "gone", Nonce: unique("nonce"), TTL: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fv.Claim(ctx, lease.Snapshot{Key: "crashed", Owner: "gone", Token: tok}, "reports/gc"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		gc := func(args ...string) result {
+			return ctl(append([]string{"--fence-prefix", fp, "--retention", "10ms", "gc"}, args...)...)
+		}
+		ctl("--fence-prefix", fp, "gc", "--dry-run").want(t, 0, "would remove 0 records")
+		r := gc("--dry-run", "--json")
+		r.want(t, 0)
+		dry := decode[struct {
+			WouldRemove []struct{ Kind, Name string } `json:"would_remove"`
+		}](t, r)
+		// "short" expired in the watch subtest: its record goes too.
+		want := map[string]bool{"lease crashed": true, "lease short": true, "fence reports/gc": true}
+		if len(dry.WouldRemove) != len(want) {
+			t.Fatalf("gc --dry-run --json listed %+v, want %v", dry.WouldRemove, want)
+		}
+		for _, w := range dry.WouldRemove {
+			if !want[w.Kind+" "+w.Name] {
+				t.Fatalf("gc --dry-run --json listed %+v, want %v", dry.WouldRemove, want)
+			}
+		}
+		gc().want(t, 0, "removed 3 records")
+		ctl("inspect", "crashed").want(t, 3, "no record")
+		ctl("--fence-prefix", fp, "fence", "show", "reports/gc").want(t, 3, "has no fence")
+		for _, a := range held {
+			ctl("inspect", a.Key).want(t, 0, a.Key)
+		}
+	})
+
 	t.Run("check", func(t *testing.T) {
 		r := ctl("check", "--json")
 		r.want(t, 0)

@@ -97,7 +97,15 @@ func newReplica(name string, addrs []string, db *database) (*replica, error) {
 		client.Close()
 		return nil, err
 	}
-	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "reports/" + name})
+	// The lease client sweeps, with its records, the invalidation marks that
+	// can no longer refuse anything; the Cache needs that client first, so
+	// its Sweeper comes on its own.
+	marks, err := cache.NewSweeper(client, store, cache.DefaultPrefix)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	leases, err := lease.NewClient(store, lease.ClientOptions{Owner: "reports/" + name, Sweepers: []lease.Sweeper{marks}})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // The tables each set creates, and the version tables of each tool.
 var (
-	tables        = []string{"public.leases", "public.lease_fences", "public.leasequeue_jobs", "public.leasequeue_jobs_members"}
+	tables        = []string{"public.leases", "public.lease_fences", "public.lease_fences_floors", "public.leasequeue_jobs", "public.leasequeue_jobs_members"}
 	versionTables = map[string][]string{
 		"goose":          {"public.leases_goose_db_version", "public.lease_fences_goose_db_version", "public.leasequeue_jobs_goose_db_version"},
 		"golang-migrate": {"public.leases_schema_migrations", "public.lease_fences_schema_migrations", "public.leasequeue_jobs_schema_migrations"},

@@ -2,18 +2,27 @@
 -- fence: check and advance the fence of one resource, then apply a group of
 -- allowed commands to keys in the resource's hash slot, atomically.
 --
--- KEYS[1]   the fence key: a hash that is never deleted and never expires,
---           with the fields
+-- KEYS[1]   the fence key: a hash that never expires, with the fields
 --             key    the lease key the resource is fenced by
 --             token  the highest token of that lease it accepted (decimal)
 --             owner  the owner of the acquisition that wrote that token
--- KEYS[2..] the data keys the commands touch, named by their index; every
+--             at     the server's clock (TIME) in microseconds when the
+--                    token last advanced; absent on keys written before
+--                    fences retired
+--           It is deleted only by retire.lua, which raises the floor of its
+--           lease key in the same script.
+-- KEYS[2]   the floor key of the lease key ARGV[1] in the fence key's hash
+--           slot: a hash whose field token holds the highest token of the
+--           lease among the fences retired in that slot; it may not exist.
+--           Its name is the prefix, '{', a tag, '}:floor:' and the lease key
+--           escaped (internal/keyspace), which the script checks
+-- KEYS[3..] the data keys the commands touch, named by their index; every
 --           other key is out of reach of the script
 -- ARGV[1]   lease key
 -- ARGV[2]   token: decimal, 1 to 20 digits, no leading zero (any uint64)
 -- ARGV[3]   owner
 -- ARGV[4]   number of commands n (0 claims the resource)
--- ARGV[5..] n commands, each: name, key index (2..#KEYS), argument count c,
+-- ARGV[5..] n commands, each: name, key index (3..#KEYS), argument count c,
 --           then c arguments (the key is not among them)
 --
 -- Returns {1, {reply of each command}} when the fence admits the token;
@@ -21,8 +30,10 @@
 -- the same lease; {3, fenced key, fenced token} when another lease fences the
 -- resource; {4, largest token} when the token is implausible: above the
 -- server's clock (TIME) in microseconds plus fence.MaxTokenLead
--- (tokens.largest), more than any lease backend can have issued yet.
--- Nothing is written in those three cases.
+-- (tokens.largest), more than any lease backend can have issued yet;
+-- {6, floor} when the token is below the floor of its lease key in this
+-- slot, whether or not the resource has a fence. Nothing is written in
+-- those four cases.
 -- {5, c, error} when command c failed although the checks passed: the fence
 -- and commands 1..c-1 were applied, c and the rest were not.
 --
@@ -161,26 +172,48 @@ if not tokens.valid(token) then
 end
 -- Plausible: at most the server's clock in microseconds plus
 -- fence.MaxTokenLead.
-local largest = tokens.largest(redis.call('TIME'))
+local time = redis.call('TIME')
+local largest = tokens.largest(time)
 if less(largest, token) then return {4, largest} end
 if type(ARGV[1]) ~= 'string' or ARGV[1] == '' or type(ARGV[3]) ~= 'string' then
   return refuse('bad lease key or owner')
 end
 
+-- The floor key: the prefix, '{', a tag without braces, '}:floor:' and
+-- the lease key escaped as internal/keyspace escapes names.
+local nkeys = #KEYS
+if nkeys < 2 then return refuse('no floor key') end
+local floorkey = KEYS[2]
+local floors = string.sub(floorkey, 1, (string.find(floorkey, '{', 1, true)))
+local escaped = (string.gsub(ARGV[1], '[%%{}/]', function(c) return string.format('%%%02X', byte(c)) end))
+local fsuffix = '}:floor:' .. escaped
+if floors == '' or #floorkey <= #floors + #fsuffix or string.sub(floorkey, -#fsuffix) ~= fsuffix
+    or string.find(string.sub(floorkey, #floors + 1, -#fsuffix - 1), '[{}]') then
+  return refuse('key 2 is not the floor key of the lease')
+end
+
 -- The data keys: distinct, and none of them a fence key, this resource's
 -- or another's (a fence key is the prefix, '{', the resource, '}'; the
--- resource has no braces), so that no group can lower or remove a fence.
-local nkeys = #KEYS
-if nkeys > 1 then
+-- resource has no braces), nor a floor key (the prefix, '{', a tag,
+-- '}:floor:', anything), so that no group can lower or remove a fence or
+-- a floor.
+if nkeys > 2 then
   local fk = KEYS[1]
   local fences = string.sub(fk, 1, (string.find(fk, '{', 1, true)))
-  local seen = {[fk] = true}
-  for i = 2, nkeys do
-    if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key or repeated') end
+  local seen = {[fk] = true, [floorkey] = true}
+  for i = 3, nkeys do
+    if seen[KEYS[i]] then return refuse('key ' .. i .. ' is the fence key, the floor key or repeated') end
     local k = KEYS[i]
     if #k > #fences and string.sub(k, 1, #fences) == fences and string.sub(k, -1) == '}'
         and not string.find(string.sub(k, #fences + 1, -2), '[{}]') then
       return refuse('key ' .. i .. ' is a fence key')
+    end
+    if #k > #floors and string.sub(k, 1, #floors) == floors then
+      local close = string.find(k, '}', #floors + 1, true)
+      if close and close > #floors + 1 and not string.find(string.sub(k, #floors + 1, close - 1), '{', 1, true)
+          and string.sub(k, close + 1, close + 7) == ':floor:' then
+        return refuse('key ' .. i .. ' is a floor key')
+      end
     end
     seen[KEYS[i]] = true
   end
@@ -195,7 +228,7 @@ local pos = 5
 for c = 1, n do
   local name, ki, argc = ARGV[pos], count(ARGV[pos + 1]), count(ARGV[pos + 2])
   if not ALLOWED[name] then return refuse('command ' .. c .. ': ' .. tostring(name) .. ' is not allowed') end
-  if ki == nil or ki < 2 or ki > nkeys then return refuse('command ' .. c .. ': key index out of range') end
+  if ki == nil or ki < 3 or ki > nkeys then return refuse('command ' .. c .. ': key index out of range') end
   if argc == nil or argc < 0 or pos + 2 + argc > nargv then return refuse('command ' .. c .. ': bad argument count') end
   local first, last = pos + 3, pos + 2 + argc
   local bad = shape(name, first, last)
@@ -204,6 +237,13 @@ for c = 1, n do
   pos = last + 1
 end
 if pos ~= nargv + 1 then return refuse('arguments left over') end
+
+-- The floor of the lease key in this slot.
+local floor = redis.call('HMGET', floorkey, 'token')[1]
+if floor then
+  if not tokens.valid(floor) then return refuse('the floor key holds no token') end
+  if less(token, floor) then return {6, floor} end
+end
 
 -- The fence.
 local f = redis.call('HMGET', KEYS[1], 'key', 'token')
@@ -308,13 +348,14 @@ for c = 1, n do
   -- EXPIRE and PEXPIRE with a positive TTL change no type and never fail.
 end
 
--- Write: the fence first (unless it already holds this token), then the
--- commands. A command that fails all the same (a failure the checks above
--- do not foresee, such as an ACL user without the right to run it) cannot
--- be rolled back: the script stops and says exactly what was applied,
--- rather than raising an error that would read as "nothing written".
+-- Write: the fence first (unless it already holds this token), with the
+-- time it advanced, then the commands. A command that fails all the same
+-- (a failure the checks above do not foresee, such as an ACL user without
+-- the right to run it) cannot be rolled back: the script stops and says
+-- exactly what was applied, rather than raising an error that would read
+-- as "nothing written".
 if f[1] ~= ARGV[1] or f[2] ~= token then
-  redis.call('HSET', KEYS[1], 'key', ARGV[1], 'token', token, 'owner', ARGV[3])
+  redis.call('HSET', KEYS[1], 'key', ARGV[1], 'token', token, 'owner', ARGV[3], 'at', tokens.clock(time))
 end
 local replies = {}
 for c = 1, n do

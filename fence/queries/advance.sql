@@ -8,6 +8,11 @@
 -- no row is inserted, locked or written, and the statement returns one row
 -- (NULL, NULL, the largest plausible token).
 --
+-- A plausible token below the floor of its lease key (the highest token of
+-- the key's retired fences, see retire.sql) is stale on every resource: no
+-- row is inserted, locked or written, and the statement returns one row
+-- (NULL, the lease key, the floor).
+--
 -- Otherwise rows are inserted, or locked and updated, in the order of $1,
 -- so transactions that name the same resources lock them in the same order
 -- and never deadlock on them. ON CONFLICT works on the latest version of a
@@ -20,13 +25,33 @@
 -- transaction then rolls back). A row that already holds the caller's key
 -- and token is only locked, not written, and not reported: the same holder
 -- writing again costs no row version.
+--
+-- The floor is read with the statement's snapshot. At READ COMMITTED that
+-- snapshot is taken after the statement's table locks are granted, and a
+-- retirement holds the fences table in SHARE ROW EXCLUSIVE mode, which
+-- conflicts with the ROW EXCLUSIVE lock of this statement: a statement
+-- that waited for a retirement sees the floor it raised. At REPEATABLE
+-- READ and SERIALIZABLE the snapshot is the transaction's, which may be
+-- older than a retirement; the CTE serialized then inserts the floors
+-- table's row with the empty lease key, which every retirement updates,
+-- and ON CONFLICT DO NOTHING fails to serialize (40001) if that row's
+-- latest version is not visible to the snapshot. At READ COMMITTED it
+-- inserts nothing.
 WITH clock AS (
     SELECT (extract(epoch FROM statement_timestamp()) * 1000000)::bigint + $5::bigint AS largest
+), key_floor AS (
+    SELECT coalesce(max(fl.token), 0) AS token
+    FROM public.lease_fences_floors AS fl
+    WHERE fl.lease_key = $2::text
+), serialized AS (
+    INSERT INTO public.lease_fences_floors (lease_key, token)
+    SELECT '', 1 WHERE current_setting('transaction_isolation') <> 'read committed'
+    ON CONFLICT (lease_key) DO NOTHING
 ), advanced AS (
     INSERT INTO public.lease_fences AS f (resource, lease_key, token, owner)
     SELECT r.resource, $2::text, $3::bigint, $4::text
-    FROM unnest($1::text[]) WITH ORDINALITY AS r (resource, ord), clock
-    WHERE $3::bigint <= clock.largest
+    FROM unnest($1::text[]) WITH ORDINALITY AS r (resource, ord), clock, key_floor
+    WHERE $3::bigint <= clock.largest AND $3::bigint >= key_floor.token
     ORDER BY r.ord
     ON CONFLICT (resource) DO UPDATE SET
         token      = CASE WHEN f.lease_key = EXCLUDED.lease_key AND f.token <= EXCLUDED.token THEN EXCLUDED.token ELSE f.token END,
@@ -38,3 +63,6 @@ WITH clock AS (
 SELECT resource, lease_key, token FROM advanced
 UNION ALL
 SELECT NULL, NULL, largest FROM clock WHERE $3::bigint > largest
+UNION ALL
+SELECT NULL, $2::text, key_floor.token FROM clock, key_floor
+WHERE $3::bigint <= clock.largest AND $3::bigint < key_floor.token

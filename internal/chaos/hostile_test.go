@@ -115,8 +115,9 @@ func scanAll(ctx context.Context, c valkey.Client) ([]string, error) {
 }
 
 // postgresTables are the tables a run may have: the lease table, the
-// fences table, their migration records, the values, and the sentinel.
-var postgresTables = []string{"chaos_values", "foreign_table", "lease_fences", "lease_fences_migrations", "leases", "leases_migrations"}
+// fences table and its floors, their migration records, the values, and
+// the sentinel.
+var postgresTables = []string{"chaos_values", "foreign_table", "lease_fences", "lease_fences_floors", "lease_fences_migrations", "leases", "leases_migrations"}
 
 func newHostilePostgres(t testing.TB) *hostileEnv {
 	url := testserver.Postgres(t).NewDatabase(t)

@@ -25,7 +25,7 @@ const EnvDuration = "LEASE_CHAOS_DURATION"
 // rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
 // tests that call rowDuration, counting the parallel subtests of one test
 // once.
-const rows = 22
+const rows = 24
 
 const shortRow = 3 * time.Second
 
@@ -150,6 +150,8 @@ type rowOptions struct {
 	childTarget *chaos.Target
 	// stopInTxEvery: see chaos.ChildConfig.StopInTxEvery.
 	stopInTxEvery int
+	// keys are the lease keys of the run; default keys.
+	keys []string
 }
 
 // startRun starts the clients of a row on target.
@@ -157,7 +159,11 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 	t.Helper()
 	r := &run{t: t, target: target, rec: chaos.NewRecorder(nil), policy: rowPolicy(t),
 		until: time.Now().Add(rowDuration(t)), rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}
-	r.h = chaos.NewHarness(r.rec, chaos.Options{Keys: keys, Policy: r.policy, Clients: 3, Open: target.Open,
+	runKeys := keys
+	if o.keys != nil {
+		runKeys = o.keys
+	}
+	r.h = chaos.NewHarness(r.rec, chaos.Options{Keys: runKeys, Policy: r.policy, Clients: 3, Open: target.Open,
 		Clock: o.clock, Seed: r.rng.Uint64()%1000 + 1})
 	if err := r.h.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -167,7 +173,7 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 	if o.childTarget != nil {
 		childTarget = *o.childTarget
 	}
-	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: childTarget, Keys: keys,
+	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: childTarget, Keys: runKeys,
 		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1, StopInTxEvery: o.stopInTxEvery})
 	if err != nil {
 		t.Fatal(err)

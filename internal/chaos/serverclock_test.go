@@ -369,3 +369,120 @@ func serverClockBackAndDataLoss(t *testing.T, clk *serverClock, target chaos.Tar
 		t.Fatal("the checker did not report the lower token")
 	}
 }
+
+// TestServerClockBackAfterSweep measures the exposure that a retention
+// leaves, as docs/semantics.md states it: a store that removed the record
+// of an ended lease still issues a higher token next, because tokens are
+// seeded from its clock, as long as its clock has not stepped back by more
+// than the time since that record's last token was issued, which is at
+// least the retention. The row removes a record (retention 3 s) and steps
+// the server's clock back twice: by 2 s, within the retention, after which
+// the next token is still higher; and by 8 s, beyond it, after which the
+// next token is lower. Then the fence that saw the higher token refuses the
+// new holder (safe, but the resource is unusable until the clock passes
+// the old token), and on a resource the new holder writes first, the old
+// holder's later write with its higher token is accepted: the stale write
+// that the retention exists to make unlikely.
+func TestServerClockBackAfterSweep(t *testing.T) {
+	t.Parallel()
+	for _, c := range steppedTargets {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newServerClock(t)
+			target := c.start(t, clk)
+			target.Retention = 3 * time.Second
+			serverClockBackAfterSweep(t, clk, target)
+		})
+	}
+}
+
+func serverClockBackAfterSweep(t *testing.T, clk *serverClock, target chaos.Target) {
+	ctx := ctxT(t)
+	b, store, closeFn, err := target.Open(ctx, "chaos-sweep-clock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	sweeper, ok := b.(lease.Sweeper)
+	if !ok {
+		t.Fatalf("%T is not a lease.Sweeper", b)
+	}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "holder", SweepEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rowPolicy(t)
+	// used acquires key, writes its resource and releases it, then lets
+	// the retention pass and sweeps, so that key has no record.
+	used := func(key string) *lease.Handle {
+		t.Helper()
+		h, err := c.Acquire(ctx, key, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Write(ctx, h.Snapshot(), chaos.Resource(key), "old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(target.Retention + 500*time.Millisecond)
+		for cursor := ""; ; {
+			page, err := sweeper.Sweep(ctx, lease.SweepOptions{Cursor: cursor, Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+		if r, err := b.Inspect(ctx, key); err != nil || r.Token != 0 {
+			t.Fatalf("Inspect(%q) a retention after its release and a sweep = %+v, %v; want no record", key, r, err)
+		}
+		return h
+	}
+
+	// Within the retention: still higher.
+	old := used("k1")
+	clk.write(t, -2*time.Second)
+	next, err := c.Acquire(ctx, "k1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: record removed, clock stepped back 2 s (retention %v): token %d after %d", target.Kind, target.Retention, next.Token(), old.Token())
+	if next.Token() <= old.Token() {
+		t.Errorf("a backward step of 2 s, within the retention of %v, brought token %d after %d: the retention does not hold", target.Retention, next.Token(), old.Token())
+	}
+	if err := store.Write(ctx, next.Snapshot(), chaos.Resource("k1"), "new"); err != nil {
+		t.Errorf("the next holder's write after a step within the retention: %v", err)
+	}
+	_ = next.Release(ctx)
+	clk.write(t, 0)
+
+	// Beyond the retention: lower, and what that costs.
+	old = used("k2")
+	clk.write(t, -8*time.Second)
+	defer clk.write(t, 0)
+	next, err = c.Acquire(ctx, "k2", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: record removed, clock stepped back 8 s (retention %v): token %d after %d (%v lower)", target.Kind, target.Retention,
+		next.Token(), old.Token(), time.Duration(int64(old.Token())-int64(next.Token()))*time.Microsecond)
+	if next.Token() >= old.Token() {
+		t.Fatalf("a backward step of 8 s, beyond the retention of %v, brought token %d after %d: the row did not reach the exposure", target.Retention, next.Token(), old.Token())
+	}
+	err = store.Write(ctx, next.Snapshot(), chaos.Resource("k2"), "new")
+	if !errors.Is(err, fence.ErrStale) {
+		t.Errorf("the new holder's write to a resource the old token wrote: %v, want fence.ErrStale (the fence kept the higher token)", err)
+	}
+	fresh := chaos.Resource("k2") + "-fresh"
+	if err := store.Write(ctx, next.Snapshot(), fresh, "new"); err != nil {
+		t.Fatalf("the new holder's write to a fresh resource: %v", err)
+	}
+	err = store.Write(ctx, old.Snapshot(), fresh, "stale")
+	t.Logf("%s: the old holder's later write to that fresh resource with its higher token: %v", target.Kind, err)
+	if err != nil {
+		t.Errorf("the old holder's write with the higher token was refused (%v); docs/semantics.md says it is accepted past the retention", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,14 +163,19 @@ func (s *ValkeyStore) Write(ctx context.Context, snap lease.Snapshot, resource, 
 	return err
 }
 
+// readScript reads a resource's mark and value: the fence's token, or,
+// once the fence retired, the floor of its lease key in the resource's
+// slot, which carries the token the fence had accepted (a resource of
+// the harness is fenced by one lease key, whose only resource it is).
 var readScript = valkey.NewLuaScriptReadOnly(`
-local t = redis.call('HGET', KEYS[1], 'token')
+local t = redis.call('HGET', KEYS[1], 'token') or redis.call('HGET', KEYS[3], 'token')
 local v = redis.call('GET', KEYS[2])
 return {t or '0', v or ''}`, valkey.WithLoadSHA1(true))
 
 // Read implements Store.
 func (s *ValkeyStore) Read(ctx context.Context, resource string) (lease.Token, string, error) {
-	vals, err := readScript.Exec(ctx, s.c, []string{s.f.FenceKey(resource), s.valueKey(resource)}, nil).AsStrSlice()
+	keys := []string{s.f.FenceKey(resource), s.valueKey(resource), s.f.FloorKey(resource, leaseKeyOf(resource))}
+	vals, err := readScript.Exec(ctx, s.c, keys, nil).AsStrSlice()
 	if err != nil {
 		return 0, "", err
 	}
@@ -182,6 +188,9 @@ func (s *ValkeyStore) Read(ctx context.Context, resource string) (lease.Token, s
 	}
 	return lease.Token(mark), vals[1], nil
 }
+
+// leaseKeyOf returns the lease key that fences resource (see Resource).
+func leaseKeyOf(resource string) string { return strings.TrimPrefix(resource, "res-") }
 
 // PostgresStore keeps resources in PostgreSQL: the fences table of
 // package fence and a table of values, chaos_values.
@@ -233,8 +242,12 @@ func (s *PostgresStore) Read(ctx context.Context, resource string) (lease.Token,
 		mark  int64
 		value string
 	)
-	err := s.db.QueryRow(ctx, `SELECT coalesce((SELECT token FROM public.lease_fences WHERE resource = $1), 0),
-		coalesce((SELECT value FROM chaos_values WHERE resource = $1), '')`, resource).Scan(&mark, &value)
+	// The fence's token or, once it retired, the floor of its lease key,
+	// which carries the token the fence had accepted (a resource of the
+	// harness is fenced by one lease key, whose only resource it is).
+	err := s.db.QueryRow(ctx, `SELECT coalesce((SELECT token FROM public.lease_fences WHERE resource = $1),
+			(SELECT token FROM public.lease_fences_floors WHERE lease_key = $2), 0),
+		coalesce((SELECT value FROM chaos_values WHERE resource = $1), '')`, resource, leaseKeyOf(resource)).Scan(&mark, &value)
 	if err != nil {
 		return 0, "", err
 	}

@@ -42,6 +42,10 @@ type Target struct {
 	// Guarded makes PostgreSQL writes guard transactions (see
 	// GuardedPostgresStore).
 	Guarded bool `json:"guarded,omitempty"`
+	// Retention is the lease store's Options.Retention: how long it keeps
+	// the record of an ended lease. Default the store's.
+	Retention time.Duration `json:"retention,omitempty"`
+
 	// Columns keeps the resources in rows fenced by columns of their own,
 	// written with fence.Update and fence.Upsert (see ColumnStore). Run
 	// MigrateColumns first.
@@ -91,7 +95,7 @@ func (tg Target) openValkey(name string) (lease.Backend, Store, func(), error) {
 			fc.Close()
 		}
 	}
-	b, err := leasevalkey.New(c, leasevalkey.Options{Prefix: tg.Prefix + "lease:"})
+	b, err := leasevalkey.New(c, leasevalkey.Options{Prefix: tg.Prefix + "lease:", Retention: tg.Retention})
 	if err != nil {
 		closeFn()
 		return nil, nil, nil, err
@@ -110,7 +114,7 @@ func (tg Target) openPostgres(ctx context.Context, name string) (lease.Backend, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b, err := leasepostgres.New(pool, leasepostgres.Options{})
+	b, err := leasepostgres.New(pool, leasepostgres.Options{Retention: tg.Retention})
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err

@@ -17,10 +17,12 @@
 // cluster. Since neither prefix nor tag holds a brace, [Name] is one to
 // one: the prefix is what precedes the first '{', the tag what follows it
 // up to the first '}', the suffix the rest, and [Tag] splits back into its
-// parts. The one exception to [Tag] is the fence key of package fence,
-// whose tag is the resource name itself, unescaped: users put "{resource}"
-// in their own keys, and a resource holds no brace, so fence keys are one
-// to one as well. Packages with one prefix share one namespace; different
+// parts. The exceptions to [Tag] are in package fence: the fence key,
+// whose tag is the resource name itself, unescaped (users put
+// "{resource}" in their own keys, and a resource holds no brace, so fence
+// keys are one to one as well), and the floor key, whose tag is a short
+// string of letters and digits in the hash slot it stands for, and whose
+// suffix is ":floor:" and the escaped lease key. Packages with one prefix share one namespace; different
 // packages need different prefixes (the defaults differ).
 //
 // # Derived lease keys
@@ -121,6 +123,7 @@ const (
 	GroupMember    = "members"    // leasequeue.Group: Name + "/members/" + worker
 	GroupPartition = "partitions" // leasequeue.Group: Name + "/partitions/" + partition
 	SchedulerRun   = "run"        // leasescheduler.Locker: Prefix + "run/" + job
+	QueuePrune     = "prune"      // leasequeue.Queue: Name + "/prune/" (x empty)
 )
 
 // SchedulerSlots is the number of slot kinds: SchedulerSlot(0) to
@@ -135,7 +138,7 @@ func SchedulerSlot(n int64) string {
 
 // Kinds returns every kind of derived lease key.
 func Kinds() []string {
-	k := []string{QueueItem, GroupMember, GroupPartition, SchedulerRun}
+	k := []string{QueueItem, GroupMember, GroupPartition, SchedulerRun, QueuePrune}
 	for n := range int64(SchedulerSlots) {
 		k = append(k, SchedulerSlot(n))
 	}

@@ -103,7 +103,7 @@ func TestKindsAreSuffixFree(t *testing.T) {
 			}
 		}
 	}
-	if len(kinds) != 4+keyspace.SchedulerSlots {
+	if len(kinds) != 5+keyspace.SchedulerSlots {
 		t.Errorf("Kinds() = %q", kinds)
 	}
 }
@@ -116,6 +116,7 @@ func TestLeaseKeyIsOneToOne(t *testing.T) {
 		{{"a/", keyspace.QueueItem, "b/items/c"}, {"a/items/b/", keyspace.QueueItem, "c"}},
 		{{"g/", keyspace.GroupMember, "x/partitions/y"}, {"g/members/x/", keyspace.GroupPartition, "y"}},
 		{{"jobs/", keyspace.SchedulerRun, "slot/0/x"}, {"jobs/run/", keyspace.SchedulerSlot(0), "x"}},
+		{{"", keyspace.SchedulerRun, "prune/"}, {"run/", keyspace.QueuePrune, ""}},
 	} {
 		a, b := c[0], c[1]
 		if l := keyspace.LeaseKey(a[0], a[1], a[2]); l == keyspace.LeaseKey(b[0], b[1], b[2]) {

@@ -72,6 +72,17 @@ var kinds = []kind{
 		}
 		return f.FenceKey(r), []string{p.fence + "x:{" + r + "}:data"}
 	}},
+	{"floor key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
+		// One floor per lease key and hash slot: the name depends on the
+		// resource only through its slot, so the resource is not an
+		// input of the name, and equal names must have equal lease keys.
+		// Its tag stands for the fence key's slot without equalling the
+		// fence key's tag, so the slot is checked by fence's tests
+		// (TestSlotTags, TestValkeyRetire), not here.
+		f := must(fence.NewValkey(noServer{}, fence.ValkeyOptions{Prefix: p.fence}))
+		r := rapid.SampledFrom([]string{"a", "b", "x/y", "jobs/7"}).Draw(t, "resource")
+		return f.FloorKey(r, draw("lease key")), nil
+	}},
 	{"cache entry", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
 		c := must(cache.New(noServer{}, must(lease.NewClient(s, lease.ClientOptions{Owner: "o"})), cache.Options{Prefix: p.cache, TTL: time.Second}))
@@ -82,7 +93,7 @@ var kinds = []kind{
 	}},
 	{"queue set", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		src := must(leasequeue.NewValkeySource(noServer{}, draw("queue"), leasequeue.ValkeyOptions{Prefix: p.queue}))
-		set := rapid.SampledFrom([]string{":ready", ":due", ":dead", ":since"}).Draw(t, "set")
+		set := rapid.SampledFrom([]string{":ready", ":due", ":done", ":dead", ":since"}).Draw(t, "set")
 		name := strings.TrimSuffix(src.ReadyKey(), ":ready") + set
 		return name, []string{src.ReadyKey()}
 	}},
@@ -153,7 +164,7 @@ func TestLeaseKeysNeverMeet(t *testing.T) {
 	client := must(lease.NewClient(leasememory.New(leasememory.Options{}), lease.ClientOptions{Owner: "o"}))
 	policy := must(lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute}))
 	names := rapid.OneOf(
-		rapid.StringMatching(`(a|/|items|members|partitions|run|slot/0|%2F|%){1,5}`),
+		rapid.StringMatching(`(a|/|items|members|partitions|prune|run|slot/0|%2F|%){1,5}`),
 		rapid.StringN(1, 16, 64),
 	).Filter(func(s string) bool { return lease.ValidateKey(s+"/partitions/x") == nil })
 	derived := []struct {
@@ -163,6 +174,10 @@ func TestLeaseKeysNeverMeet(t *testing.T) {
 		{"queue item", func(ns, x string) string {
 			q := must(leasequeue.New(client, leasequeue.NewMemorySource(leasequeue.MemoryOptions{}), leasequeue.Options{Name: ns, Policy: policy}))
 			return q.Key(x)
+		}},
+		{"queue prune", func(ns, _ string) string {
+			q := must(leasequeue.New(client, leasequeue.NewMemorySource(leasequeue.MemoryOptions{}), leasequeue.Options{Name: ns, Policy: policy}))
+			return q.PruneKey()
 		}},
 		{"group member", func(ns, x string) string { return keyspace.LeaseKey(ns+"/", keyspace.GroupMember, x) }},
 		{"group partition", func(ns, x string) string { return keyspace.LeaseKey(ns+"/", keyspace.GroupPartition, x) }},
@@ -180,8 +195,11 @@ func TestLeaseKeysNeverMeet(t *testing.T) {
 			d := rapid.SampledFrom(derived).Draw(t, fmt.Sprint("kind", i))
 			ns, x := names.Draw(t, fmt.Sprint("ns", i)), names.Draw(t, fmt.Sprint("x", i))
 			key, what := d.key(ns, x), fmt.Sprintf("%s %q of %q", d.kind, x, ns)
-			if d.kind == "scheduler slot" {
+			switch d.kind {
+			case "scheduler slot":
 				what += fmt.Sprint(" slot ", len(x)%3)
+			case "queue prune": // one per queue
+				what = fmt.Sprintf("%s of %q", d.kind, ns)
 			}
 			if other, ok := made[key]; ok && other != what {
 				t.Fatalf("%s and %s have one lease key %q", other, what, key)

@@ -81,6 +81,7 @@ const (
 	ReadOnlyTransaction   = "25006"
 	InFailedTransaction   = "25P02"
 	QueryCanceled         = "57014"
+	LockNotAvailable      = "55P03"
 )
 
 // IsConflict reports whether err carries a serialization failure or a

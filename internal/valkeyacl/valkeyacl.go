@@ -53,23 +53,39 @@ const Fence = "reset on >secret ~fence:* ~data:* " +
 	"+client|tracking +evalsha +eval +script|load +hmget +hset +get +type +time +xinfo|stream " +
 	"+set +del +incrby +expire +pexpire +xadd"
 
+// FenceSweep is what a user of fence.Valkey needs on top of Fence to
+// sweep (fence.Valkey.Sweep, which a lease.Client runs for the fences
+// given in its Sweepers): SCAN and ROLE to walk the fence keys of every
+// primary. The retirement script needs only Fence's commands (HMGET,
+// HSET, DEL, TIME).
+const FenceSweep = "+scan +role"
+
 // Cache is the rule of a user of package cache, on the default prefixes
 // of the cache and of its lease Store: the lease rules, reads (GET,
 // MGET) and the publication and invalidation scripts (HGET, SET,
-// UNLINK).
+// UNLINK, with which a publication also deletes a redundant
+// invalidation mark).
 const Cache = "reset on >secret ~lease:* &lease:* ~cache:* &cache:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
 	"+hmget +hget +hset +persist +pexpire +get +mget +set +unlink +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 
+// CacheSweep is what a user of package cache needs on top of Cache to
+// sweep the invalidation marks (cache.Sweeper, which a lease.Client runs
+// when it is given in its Sweepers): SCAN and ROLE to walk the marks of
+// every primary. The sweep script needs only Cache's commands (GET,
+// HMGET, TIME, UNLINK).
+const CacheSweep = "+scan +role"
+
 // Queue is the rule of a user of leasequeue's Valkey source and roster
 // whose leases live on the Valkey lease backend: the lease rules, the
 // queue's commands and scripts (HSETNX, RPUSH, HGET, HDEL, LPOP, ZADD,
-// ZRANGE, ZSCORE, ZREM), the roster's (SADD, SMEMBERS, SREM), and the fence
-// script with the commands items are written with (HSET, INCRBY).
+// ZRANGE, ZSCORE, ZREM, and DEL for Sweep), the roster's (SADD, SMEMBERS,
+// SREM), and the fence script with the commands items are written with
+// (HSET, INCRBY).
 const Queue = "reset on >secret ~lease:* &lease:* ~leasequeue:* " +
 	"+client|tracking +evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +rpush +lpop " +
+	"+hmget +hset +persist +pexpire +hget +hsetnx +hdel +hincrby +get +type +incrby +del +rpush +lpop " +
 	"+zadd +zrange +zscore +zrem +sadd +smembers +srem +time " +
 	"+spublish +ssubscribe +sunsubscribe +info"
 

@@ -2,9 +2,11 @@
 // that talks to Valkey needs to agree on: whether a request was applied, not
 // applied, or has an unknown outcome ([Classify] and the reasons a server
 // refused it, [NoPermission] and [WrongType]), the shard-channel
-// subscription that wakes waiters up ([Subscribe]), and the Lua helpers
+// subscription that wakes waiters up ([Subscribe]), the Lua helpers
 // that compare and advance fencing tokens exactly and bound them by the
-// server's clock ([TokenScript]).
+// server's clock ([TokenScript]), a walk of the keys of every primary
+// with SCAN ([ScanPrimaries]), and the read-only twin of a script for a
+// dry run ([NoWrites]).
 //
 // backends/valkey, fence, cache and leasequeue use it and keep no copy of
 // their own; they only choose the words of their errors.

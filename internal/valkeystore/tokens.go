@@ -29,3 +29,17 @@ func TokenScript(src string, leadMicros int64) string {
 	}
 	return head + src
 }
+
+// NoWrites returns the Lua script src, whose first line is the shebang
+// "#!lua" without flags, flagged no-writes: the read-only twin of a
+// mutating script, for its dry run. The server runs it with EVALSHA_RO
+// (valkey.NewLuaScriptReadOnly) even where a script that may write is
+// refused (a full server, a read-only replica), and refuses any write it
+// attempts.
+func NoWrites(src string) string {
+	body, ok := strings.CutPrefix(src, "#!lua\n")
+	if !ok {
+		panic("valkeystore: a script to flag no-writes does not start with #!lua")
+	}
+	return "#!lua flags=no-writes\n" + body
+}

@@ -2,7 +2,8 @@
 -- claim: claim items of a queue, each its own lease, in one script.
 --
 -- KEYS[1]  the ready list, KEYS[2] the due set, KEYS[3] the ready-time
---          hash (see next.lua and enqueue.lua)
+--          hash (see next.lua and enqueue.lua), KEYS[4] the done set (see
+--          prune.lua)
 -- ARGV[1]  the name of an item's hash without the escaped ID and the
 --          '/item' that end it (P{Q}:item/): every item key is in the
 --          queue's hash slot, so the script may name the items it picks
@@ -102,6 +103,13 @@ for _, id in ipairs(due) do
   elseif fenced then
     redis.call('ZADD', KEYS[2], now + ttl, id) -- look again a TTL later
   elseif not h[1] or h[1] == 'done' or h[1] == 'dead' then
+    if h[1] == 'done' then
+      -- Completed by CompleteWith, whose own indexing (finished.lua) was
+      -- lost: index it now.
+      local k = ARGV[1] .. esc(id) .. '/item'
+      redis.call('HSETNX', k, 'fin', now)
+      redis.call('ZADD', KEYS[4], 'NX', redis.call('HGET', k, 'fin'), id)
+    end
     redis.call('ZREM', KEYS[2], id) -- finished or unknown: forget it
     redis.call('HDEL', KEYS[3], id)
   end
@@ -116,6 +124,10 @@ while #out < 4 * n do
       for _, v in ipairs(g) do out[#out + 1] = v end
     elseif fenced then
       redis.call('ZADD', KEYS[2], now + ttl, id) -- look again a TTL later
+    else
+      -- Finished (enqueued again) or unknown (removed by Sweep since):
+      -- drop its ready time, which the second Enqueue recorded.
+      redis.call('HDEL', KEYS[3], id)
     end
   end
 end

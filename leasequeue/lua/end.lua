@@ -2,16 +2,19 @@
 -- end: write the end of an attempt under its claim's token.
 --
 -- KEYS[1]  the item's hash, KEYS[2] its fence (see claim.lua), KEYS[3]
---          the due set, KEYS[4] the dead set, KEYS[5] the ready-time hash
+--          the due set, KEYS[4] the dead set, KEYS[5] the ready-time hash,
+--          KEYS[6] the done set
 -- ARGV[1]  the item's ID, ARGV[2] the claim's token, ARGV[3] the owner,
 --          ARGV[4] the end state ('done', 'pending' for a retry, 'dead'),
 --          ARGV[5] the error text, ARGV[6] the retry delay in ms
 --
 -- Applies only if ARGV[2] (a canonical decimal) is the item's current
 -- token and the item is running: then it sets the state and ends the
--- claim. A done or dead item leaves the due set and the ready-time hash (a
--- dead one joins the dead set, scored by the time it died); a retried one
--- is scored by its retry time, which becomes its ready time. Returns
+-- claim. A done or dead item leaves the due set and the ready-time hash,
+-- records when it finished (field fin, milliseconds on the server's
+-- clock) and joins the done or the dead set, scored by that time (see
+-- prune.lua); a retried one is scored by its retry time, which becomes its
+-- ready time. Returns
 -- {'ok'}; {'implausible', largest} if the token is above the largest
 -- plausible one (see begin.lua); {'stale', token} if the item carries
 -- another token; {'state', state} if it is not running; or {'none'} if
@@ -35,6 +38,11 @@ if ARGV[4] == 'pending' then
   return {'ok'}
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
-if ARGV[4] == 'dead' then redis.call('ZADD', KEYS[4], now, ARGV[1]) end
+redis.call('HSET', KEYS[1], 'fin', now)
+if ARGV[4] == 'dead' then
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+else
+  redis.call('ZADD', KEYS[6], now, ARGV[1])
+end
 redis.call('HDEL', KEYS[5], ARGV[1])
 return {'ok'}

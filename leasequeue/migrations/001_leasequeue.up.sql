@@ -6,8 +6,8 @@
 -- and every write of a claim (begin, complete, fail) is refused unless the
 -- row's fence admits the claim's token, in the same statement. visible_at
 -- is when pollers look at the item next: once a pending item is due, and
--- once a running item's lease may have expired. Rows are kept when done or
--- dead; delete them when you no longer need them.
+-- once a running item's lease may have expired. Done and dead rows are
+-- removed after their retention by PostgresSource.Sweep (migration 004).
 --
 -- public.leasequeue_jobs_members records the worker names of partition
 -- groups (leasequeue.PostgresRoster). Whether a member is live is decided

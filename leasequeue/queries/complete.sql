@@ -1,12 +1,14 @@
--- complete: mark the running item $2 of queue $1 done, if its fence admits
--- lease key $3 and token $4 and the token is plausible (see begin.sql; $6
--- is fence.MaxTokenLead in microseconds). No row when refused.
+-- complete: mark the running item $2 of queue $1 done, finished now, if
+-- its fence admits lease key $3 and token $4 and the token is plausible
+-- (see begin.sql; $6 is fence.MaxTokenLead in microseconds). No row when
+-- refused.
 UPDATE public.leasequeue_jobs
 SET state       = 'done',
     fence_token = $4::bigint,
     owner       = $5::text,
     last_error  = NULL,
     claim_nonce = NULL,
+    finished_at = now(),
     updated_at  = now()
 WHERE queue = $1::text AND id = $2::text
   AND state = 'running'

@@ -18,6 +18,7 @@ SET state       = 'done',
     owner       = c.owner,
     last_error  = NULL,
     claim_nonce = NULL,
+    finished_at = now(),
     updated_at  = now()
 FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS c(id, key, token, owner)
 WHERE j.queue = $1::text AND j.id = c.id

@@ -2,13 +2,14 @@
 -- fence admits lease key $3 and token $4 and the token is plausible (see
 -- begin.sql; $9 is fence.MaxTokenLead in microseconds): state $6
 -- ('pending' or 'dead'), hidden for $7 milliseconds and ready again after
--- them, error text $8. No row when refused.
+-- them, error text $8; a dead item is finished now. No row when refused.
 UPDATE public.leasequeue_jobs
 SET state       = $6::text,
     visible_at  = now() + $7::bigint * interval '1 millisecond',
     ready_at    = now() + $7::bigint * interval '1 millisecond',
     last_error  = $8::text,
     claim_nonce = NULL,
+    finished_at = CASE WHEN $6::text = 'dead' THEN now() END,
     fence_token = $4::bigint,
     owner       = $5::text,
     updated_at  = now()
