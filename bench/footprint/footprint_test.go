@@ -73,8 +73,19 @@ var policy = func() lease.Policy {
 	return p
 }()
 
-// A side is one lease.Client and the keys it has driven: the store under
+// A driver drives fresh keys or items through a store: the store under
 // measurement, or the control beside it.
+type driver interface {
+	// run drives n fresh keys (or items) with workers goroutines (or
+	// slots). It adds them to into: their latencies when record is set,
+	// and always their wall time and errors. record is false while the
+	// run only drives the count up between points.
+	run(ctx context.Context, n int64, workers int, into *sample, record bool)
+	// driven is how many it has driven so far.
+	driven() int64
+}
+
+// A side is one lease.Client and the keys it has driven.
 type side struct {
 	client *lease.Client
 	prefix string       // of its keys: prefix + a 7-digit number
@@ -177,6 +188,8 @@ func warmUp(ctx context.Context, s *side, cfg config) error {
 // warmups is how many pairs warmUp runs: a quarter of a point's.
 func (c config) warmups() int64 { return int64(max(c.pairs/4, 4*c.workers)) }
 
+func (s *side) driven() int64 { return s.next.Load() }
+
 func (s *side) pair(ctx context.Context, key string) error {
 	h, err := s.client.TryAcquire(ctx, key, policy)
 	if err != nil {
@@ -213,9 +226,14 @@ type backend interface {
 	// own (a second server, a second table), emptied before each point by
 	// resetControl, so that the same pairs on an empty store tell what
 	// the machine's load did meanwhile.
-	target() *side
-	control() *side
+	target() driver
+	control() driver
 	resetControl(ctx context.Context) error
+	// sweep removes what outlived its retention, as a deployment does on
+	// schedule (Client.Sweep, Queue.Prune), and says what it ran.
+	sweep(ctx context.Context) (int, string, error)
+	// what names a point's unit of work and its latency.
+	what() string
 	// work returns a counter of the target server's own clean-up (Valkey:
 	// keys its expiry deleted; PostgreSQL: autovacuum and autoanalyze runs
 	// of the table finished), whose growth during a point tells whether
@@ -272,7 +290,7 @@ func measure(ctx context.Context, b *testing.B, be backend, cfg config, name str
 	if err := be.resetControl(ctx); err != nil {
 		b.Fatal(err)
 	}
-	p := &point{name: name, before: be.target().next.Load()}
+	p := &point{name: name, before: be.target().driven()}
 	w0, _, err := be.work(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -301,21 +319,21 @@ func measure(ctx context.Context, b *testing.B, be backend, cfg config, name str
 	total := float64(2 * cfg.pairs)
 	p.allocs = float64(ms1.Mallocs-ms0.Mallocs) / total
 	p.bytes = float64(ms1.TotalAlloc-ms0.TotalAlloc) / total
-	progress("measured %s: p50 %v p99 %v %.0f pairs/s (control: p50 %v p99 %v %.0f pairs/s)", name,
+	progress("measured %s: p50 %v p99 %v %.0f/s (control: p50 %v p99 %v %.0f/s)", name,
 		p.target.pct(0.5), p.target.pct(0.99), p.target.ops(), p.control.pct(0.5), p.control.pct(0.99), p.control.ops())
 	return p
 }
 
 // driveTo drives the target's keys up to n.
 func driveTo(ctx context.Context, b *testing.B, be backend, cfg config, n int64, errs *sample) {
-	left := n - be.target().next.Load()
+	left := n - be.target().driven()
 	if left <= 0 {
 		return
 	}
 	start := time.Now()
 	be.target().run(ctx, left, cfg.workers, errs, false)
 	el := time.Since(start)
-	progress("drove %d keys to %d in %v (%.0f pairs/s)", left, n, el.Round(time.Millisecond), float64(left)/el.Seconds())
+	progress("drove %d to %d in %v (%.0f/s)", left, n, el.Round(time.Millisecond), float64(left)/el.Seconds())
 }
 
 func progress(format string, args ...any) {
@@ -354,7 +372,7 @@ func story(b *testing.B, cfg config, name string, be backend) {
 	at("h" + count(cfg.keys))
 
 	// Every record of the run ended by now: wait out the retention, then
-	// sweep as a deployment's Client would, on schedule.
+	// sweep as a deployment does, on schedule.
 	wait := cfg.retention + time.Second
 	progress("waiting %v for the retention to pass", wait)
 	time.Sleep(wait)
@@ -362,17 +380,17 @@ func story(b *testing.B, cfg config, name string, be backend) {
 		b.Fatal(err)
 	}
 	sweepStart := time.Now()
-	removed, err := be.target().client.Sweep(ctx)
+	removed, sweeper, err := be.sweep(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	sweepTook := time.Since(sweepStart)
-	progress("Client.Sweep removed %d records in %v", removed, sweepTook.Round(time.Millisecond))
+	progress("%s removed %d in %v", sweeper, removed, sweepTook.Round(time.Millisecond))
 	after, err := be.settle(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	after[0].figs = append(after[0].figs, figure{"records removed by Client.Sweep", "swept", float64(removed)}, figure{"Client.Sweep took", "sweep-s", sweepTook.Seconds()})
+	after[0].figs = append(after[0].figs, figure{"removed by " + sweeper, "swept", float64(removed)}, figure{sweeper + " took", "sweep-s", sweepTook.Seconds()})
 	for _, st := range after {
 		stages = append(stages, st)
 		reportStage(b, st)
@@ -383,7 +401,7 @@ func story(b *testing.B, cfg config, name string, be backend) {
 	for _, p := range points {
 		errs += p.target.errs + p.control.errs
 	}
-	driven := be.target().next.Load()
+	driven := be.target().driven()
 	fmt.Print(table(name, be.describe(cfg), cfg, be, stages, points, driven, errs, time.Since(began)))
 	if errs > driven/1000 {
 		first := drive.first
@@ -456,7 +474,7 @@ func table(name, desc string, cfg config, be backend, stages []stage, points []*
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(&buf, "%s: %s\n", name, desc)
-	fmt.Fprintf(&buf, "%d keys driven, %d pairs failed, %v in all\n\n", driven, errs, took.Round(time.Second))
+	fmt.Fprintf(&buf, "%d driven, %d failed, %v in all\n\n", driven, errs, took.Round(time.Second))
 
 	fmt.Fprintf(&buf, "footprint (ratio: to start)\n")
 	header := "stage\t"
@@ -489,9 +507,9 @@ func table(name, desc string, cfg config, be backend, stages []stage, points []*
 		}
 	}
 
-	fmt.Fprintf(&buf, "\nacquire→release pairs, %d per point, %d goroutines (ratio: to h0; control: the same pairs on an emptied control store, interleaved)\n", cfg.pairs, cfg.workers)
+	fmt.Fprintf(&buf, "\n%s, %d per point, %d at once (ratio: to h0; control: the same on an emptied control store, interleaved)\n", be.what(), cfg.pairs, cfg.workers)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "point\tkeys before\tp50\tp99\tpairs/s\tp50 ratio\tp99 ratio\tpairs/s ratio\tcontrol p50\tcontrol p99\tcontrol pairs/s\tcontrol pairs/s ratio\t"+points[0].workLabel+"\t")
+	fmt.Fprintln(tw, "point\tbefore\tp50\tp99\tper s\tp50 ratio\tp99 ratio\tper s ratio\tcontrol p50\tcontrol p99\tcontrol per s\tcontrol per s ratio\t"+points[0].workLabel+"\t")
 	h0 := points[0]
 	for _, p := range points {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%.2f\t%.0f\t\n", p.name, p.before,
@@ -512,7 +530,7 @@ func table(name, desc string, cfg config, be backend, stages []stage, points []*
 	}{
 		{"p50", ms(full.target.pct(0.5)), ms(h0.target.pct(0.5)), false},
 		{"p99", ms(full.target.pct(0.99)), ms(h0.target.pct(0.99)), false},
-		{"pairs/s", full.target.ops(), h0.target.ops(), true},
+		{"per s", full.target.ops(), h0.target.ops(), true},
 	} {
 		r := g.at / g.zero
 		ok := r <= 1.10
