@@ -234,11 +234,12 @@ type backend interface {
 	sweep(ctx context.Context) (int, string, error)
 	// what names a point's unit of work and its latency.
 	what() string
-	// work returns a counter of the target server's own clean-up (Valkey:
-	// keys its expiry deleted; PostgreSQL: autovacuum and autoanalyze runs
-	// of the table finished), whose growth during a point tells whether
-	// that work ran beside the pairs, and what it is called.
-	work(ctx context.Context) (float64, string, error)
+	// work returns counters of the target server's own work (Valkey: keys
+	// its expiry deleted; PostgreSQL: sequential scans of the table, and
+	// autovacuum and autoanalyze runs of it finished), whose growth during
+	// a point tells what ran beside the pairs, or how the planner ran
+	// them.
+	work(ctx context.Context) ([]figure, error)
 	// beforeSweep runs once the retention has passed, before the sweep.
 	beforeSweep(ctx context.Context) error
 	// snapshot takes the footprint of the target.
@@ -276,9 +277,8 @@ type point struct {
 	name            string
 	before          int64 // keys driven before it
 	target, control sample
-	allocs, bytes   float64 // per pair, of both sides
-	work            float64 // backend.work's growth during the point
-	workLabel       string
+	allocs, bytes   float64  // per pair, of both sides
+	work            []figure // backend.work's growth during the point
 }
 
 // chunks is how many parts of a point's pairs each side runs, the two
@@ -291,7 +291,7 @@ func measure(ctx context.Context, b *testing.B, be backend, cfg config, name str
 		b.Fatal(err)
 	}
 	p := &point{name: name, before: be.target().driven()}
-	w0, _, err := be.work(ctx)
+	w0, err := be.work(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -311,11 +311,14 @@ func measure(ctx context.Context, b *testing.B, be backend, cfg config, name str
 		}
 	}
 	runtime.ReadMemStats(&ms1)
-	w1, label, err := be.work(ctx)
+	w1, err := be.work(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.work, p.workLabel = w1-w0, label
+	for i, f := range w1 {
+		f.v -= w0[i].v
+		p.work = append(p.work, f)
+	}
 	total := float64(2 * cfg.pairs)
 	p.allocs = float64(ms1.Mallocs-ms0.Mallocs) / total
 	p.bytes = float64(ms1.TotalAlloc-ms0.TotalAlloc) / total
@@ -455,7 +458,9 @@ func reportPoint(b *testing.B, p, first *point) {
 		b.ReportMetric(ms(p.control.pct(0.5)), "ctl-p50-ms")
 		b.ReportMetric(ms(p.control.pct(0.99)), "ctl-p99-ms")
 		b.ReportMetric(float64(p.before), "keys-before")
-		b.ReportMetric(p.work, "server-work")
+		for _, f := range p.work {
+			b.ReportMetric(f.v, f.unit)
+		}
 		b.ReportMetric(p.allocs, "allocs/op")
 		b.ReportMetric(p.bytes, "B/op")
 		if p != first {
@@ -509,13 +514,21 @@ func table(name, desc string, cfg config, be backend, stages []stage, points []*
 
 	fmt.Fprintf(&buf, "\n%s, %d per point, %d at once (ratio: to h0; control: the same on an emptied control store, interleaved)\n", be.what(), cfg.pairs, cfg.workers)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "point\tbefore\tp50\tp99\tper s\tp50 ratio\tp99 ratio\tper s ratio\tcontrol p50\tcontrol p99\tcontrol per s\tcontrol per s ratio\t"+points[0].workLabel+"\t")
+	header = "point\tbefore\tp50\tp99\tper s\tp50 ratio\tp99 ratio\tper s ratio\tcontrol p50\tcontrol p99\tcontrol per s\tcontrol per s ratio\t"
+	for _, f := range points[0].work {
+		header += f.label + "\t"
+	}
+	fmt.Fprintln(tw, header)
 	h0 := points[0]
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%.2f\t%.0f\t\n", p.name, p.before,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%.2f\t", p.name, p.before,
 			dur(p.target.pct(0.5)), dur(p.target.pct(0.99)), p.target.ops(),
 			ratio(p.target.pct(0.5), h0.target.pct(0.5)), ratio(p.target.pct(0.99), h0.target.pct(0.99)), p.target.ops()/h0.target.ops(),
-			dur(p.control.pct(0.5)), dur(p.control.pct(0.99)), p.control.ops(), p.control.ops()/h0.control.ops(), p.work)
+			dur(p.control.pct(0.5)), dur(p.control.pct(0.99)), p.control.ops(), p.control.ops()/h0.control.ops())
+		for _, f := range p.work {
+			fmt.Fprintf(tw, "%.0f\t", f.v)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 

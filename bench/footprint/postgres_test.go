@@ -79,11 +79,18 @@ func (m *pgMeter) flushStats(ctx context.Context) error {
 // delete would leave it too high.
 func (m *pgMeter) beforeSweep(ctx context.Context) error { return m.flushStats(ctx) }
 
-func (m *pgMeter) work(ctx context.Context) (float64, string, error) {
-	var n int64
-	err := m.pool.QueryRow(ctx, `SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
-		m.table).Scan(&n)
-	return float64(n), "autovacuums+autoanalyzes meanwhile", err
+func (m *pgMeter) work(ctx context.Context) ([]figure, error) {
+	if err := m.flushStats(ctx); err != nil {
+		return nil, err
+	}
+	var seq, autovacuums, autoanalyzes int64
+	err := m.pool.QueryRow(ctx, `SELECT seq_scan, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		m.table).Scan(&seq, &autovacuums, &autoanalyzes)
+	return []figure{
+		{"seq scans meanwhile", "seq-scans", float64(seq)},
+		{"autovacuums meanwhile", "autovacuums", float64(autovacuums)},
+		{"autoanalyzes meanwhile", "autoanalyzes", float64(autoanalyzes)},
+	}, err
 }
 
 func (m *pgMeter) snapshot(ctx context.Context, name string) (stage, error) {

@@ -1,13 +1,15 @@
 #!/bin/sh
-# Runs BenchmarkFootprint once (ROUNDS=1 unless set): on Valkey and on
-# PostgreSQL, a million keys through acquire→release with a 30s retention,
-# the footprint at the start, the peak and after the retention and a sweep,
-# and the latency and throughput of acquire→release at 0, 100k and 1M keys
-# (see doc.go). Prints the run's table with its ratios to the start and the
+# Runs BenchmarkFootprint and BenchmarkQueueFootprint once each: on
+# Valkey and on PostgreSQL, a million lease keys through acquire→release
+# (and a million queue items through enqueue→claim→complete) with a 30s
+# retention, the footprint at the start, the peak and after the retention
+# and a sweep, and the latency and throughput at 0, 100k and 1M keys
+# (see doc.go). About fourteen minutes with two cores. Prints the run's table with its ratios to the start and the
 # goals met or missed, benchstat's tables, and benchsum's ratio of each
 # point's throughput to h0. The servers are started by the test harness or
 # named by LEASE_VALKEY_ADDR and LEASE_POSTGRES_URL.
 #
+#   STORY=leases|queue                   one story (default both)
 #   BACKEND=valkey|postgres              one backend (default both)
 #   KEYS=1000000 RETENTION=30s           keys driven; the stores' retention
 #   PAIRS=20000 WORKERS=32               pairs per point; goroutines
@@ -29,9 +31,14 @@ BASE=${FOOTPRINT_BASE:-}
 [ -n "${WORKERS:-}" ] && export LEASE_FOOTPRINT_WORKERS="$WORKERS"
 baseline=h0
 round() {
-	bench -test.bench "Footprint/backend=${BACKEND:-}" -test.benchtime 1x -test.timeout 60m
+	case ${STORY:-} in
+	leases) top=BenchmarkFootprint ;;
+	queue) top=BenchmarkQueueFootprint ;;
+	*) top='Benchmark(Queue)?Footprint' ;;
+	esac
+	bench -test.bench "^$top\$/backend=${BACKEND:-}" -test.benchtime 1x -test.timeout 60m
 }
-layout="-col /impl -row /backend"
+layout="-col /impl -row .name,/backend"
 tables() {
 	# The run's own table, with the ratios to the start of the same run.
 	sed -n 's/^# //p' "$out"

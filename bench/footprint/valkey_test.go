@@ -109,16 +109,16 @@ func infoField(info, name string) string {
 	return ""
 }
 
-func (m *valkeyMeter) work(ctx context.Context) (float64, string, error) {
+func (m *valkeyMeter) work(ctx context.Context) ([]figure, error) {
 	info, err := m.client.Do(ctx, m.client.B().Info().Section("stats").Build()).ToString()
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	n, err := strconv.ParseInt(infoField(info, "expired_keys"), 10, 64)
 	if err != nil {
-		return 0, "", fmt.Errorf("INFO stats: expired_keys: %w", err)
+		return nil, fmt.Errorf("INFO stats: expired_keys: %w", err)
 	}
-	return float64(n), "keys expired meanwhile", nil
+	return []figure{{"keys expired meanwhile", "expired-keys", float64(n)}}, nil
 }
 
 func (m *valkeyMeter) beforeSweep(context.Context) error { return nil }
