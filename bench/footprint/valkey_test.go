@@ -52,11 +52,14 @@ func newValkeyMeter(b *testing.B, client valkey.Client) *valkeyMeter {
 	return m
 }
 
-// start notes the keys at the start, which should be none, and starts
-// watching the peak: records end during the drive, so the largest
+// start waits for used_memory to hold still, notes the keys at the
+// start, which should be none, and starts watching the peak: records end during the drive, so the largest
 // footprint is not necessarily the one after it.
 func (m *valkeyMeter) start(b *testing.B) {
 	ctx := context.Background()
+	if err := m.steady(ctx); err != nil {
+		b.Fatal(err)
+	}
 	_, keys, err := m.memory(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -85,6 +88,25 @@ func (m *valkeyMeter) start(b *testing.B) {
 		}
 	}()
 	b.Cleanup(func() { stop(); <-done })
+}
+
+// steady waits, up to a minute, until used_memory moves by less than 0.2%
+// in a second: the server frees and shrinks in the background after big
+// deletions (the warm-up's, the expiry's, a prune's).
+func (m *valkeyMeter) steady(ctx context.Context) error {
+	var last int64
+	for range 60 {
+		used, _, err := m.memory(ctx)
+		if err != nil {
+			return err
+		}
+		if last > 0 && math.Abs(float64(used-last)) <= 0.002*float64(last) {
+			return nil
+		}
+		last = used
+		time.Sleep(time.Second)
+	}
+	return nil
 }
 
 // memory returns the server's used_memory (INFO memory) and DBSIZE.
@@ -163,17 +185,8 @@ func (m *valkeyMeter) settle(ctx context.Context, wait time.Duration) ([]stage, 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	var last int64
-	for range 60 {
-		used, _, err := m.memory(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if last > 0 && math.Abs(float64(used-last)) <= 0.002*float64(last) {
-			break
-		}
-		last = used
-		time.Sleep(time.Second)
+	if err := m.steady(ctx); err != nil {
+		return nil, err
 	}
 	took := time.Since(start)
 	progress("valkey: keys and memory settled in %v", took.Round(time.Millisecond))
