@@ -315,7 +315,7 @@ func openQueueValkey(b *testing.B, cfg config) backend {
 			b.Fatal(err)
 		}
 	}
-	be.start(b)
+	be.start(b, cfg)
 	return be
 }
 

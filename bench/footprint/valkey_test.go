@@ -52,11 +52,24 @@ func newValkeyMeter(b *testing.B, client valkey.Client) *valkeyMeter {
 	return m
 }
 
-// start waits for used_memory to hold still, notes the keys at the
-// start, which should be none, and starts watching the peak: records end during the drive, so the largest
+// start waits, up to a retention, for the server to hold no key, and for
+// used_memory to hold still, notes the keys at the start, which should be
+// none, and starts watching the peak: records end during the drive, so the largest
 // footprint is not necessarily the one after it.
-func (m *valkeyMeter) start(b *testing.B) {
+func (m *valkeyMeter) start(b *testing.B, cfg config) {
 	ctx := context.Background()
+	// Records of an earlier story on the same server (the last point's)
+	// end within a retention.
+	for deadline := time.Now().Add(cfg.retention + 5*time.Second); ; {
+		_, keys, err := m.memory(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if keys == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	if err := m.steady(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -251,7 +264,7 @@ func openValkey(b *testing.B, cfg config) backend {
 			b.Fatal(err)
 		}
 	}
-	be.start(b)
+	be.start(b, cfg)
 	return be
 }
 
