@@ -5,7 +5,10 @@
 #               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips)
 #   make bench  the comparison benchmarks of bench/ (PostgreSQL, leasequeue,
 #               Valkey), each in ROUNDS interleaved rounds (default 6), with
-#               benchstat's tables and the ratios to each baseline;
+#               benchstat's tables and the ratios to each baseline, then
+#               bench/footprint (a million keys on each backend, once, about
+#               ten minutes; FOOTPRINT_ROUNDS and FOOTPRINT_BASE, not ROUNDS
+#               and BASE, repeat it or compare it with a revision);
 #               `make bench ROUNDS=10 BASE=main` adds a before/after column
 #               for that revision, DURABLE=1 runs PostgreSQL durably
 #   make bench-micro  the product module's own benchmarks, once each, with
@@ -60,7 +63,7 @@ test: deps
 
 bench: deps
 	@bash scripts/install-deps.sh bench
-	@for area in postgres leasequeue valkey; do \
+	@for area in postgres leasequeue valkey footprint; do \
 		echo "==> bench/$$area/run.sh"; sh bench/$$area/run.sh || exit 1; \
 	done
 
