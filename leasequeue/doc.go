@@ -9,27 +9,26 @@
 // # Items
 //
 // A Queue claims the items of a Source for one worker, each under the
-// lease Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
-// escaped, see Queue.Key). On a Claimer (PostgresSource, ValkeySource,
-// MemorySource) the item is its own lease: Claim takes one item in one
-// request that makes it running, counts the attempt and records the
-// claim's holder, secret, token and expiry on the item. On another Source
-// Claim acquires the item's lease on the client's backend, then records
-// the start of the attempt with a write fenced by the new token. Either
-// way the claim is renewed in the background, by the lease package's
-// renewer, until it is completed, failed or released:
+// lease key Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
+// escaped, see Queue.Key). The item is its own lease: Claim takes one item
+// in one request that makes it running, counts the attempt and records the
+// claim's holder, secret, token and expiry on the item. The claim is
+// renewed in the background, by the lease package's renewer, until it is
+// completed, failed or released:
 //
 //	c, err := q.Claim(ctx, "invoice-42")
 //	...
 //	err = c.Complete(ctx) // fenced: refused once another worker claimed the item
 //
 // Run is the worker loop: it claims as many ready items as it has free
-// slots (Options.Concurrency; on a Claimer in one request) and runs a
+// slots (Options.Concurrency), in one request, and runs a
 // Handler under the claim's context, which is cancelled the moment the
-// lease is lost. A nil result completes the item; an error fails it, and after
+// lease is lost. A nil result completes the item; an error fails it, and
+// after
 // Options.MaxAttempts attempts the item goes to the dead-letter state.
 // Attempts are counted when they begin, so an item whose workers keep
-// dying is buried too.
+// dying is buried too. ClaimNext claims ready items the same way, for a
+// worker loop of your own.
 //
 // Complete and Fail return a *lease.LostError when the claim's lease is
 // known to be gone, and the source refuses them with a *fence.StaleError
@@ -42,17 +41,18 @@
 // item's fence, a token far above the real ones would refuse every later
 // claim of the item (and on PostgreSQL, at 2^63−1, make the next claim's
 // token overflow). So PostgresSource and ValkeySource apply the fences'
-// rule: Begin, Complete and Fail refuse a token more than
+// rule: completions and failures refuse a token more than
 // fence.MaxTokenLead ahead of the source's own clock with a
 // *fence.ImplausibleTokenError (fence.ErrImplausibleToken), writing
 // nothing, and their claims pass over an item whose fence already holds
-// one, so it never holds up the others (see Claimer).
+// one, so it never holds up the others (see Source).
 //
 // # Sources
 //
-// A Source hands out the IDs of items that may be ready and records each
-// attempt with fenced writes; a Claimer also claims them, each claim a
-// lease of its own. PostgresSource keeps the items of any number of queues
+// A Source keeps the items of a queue and their claims, and writes each
+// outcome fenced by the claim's token. The sources are PostgresSource,
+// ValkeySource and MemorySource; the interface is closed. PostgresSource
+// keeps the items of any number of queues
 // in one table (see MigratePostgres): one statement claims due rows with
 // FOR UPDATE SKIP LOCKED, and one completes or fails an item, checking the
 // fence (a pair of columns) and ending the claim in the statement that
@@ -61,10 +61,8 @@
 // ValkeySource.ReadyKey) and a sorted set of handed-out items, all in the
 // queue's hash slot: one Lua script claims, one completes or fails an item
 // under its token.
-// MemorySource is the in-process reference.
-//
-// On a Claimer the item of a worker that died is claimable as soon as its
-// claim expires on the source's clock.
+// MemorySource is the in-process reference. The item of a worker that
+// died is claimable as soon as its claim expires on the source's clock.
 //
 // ACL rules apply to the commands inside scripts too. The least a Valkey
 // user of ValkeySource and ValkeyRoster needs, with the leases on the
@@ -135,7 +133,7 @@
 // An Observer receives events: Claimed, Heartbeat (a renewal went
 // through, or is overdue), Completed, Failed, Lost, Pruned, Assigned,
 // Revoked and Rebalanced. NewSlogObserver logs them. The leases' own events go to the
-// lease.Client's observer, those of a Claimer's claims too (renewed,
+// lease.Client's observer, those of the items' claims too (renewed,
 // lost, released; a claim is granted by the source, so there is no
 // Acquired event for it).
 //

@@ -23,7 +23,7 @@ import (
 
 // A source is a leasequeue.Source with the ready-made sources' extras.
 type source interface {
-	leasequeue.Source
+	leasequeue.Claimer
 	Enqueue(ctx context.Context, ids ...string) (int, error)
 	Item(ctx context.Context, id string) (leasequeue.Item, error)
 }

@@ -73,8 +73,7 @@ func TestPostgresOddNames(t *testing.T) {
 		t.Errorf("Table() = %s", src.Table())
 	}
 	mustEnqueue(ctx, t, src, "a")
-	mustBegin(ctx, t, src, snap("a", 3), "a", 1)
-	if err := src.Complete(ctx, snap("a", 3), "a"); err != nil {
+	if err := src.Complete(ctx, mustClaim(ctx, t, src, "w", "a", 1), "a"); err != nil {
 		t.Fatal(err)
 	}
 	r, err := leasequeue.NewPostgresRoster(pool, o)

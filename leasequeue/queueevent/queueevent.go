@@ -79,9 +79,11 @@ type (
 		// Attempt counts the attempts at the item, this one included.
 		Attempt int
 		// Age is how long the item had been ready (enqueued, or its retry
-		// delay over) when the claim began its attempt, on the source's
-		// clock: see leasequeue.Begun.Age. Zero when the source cannot
-		// tell, and when Err is set.
+		// delay over) when the claim began its attempt, measured on the
+		// source's clock within the claim's request; for an item taken
+		// over, the time its earlier worker held it counts in. Zero when
+		// the source cannot tell (an item a producer added without its
+		// ready time, or a clock that stepped back), and when Err is set.
 		Age time.Duration
 	}
 
