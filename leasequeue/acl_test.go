@@ -15,6 +15,7 @@ import (
 	"github.com/golib/lease/internal/valkeyacl"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 )
 
 // TestDocumentedValkeyACLIsEnough runs every operation of the Valkey
@@ -125,27 +126,27 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 		}
 	}
 
-	roster, err := leasequeue.NewValkeyRoster(c, leasequeue.ValkeyOptions{})
+	roster, err := partition.NewValkeyRoster(c, leasequeue.ValkeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := leasequeue.NewGroup(newClient(t, backend, "w", nil), leasequeue.GroupOptions{Name: "shards", Partitions: []string{"p"}, Policy: policy, Roster: roster})
+	g, err := partition.New(newClient(t, backend, "w", nil), partition.Options{Name: "shards", Partitions: []string{"p"}, Policy: policy, Roster: roster})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The membership of a previous run is still held: Run waits for its
 	// release, woken by the release channel.
-	old, err := newClient(t, backend, "w-before", nil).TryAcquire(ctx, leasequeue.MemberKey("shards", "w"), policy)
+	old, err := newClient(t, backend, "w-before", nil).TryAcquire(ctx, memberKey("shards", "w"), policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- g.Run(runCtx, func(ctx context.Context, p leasequeue.Partition) error { <-ctx.Done(); return nil })
+		done <- g.Run(runCtx, func(ctx context.Context, p partition.Owned) error { <-ctx.Done(); return nil })
 	}()
 	eventually(t, 30*time.Second, "Run watches the release channel", func() bool {
-		n, err := admin.Do(ctx, admin.B().PubsubShardnumsub().Channel(backend.RecordKey(leasequeue.MemberKey("shards", "w"))+":released").Build()).ToArray()
+		n, err := admin.Do(ctx, admin.B().PubsubShardnumsub().Channel(backend.RecordKey(memberKey("shards", "w"))+":released").Build()).ToArray()
 		if err != nil || len(n) != 2 {
 			return false
 		}

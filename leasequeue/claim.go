@@ -133,7 +133,7 @@ func (c *Claim) Release(ctx context.Context) error {
 // crashed worker would.
 func (c *Claim) abandon() {
 	if c.close() {
-		c.q.track.remove(c.h)
+		c.q.track.Remove(c.h)
 		_ = c.m.Stop(context.Background())
 		c.cancel(ErrClosed)
 	}
@@ -178,7 +178,7 @@ func mustRelease(err error) bool { return err != nil }
 // end stops tracking and renewing the claim, releasing its lease first if
 // release is set, and cancels its context.
 func (c *Claim) end(ctx context.Context, release bool) {
-	c.q.track.remove(c.h)
+	c.q.track.Remove(c.h)
 	if release {
 		_ = c.h.Release(detach(ctx)) // bounded by OperationTimeout; a lost lease just says so
 	}
@@ -207,7 +207,7 @@ var ended = func() context.Context {
 // emits the Lost event.
 func (c *Claim) lost(err error) {
 	if err != nil {
-		c.q.track.lost(c.h, err, c.q.clock.Now())
+		c.q.track.Lost(c.h, err, c.q.clock.Now())
 		c.q.emit(&Lost{EventInfo: c.info(err)})
 	}
 }
@@ -224,7 +224,7 @@ type itemObserver struct {
 func (o itemObserver) Observe(e lease.Event) {
 	o.next.Observe(e)
 	if l, ok := e.(*lease.Lost); ok {
-		if c := o.q.track.find(l.Key, l.Token); c != nil {
+		if c := o.q.track.Find(l.Key, l.Token); c != nil {
 			c.cancel(l.Err)
 			c.lost(l.Err)
 		}

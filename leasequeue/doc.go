@@ -1,10 +1,10 @@
-// Package leasequeue claims work with leases: work items, each processed
-// under a lease of its own, and partitions shared evenly among the live
-// workers of a group. Completion and failure are fenced writes, so a
-// worker that lost its claim (paused past its lease, cut off from the
-// lease backend) can never complete, fail or double-process an item, and
-// an item whose worker died can be claimed again as soon as its lease
-// expires, with no fixed rescue delay.
+// Package leasequeue claims work items with leases, each item processed
+// under a lease of its own (its subpackage partition shares named
+// partitions among the live workers of a group). Completion and failure
+// are fenced writes, so a worker that lost its claim (paused past its
+// lease, cut off from the lease backend) can never complete, fail or
+// double-process an item, and an item whose worker died can be claimed
+// again as soon as its lease expires, with no fixed rescue delay.
 //
 // # Items
 //
@@ -65,7 +65,7 @@
 // died is claimable as soon as its claim expires on the source's clock.
 //
 // ACL rules apply to the commands inside scripts too. The least a Valkey
-// user of ValkeySource and ValkeyRoster needs, with the leases on the
+// user of ValkeySource and partition.ValkeyRoster needs, with the leases on the
 // Valkey lease backend and the default prefixes (SECURITY.md explains each
 // grant, and what a cluster needs):
 //
@@ -99,48 +99,27 @@
 // token it removed). So a claim of the removed item cannot write the new
 // one.
 //
-// # Partitions
-//
-// A Group shares named partitions (shards, tenants) among the live workers
-// of a group, with one lease per partition and one membership lease per
-// worker (GroupOptions.Name + "/members/" + worker, escaped the same
-// way). Workers find each other through a Roster, which only records
-// names; a name counts while
-// its membership lease is held. There is no coordinator: every
-// RebalanceEvery each worker sorts the live members, takes its share
-// (len(Partitions)/members, plus one for the first len(Partitions)%members
-// workers), gives up partitions above its share and acquires free ones
-// below it, in an order of preference of its own (rendezvous hashing).
-//
-// For each partition it owns, the worker runs a PartitionFunc with the
-// partition's Snapshot, whose token fences the handler's writes, under a
-// context that is cancelled the moment the partition is lost (cause
-// wrapping lease.ErrLost) or revoked (cause ErrRevoked). A revoked
-// partition is released only after its handler has returned, so its next
-// owner never overlaps it; a lost one frees up when its lease expires.
-// Observers tell the two apart: Revoked is graceful, Lost is not.
-//
 // # Health
 //
 // A worker watches the local deadlines of the leases it holds. While a
 // renewal is overdue (a local deadline nearer than on-schedule renewals
 // allow), and for a TTL after it lost a lease because its renewals did not
 // go through, it takes no new work: Claim fails with ErrUnhealthy, Run
-// claims nothing and a Group acquires no partition.
+// claims nothing (and a partition.Group acquires no partition).
 //
 // # Observations
 //
 // An Observer receives events: Claimed, Heartbeat (a renewal went
-// through, or is overdue), Completed, Failed, Lost, Pruned, Assigned,
-// Revoked and Rebalanced. NewSlogObserver logs them. The leases' own events go to the
-// lease.Client's observer, those of the items' claims too (renewed,
-// lost, released; a claim is granted by the source, so there is no
+// through, or is overdue), Completed, Failed, Lost and Pruned, and the
+// events of package partition. NewSlogObserver logs them all. The leases'
+// own events go to the lease.Client's observer, those of the items'
+// claims too (renewed, lost, released; a claim is granted by the source, so there is no
 // Acquired event for it).
 //
 // # What a lease does not do
 //
 // Leases bound how long a claim lasts; they do not stop a paused process.
-// Pass Claim.Snapshot or Partition.Snapshot to every write your handler
+// Pass Claim.Snapshot to every write your handler
 // makes outside the source (see package fence), or make those writes with
 // CompleteTx or CompleteClaimWith.
 package leasequeue

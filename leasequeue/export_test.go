@@ -13,17 +13,9 @@ import (
 // released or written again. Run returns once its handlers have returned.
 func (q *Queue) Crash() { q.crash() }
 
-// Crash stops g.Run as a crashed process would: no lease is renewed or
-// released again. Run returns once its handlers have returned.
-func (g *Group) Crash() { g.crash() }
-
 // Overdue reports whether the renewal of any lease the queue tracks is
 // overdue.
-func (q *Queue) Overdue() bool { return !q.track.healthy(q.clock.Now()) }
-
-// MemberKey and PartitionKey are the lease keys of a group's members and
-// partitions.
-var MemberKey, PartitionKey = memberKey, partitionKey
+func (q *Queue) Overdue() bool { return !q.track.Healthy(q.clock.Now()) }
 
 // DueKey, DeadKey and SinceKey return the names of the queue's due and
 // dead sets and of its ready-time hash.
@@ -36,9 +28,6 @@ func (s *ValkeySource) Resource(id string) (string, error) { return s.resource(i
 
 // FenceKey returns the name of item id's fence key.
 func (s *ValkeySource) FenceKey(id string) string { return s.ItemKey(id, "fence") }
-
-// Key returns the name of group's member set.
-func (r *ValkeyRoster) Key(group string) string { return r.key(group) }
 
 // Error explainers of the sources, for the classification tests.
 var (

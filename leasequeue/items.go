@@ -111,7 +111,7 @@ func (q *Queue) ClaimNext(ctx context.Context, n int) ([]*Claim, error) {
 // claimNext claims up to n ready items as ClaimNext does; detached is ctx
 // without its cancellation.
 func (q *Queue) claimNext(ctx, detached context.Context, n int) ([]*Claim, error) {
-	if !q.track.healthy(q.clock.Now()) {
+	if !q.track.Healthy(q.clock.Now()) {
 		return nil, ErrUnhealthy
 	}
 	sent := q.clock.Now()

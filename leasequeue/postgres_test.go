@@ -15,6 +15,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 	"github.com/golib/lease/leasetest"
 )
 
@@ -76,7 +77,7 @@ func TestPostgresOddNames(t *testing.T) {
 	if err := src.Complete(ctx, mustClaim(ctx, t, src, "w", "a", 1), "a"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := leasequeue.NewPostgresRoster(pool, o)
+	r, err := partition.NewPostgresRoster(pool, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue/internal/health"
 )
 
 // Defaults of Options.
@@ -98,7 +99,7 @@ type Queue struct {
 	prefix string // keyPrefix
 	obs    Observer
 	clock  lease.Clock
-	track  tracker
+	track  health.Tracker[*Claim]
 
 	items *lease.Client // the client of the items' claims (see itemBackend)
 
@@ -201,7 +202,7 @@ func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) 
 	if err := lease.ValidateKey(key); err != nil {
 		return nil, fmt.Errorf("leasequeue: item %q: %w", id, err)
 	}
-	if !q.track.healthy(q.clock.Now()) {
+	if !q.track.Healthy(q.clock.Now()) {
 		return nil, ErrUnhealthy
 	}
 	start := q.clock.Now()
@@ -224,12 +225,12 @@ func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, 
 	c.ctx, c.cancel = context.WithCancelCause(detached)
 	// Tracked before its renewer starts, so that the items' observer
 	// finds it, context and all, should the lease be lost at once.
-	q.track.add(h, id, c)
+	q.track.Add(h, id, c)
 	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
-		q.track.remove(h)
+		q.track.Remove(h)
 		c.cancel(ErrClosed)
 		_ = h.Release(detached)
 		return nil, err
@@ -322,7 +323,7 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		for range n - got {
 			<-slots
 		}
-		if got == 0 && sleep(runCtx, q.clock, q.o.PollEvery) != nil {
+		if got == 0 && health.Sleep(runCtx, q.clock, q.o.PollEvery) != nil {
 			break
 		}
 	}
@@ -435,8 +436,8 @@ func call(handler Handler, c *Claim) (err error) {
 func (q *Queue) monitor(ctx context.Context) {
 	every := q.o.Policy.Options().RenewEvery / 2
 	info := EventInfo{Name: q.o.Name, Worker: q.client.Owner()}
-	for sleep(ctx, q.clock, every) == nil {
-		for _, e := range q.track.beat(q.clock.Now(), info) {
+	for health.Sleep(ctx, q.clock, every) == nil {
+		for _, e := range q.track.Beat(q.clock.Now(), info, ErrUnhealthy) {
 			q.emit(e)
 		}
 	}
@@ -456,15 +457,3 @@ func (q *Queue) crash() {
 }
 
 var errCrashed = errors.New("leasequeue: crashed (test)")
-
-// sleep waits for d on clock, or until ctx ends, whose cause it returns.
-func sleep(ctx context.Context, clock lease.Clock, d time.Duration) error {
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C():
-		return nil
-	}
-}

@@ -30,6 +30,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 	"github.com/golib/lease/leasetest"
 )
 
@@ -201,12 +202,12 @@ func sendEmails(ctx context.Context, cfg config, pool *pgxpool.Pool, store *leas
 // shareShards shares six partitions among three workers, then lets one
 // leave.
 func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.Store, policy lease.Policy, out io.Writer) error {
-	roster, err := leasequeue.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
+	roster, err := partition.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
 	if err != nil {
 		return err
 	}
 	shards := []string{"shard-0", "shard-1", "shard-2", "shard-3", "shard-4", "shard-5"}
-	groups := map[string]*leasequeue.Group{}
+	groups := map[string]*partition.Group{}
 	stops := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	for _, worker := range []string{"worker-a", "worker-b", "worker-c"} {
@@ -215,7 +216,7 @@ func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 			return err
 		}
 		// docs:begin group
-		g, err := leasequeue.NewGroup(client, leasequeue.GroupOptions{
+		g, err := partition.New(client, partition.Options{
 			Name: "billing", Partitions: shards, Policy: policy, Roster: roster,
 		})
 		if err != nil {
@@ -223,7 +224,7 @@ func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 		}
 		gctx, stop := context.WithCancel(ctx)
 		wg.Go(func() {
-			_ = g.Run(gctx, func(ctx context.Context, p leasequeue.Partition) error {
+			_ = g.Run(gctx, func(ctx context.Context, p partition.Owned) error {
 				for ctx.Err() == nil { // until the shard is revoked or lost
 					err := fence.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
 						return nil // ... process the shard's next batch ...
