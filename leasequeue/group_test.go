@@ -370,14 +370,10 @@ func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
 	}
 }
 
-// memberKey and partitionKey are the lease keys of a group's members and
-// partitions, as package partition names them.
+// memberKey is the lease key of a group's member, as package partition
+// names it.
 func memberKey(group, worker string) string {
 	return keyspace.LeaseKey(group+"/", keyspace.GroupMember, worker)
-}
-
-func partitionKey(group, p string) string {
-	return keyspace.LeaseKey(group+"/", keyspace.GroupPartition, p)
 }
 
 // cutRoster is a roster that fails every call, without sending it, while
