@@ -28,9 +28,8 @@ type Claim struct {
 	attempt int
 	claimed time.Time
 
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	stopWatch func() bool
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -62,8 +61,7 @@ func (c *Claim) Lost() <-chan struct{} { return c.m.Lost() }
 func (c *Claim) Err() error { return c.m.Err() }
 
 // Complete marks the item done with a write fenced by the claim's token,
-// then releases the lease (on a Claimer, that write ends the claim
-// itself). It returns nil if the item is recorded done; a
+// which ends the claim. It returns nil if the item is recorded done; a
 // *lease.LostError if the claim's lease is known to be lost (nothing is
 // written); a *fence.StaleError if another worker has claimed the item
 // since (nothing is written, and the item keeps the new owner's state); an
@@ -72,7 +70,7 @@ func (c *Claim) Err() error { return c.m.Err() }
 // is unknown.
 func (c *Claim) Complete(ctx context.Context) error {
 	return c.complete(ctx, func(ctx context.Context, snap lease.Snapshot) error {
-		return c.q.src.Complete(ctx, snap, c.id)
+		return c.q.src.completeItem(ctx, snap, c.id)
 	})
 }
 
@@ -85,13 +83,13 @@ func (c *Claim) complete(ctx context.Context, write func(context.Context, lease.
 	if err == nil {
 		err = write(ctx, c.h.Snapshot())
 	}
-	c.end(ctx, c.mustRelease(err))
+	c.end(ctx, mustRelease(err))
 	c.q.emit(&Completed{EventInfo: c.info(err), Attempt: c.attempt})
 	return err
 }
 
 // Fail records the failed attempt with a write fenced by the claim's
-// token, then releases the lease. The item goes to the dead-letter state
+// token, which ends the claim. The item goes to the dead-letter state
 // if this was attempt Options.MaxAttempts, and is pending again after
 // Options.RetryDelay otherwise. Errors are as for Complete.
 func (c *Claim) Fail(ctx context.Context, cause error) error {
@@ -101,15 +99,15 @@ func (c *Claim) Fail(ctx context.Context, cause error) error {
 	return c.fail(ctx, c.q.failure(c.attempt, cause))
 }
 
-func (c *Claim) fail(ctx context.Context, f Failure) error {
+func (c *Claim) fail(ctx context.Context, f failRecord) error {
 	if !c.close() {
 		return c.closedError()
 	}
 	err := c.check()
 	if err == nil {
-		err = c.q.src.Fail(ctx, c.h.Snapshot(), c.id, f)
+		err = c.q.src.failItem(ctx, c.h.Snapshot(), c.id, f)
 	}
-	c.end(ctx, c.mustRelease(err))
+	c.end(ctx, mustRelease(err))
 	e := &Failed{EventInfo: c.info(err), Attempt: c.attempt, Cause: f.Err, Dead: f.Dead}
 	if !f.Dead {
 		e.RetryAfter = f.RetryAfter
@@ -126,11 +124,8 @@ func (c *Claim) Release(ctx context.Context) error {
 	if !c.close() {
 		return c.closedError()
 	}
-	err := c.h.Release(ctx)
+	err := c.h.Release(ctx) // shows the item again at once
 	c.end(ctx, false)
-	if err == nil && c.q.claimer == nil { // a Claimer's release shows the item at once
-		_ = c.q.src.Defer(ctx, c.id, 0)
-	}
 	return err
 }
 
@@ -138,10 +133,9 @@ func (c *Claim) Release(ctx context.Context) error {
 // crashed worker would.
 func (c *Claim) abandon() {
 	if c.close() {
-		c.q.track.remove(c.h)
+		c.q.track.Remove(c.h)
 		_ = c.m.Stop(context.Background())
 		c.cancel(ErrClosed)
-		c.stopWatch()
 	}
 }
 
@@ -176,16 +170,15 @@ func (c *Claim) check() error {
 	return nil
 }
 
-// mustRelease reports whether the claim's lease must still be released
-// after a Complete or Fail whose write returned err: always for a lease of
-// the client's backend; on a Claimer, whose Complete and Fail end the
-// claim themselves, only if the write did not succeed.
-func (c *Claim) mustRelease(err error) bool { return c.q.claimer == nil || err != nil }
+// mustRelease reports whether the claim must still be released after a
+// Complete or Fail whose write returned err: the write ends the claim
+// itself, so only if it did not succeed.
+func mustRelease(err error) bool { return err != nil }
 
 // end stops tracking and renewing the claim, releasing its lease first if
 // release is set, and cancels its context.
 func (c *Claim) end(ctx context.Context, release bool) {
-	c.q.track.remove(c.h)
+	c.q.track.Remove(c.h)
 	if release {
 		_ = c.h.Release(detach(ctx)) // bounded by OperationTimeout; a lost lease just says so
 	}
@@ -201,7 +194,6 @@ func (c *Claim) end(ctx context.Context, release bool) {
 		cancel()
 	}
 	c.cancel(ErrClosed)
-	c.stopWatch()
 }
 
 // ended is a context that has ended, for a Stop that must not wait.
@@ -215,16 +207,12 @@ var ended = func() context.Context {
 // emits the Lost event.
 func (c *Claim) lost(err error) {
 	if err != nil {
-		c.q.track.lost(c.h, err, c.q.clock.Now())
+		c.q.track.Lost(c.h, err, c.q.clock.Now())
 		c.q.emit(&Lost{EventInfo: c.info(err)})
 	}
 }
 
-// noWatch is the stopWatch of a claim whose loss the items' observer
-// reports.
-func noWatch() bool { return false }
-
-// itemObserver is the observer of a Queue's client of its Claimer's
+// itemObserver is the observer of a Queue's client of its source's
 // claims: it passes every event on, and on the loss of a tracked claim's
 // lease cancels the claim's context with the loss and emits the claim's
 // Lost event, on the renewer's goroutine before Managed.Lost closes.
@@ -236,7 +224,7 @@ type itemObserver struct {
 func (o itemObserver) Observe(e lease.Event) {
 	o.next.Observe(e)
 	if l, ok := e.(*lease.Lost); ok {
-		if c := o.q.track.find(l.Key, l.Token); c != nil {
+		if c := o.q.track.Find(l.Key, l.Token); c != nil {
 			c.cancel(l.Err)
 			c.lost(l.Err)
 		}

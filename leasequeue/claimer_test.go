@@ -140,21 +140,24 @@ func TestClaimerContract(t *testing.T) {
 }
 
 // TestMemoryClaimNextInDueOrder: ClaimNext hands out ready items in the
-// order they became due, as the Claimer contract says, not in the order
+// order they became due, as the Source contract says, not in the order
 // they were enqueued.
 func TestMemoryClaimNextInDueOrder(t *testing.T) {
 	ctx := context.Background()
 	clock := leasetest.NewFakeClock(time.Unix(1_700_000_000, 0))
 	src := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
 	src.Enqueue("a", "b", "c")
-	if err := src.Defer(ctx, "a", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Defer(ctx, "b", 5*time.Second); err != nil {
-		t.Fatal(err)
+	r := leasequeue.ClaimRequest{KeyPrefix: "q/", Owner: "w", Nonce: "n", TTL: time.Minute}
+	for id, retry := range map[string]time.Duration{"a": 10 * time.Second, "b": 5 * time.Second} {
+		g, err := src.ClaimItem(ctx, r, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Fail(ctx, lease.Snapshot{Key: "q/" + id, Owner: "w", Token: g.Token}, id, leasequeue.Failure{RetryAfter: retry}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	clock.Advance(11 * time.Second) // all three due: c at once, b after 5s, a after 10s
-	r := leasequeue.ClaimRequest{KeyPrefix: "q/", Owner: "w", Nonce: "n", TTL: time.Minute}
 	var got []string
 	for _, n := range []int{2, 1, 0} {
 		gs, err := src.ClaimNext(ctx, r, n)

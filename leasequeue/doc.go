@@ -1,35 +1,34 @@
-// Package leasequeue claims work with leases: work items, each processed
-// under a lease of its own, and partitions shared evenly among the live
-// workers of a group. Completion and failure are fenced writes, so a
-// worker that lost its claim (paused past its lease, cut off from the
-// lease backend) can never complete, fail or double-process an item, and
-// an item whose worker died can be claimed again as soon as its lease
-// expires, with no fixed rescue delay.
+// Package leasequeue claims work items with leases, each item processed
+// under a lease of its own (its subpackage partition shares named
+// partitions among the live workers of a group). Completion and failure
+// are fenced writes, so a worker that lost its claim (paused past its
+// lease, cut off from the lease backend) can never complete, fail or
+// double-process an item, and an item whose worker died can be claimed
+// again as soon as its lease expires, with no fixed rescue delay.
 //
 // # Items
 //
 // A Queue claims the items of a Source for one worker, each under the
-// lease Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
-// escaped, see Queue.Key). On a Claimer (PostgresSource, ValkeySource,
-// MemorySource) the item is its own lease: Claim takes one item in one
-// request that makes it running, counts the attempt and records the
-// claim's holder, secret, token and expiry on the item. On another Source
-// Claim acquires the item's lease on the client's backend, then records
-// the start of the attempt with a write fenced by the new token. Either
-// way the claim is renewed in the background, by the lease package's
-// renewer, until it is completed, failed or released:
+// lease key Options.Name + "/items/" + id (with '%', '{', '}' and '/' of id
+// escaped, see Queue.Key). The item is its own lease: Claim takes one item
+// in one request that makes it running, counts the attempt and records the
+// claim's holder, secret, token and expiry on the item. The claim is
+// renewed in the background, by the lease package's renewer, until it is
+// completed, failed or released:
 //
 //	c, err := q.Claim(ctx, "invoice-42")
 //	...
 //	err = c.Complete(ctx) // fenced: refused once another worker claimed the item
 //
 // Run is the worker loop: it claims as many ready items as it has free
-// slots (Options.Concurrency; on a Claimer in one request) and runs a
+// slots (Options.Concurrency), in one request, and runs a
 // Handler under the claim's context, which is cancelled the moment the
-// lease is lost. A nil result completes the item; an error fails it, and after
+// lease is lost. A nil result completes the item; an error fails it, and
+// after
 // Options.MaxAttempts attempts the item goes to the dead-letter state.
 // Attempts are counted when they begin, so an item whose workers keep
-// dying is buried too.
+// dying is buried too. ClaimNext claims ready items the same way, for a
+// worker loop of your own.
 //
 // Complete and Fail return a *lease.LostError when the claim's lease is
 // known to be gone, and the source refuses them with a *fence.StaleError
@@ -42,17 +41,18 @@
 // item's fence, a token far above the real ones would refuse every later
 // claim of the item (and on PostgreSQL, at 2^63−1, make the next claim's
 // token overflow). So PostgresSource and ValkeySource apply the fences'
-// rule: Begin, Complete and Fail refuse a token more than
+// rule: completions and failures refuse a token more than
 // fence.MaxTokenLead ahead of the source's own clock with a
 // *fence.ImplausibleTokenError (fence.ErrImplausibleToken), writing
 // nothing, and their claims pass over an item whose fence already holds
-// one, so it never holds up the others (see Claimer).
+// one, so it never holds up the others (see Source).
 //
 // # Sources
 //
-// A Source hands out the IDs of items that may be ready and records each
-// attempt with fenced writes; a Claimer also claims them, each claim a
-// lease of its own. PostgresSource keeps the items of any number of queues
+// A Source keeps the items of a queue and their claims, and writes each
+// outcome fenced by the claim's token. The sources are PostgresSource,
+// ValkeySource and MemorySource; the interface is closed. PostgresSource
+// keeps the items of any number of queues
 // in one table (see MigratePostgres): one statement claims due rows with
 // FOR UPDATE SKIP LOCKED, and one completes or fails an item, checking the
 // fence (a pair of columns) and ending the claim in the statement that
@@ -61,13 +61,11 @@
 // ValkeySource.ReadyKey) and a sorted set of handed-out items, all in the
 // queue's hash slot: one Lua script claims, one completes or fails an item
 // under its token.
-// MemorySource is the in-process reference.
-//
-// On a Claimer the item of a worker that died is claimable as soon as its
-// claim expires on the source's clock.
+// MemorySource is the in-process reference. The item of a worker that
+// died is claimable as soon as its claim expires on the source's clock.
 //
 // ACL rules apply to the commands inside scripts too. The least a Valkey
-// user of ValkeySource and ValkeyRoster needs, with the leases on the
+// user of ValkeySource and partition.ValkeyRoster needs, with the leases on the
 // Valkey lease backend and the default prefixes (SECURITY.md explains each
 // grant, and what a cluster needs):
 //
@@ -101,48 +99,27 @@
 // token it removed). So a claim of the removed item cannot write the new
 // one.
 //
-// # Partitions
-//
-// A Group shares named partitions (shards, tenants) among the live workers
-// of a group, with one lease per partition and one membership lease per
-// worker (GroupOptions.Name + "/members/" + worker, escaped the same
-// way). Workers find each other through a Roster, which only records
-// names; a name counts while
-// its membership lease is held. There is no coordinator: every
-// RebalanceEvery each worker sorts the live members, takes its share
-// (len(Partitions)/members, plus one for the first len(Partitions)%members
-// workers), gives up partitions above its share and acquires free ones
-// below it, in an order of preference of its own (rendezvous hashing).
-//
-// For each partition it owns, the worker runs a PartitionFunc with the
-// partition's Snapshot, whose token fences the handler's writes, under a
-// context that is cancelled the moment the partition is lost (cause
-// wrapping lease.ErrLost) or revoked (cause ErrRevoked). A revoked
-// partition is released only after its handler has returned, so its next
-// owner never overlaps it; a lost one frees up when its lease expires.
-// Observers tell the two apart: Revoked is graceful, Lost is not.
-//
 // # Health
 //
 // A worker watches the local deadlines of the leases it holds. While a
 // renewal is overdue (a local deadline nearer than on-schedule renewals
 // allow), and for a TTL after it lost a lease because its renewals did not
 // go through, it takes no new work: Claim fails with ErrUnhealthy, Run
-// claims nothing and a Group acquires no partition.
+// claims nothing (and a partition.Group acquires no partition).
 //
 // # Observations
 //
 // An Observer receives events: Claimed, Heartbeat (a renewal went
-// through, or is overdue), Completed, Failed, Lost, Pruned, Assigned,
-// Revoked and Rebalanced. NewSlogObserver logs them. The leases' own events go to the
-// lease.Client's observer, those of a Claimer's claims too (renewed,
-// lost, released; a claim is granted by the source, so there is no
+// through, or is overdue), Completed, Failed, Lost and Pruned, and the
+// events of package partition. NewSlogObserver logs them all. The leases'
+// own events go to the lease.Client's observer, those of the items'
+// claims too (renewed, lost, released; a claim is granted by the source, so there is no
 // Acquired event for it).
 //
 // # What a lease does not do
 //
 // Leases bound how long a claim lasts; they do not stop a paused process.
-// Pass Claim.Snapshot or Partition.Snapshot to every write your handler
+// Pass Claim.Snapshot to every write your handler
 // makes outside the source (see package fence), or make those writes with
 // CompleteTx or CompleteClaimWith.
 package leasequeue

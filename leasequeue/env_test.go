@@ -19,11 +19,12 @@ import (
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 )
 
 // A source is a leasequeue.Source with the ready-made sources' extras.
 type source interface {
-	leasequeue.Source
+	leasequeue.Claimer
 	Enqueue(ctx context.Context, ids ...string) (int, error)
 	Item(ctx context.Context, id string) (leasequeue.Item, error)
 }
@@ -41,7 +42,7 @@ type store struct {
 	// items for the given retentions (see PostgresOptions.DoneRetention).
 	retaining func(t testing.TB, queue string, done, dead time.Duration) source
 	// roster returns a roster.
-	roster func(t testing.TB) leasequeue.Roster
+	roster func(t testing.TB) partition.Roster
 	// completeWith completes c with a fenced effect recorded atomically
 	// with the completion; completions counts the effects per item.
 	completeWith func(ctx context.Context, src source, c *leasequeue.Claim) error
@@ -104,14 +105,14 @@ func (s memorySource) Item(_ context.Context, id string) (leasequeue.Item, error
 // one backend.
 func memoryStore(clock lease.Clock) *store {
 	b := leasememory.New(leasememory.Options{Clock: clock})
-	roster := &leasequeue.MemoryRoster{}
+	roster := &partition.MemoryRoster{}
 	s := &store{
 		name:    "memory",
 		backend: func(testing.TB) lease.Backend { return b },
 		retaining: func(_ testing.TB, _ string, done, dead time.Duration) source {
 			return memorySource{leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock, DoneRetention: done, DeadRetention: dead})}
 		},
-		roster: func(testing.TB) leasequeue.Roster { return roster },
+		roster: func(testing.TB) partition.Roster { return roster },
 	}
 	s.source = func(t testing.TB, queue string) source { return s.retaining(t, queue, 0, 0) }
 	return s
@@ -161,9 +162,9 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 			}
 			return s
 		},
-		roster: func(t testing.TB) leasequeue.Roster {
+		roster: func(t testing.TB) partition.Roster {
 			t.Helper()
-			r, err := leasequeue.NewValkeyRoster(shared, leasequeue.ValkeyOptions{Prefix: prefix})
+			r, err := partition.NewValkeyRoster(shared, leasequeue.ValkeyOptions{Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,9 +271,9 @@ CREATE TABLE completions (item text NOT NULL, token bigint NOT NULL)`)
 			}
 			return s
 		},
-		roster: func(t testing.TB) leasequeue.Roster {
+		roster: func(t testing.TB) partition.Roster {
 			t.Helper()
-			r, err := leasequeue.NewPostgresRoster(admin, leasequeue.PostgresOptions{})
+			r, err := partition.NewPostgresRoster(admin, leasequeue.PostgresOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

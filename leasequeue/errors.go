@@ -25,10 +25,6 @@ var (
 	// again.
 	ErrUnhealthy = errors.New("leasequeue: lease renewals are failing; taking no new work")
 
-	// ErrRevoked is the cause of a partition handler's context when the
-	// worker gives the partition up to rebalance the group.
-	ErrRevoked = errors.New("leasequeue: partition revoked")
-
 	// ErrTooManyAttempts is the failure recorded for an item whose attempts
 	// ran out without a recorded failure (its workers died while running
 	// it).

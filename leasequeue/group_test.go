@@ -7,13 +7,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	leasememory "github.com/golib/lease/backends/memory"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/stall"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // timed collects events with the time they arrived.
@@ -42,14 +46,14 @@ func (r *timed) events() []timedEvent {
 // groupMember is one running worker of a group.
 type groupMember struct {
 	name   string
-	g      *leasequeue.Group
+	g      *partition.Group
 	done   chan struct{}
 	cancel context.CancelFunc
 }
 
-func startMember(ctx context.Context, t *testing.T, b lease.Backend, name string, o leasequeue.GroupOptions, fn leasequeue.PartitionFunc) *groupMember {
+func startMember(ctx context.Context, t *testing.T, b lease.Backend, name string, o partition.Options, fn partition.Func) *groupMember {
 	t.Helper()
-	g, err := leasequeue.NewGroup(newClient(t, b, name, nil), o)
+	g, err := partition.New(newClient(t, b, name, nil), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +61,7 @@ func startMember(ctx context.Context, t *testing.T, b lease.Backend, name string
 	m := &groupMember{name: name, g: g, done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(m.done)
-		if err := g.Run(ctx, fn); err != nil {
+		if err := g.Run(ctx, fn); err != nil && !errors.Is(err, errCut) { // a cut-off worker cannot leave
 			t.Errorf("%s: Run = %v", name, err)
 		}
 	}()
@@ -105,8 +109,8 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 			refusedLive int // refused while the writer still owned the partition
 		)
 		stalls := stall.Start(t)
-		o := leasequeue.GroupOptions{Name: "grp", Partitions: parts, Policy: loadedPolicy(t, ttl), Roster: s.roster(t), Observer: &rec}
-		work := func(ctx context.Context, p leasequeue.Partition) error {
+		o := partition.Options{Name: "grp", Partitions: parts, Policy: loadedPolicy(t, ttl), Roster: s.roster(t), Observer: &rec}
+		work := func(ctx context.Context, p partition.Owned) error {
 			for {
 				ok, err := s.write(ctx, p.Snapshot, p.Name)
 				if err == nil && !ok {
@@ -124,9 +128,18 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 				}
 			}
 		}
+		// worker-1 will be killed: cut off from the backend and the roster,
+		// so that nothing it does reaches them, as if it had crashed.
+		doomed := &cutOff{Backend: s.backend(t)}
+		od := o
+		od.Roster = cutRoster{o.Roster, &doomed.cut}
 		var members []*groupMember
 		for i := range 3 {
-			members = append(members, startMember(ctx, t, s.backend(t), fmt.Sprint("worker-", i), o, work))
+			b, oi := s.backend(t), o
+			if i == 1 {
+				b, oi = doomed, od
+			}
+			members = append(members, startMember(ctx, t, b, fmt.Sprint("worker-", i), oi, work))
 		}
 		eventually(t, time.Minute, "3 workers own 4 partitions each", func() bool { return balanced(members, 12, 4) })
 
@@ -139,7 +152,8 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 		dead := members[1]
 		owned := dead.g.Owned()
 		killed := time.Now()
-		dead.g.Crash()
+		doomed.cut.Store(true)
+		dead.cancel()
 		<-dead.done
 		inspector := newClient(t, s.backend(t), "inspector", nil)
 		expires := map[string]time.Time{}
@@ -157,7 +171,7 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 
 		var worst, stalled time.Duration
 		for _, te := range rec.events() {
-			a, ok := te.e.(*leasequeue.Assigned)
+			a, ok := te.e.(*queueevent.Assigned)
 			if !ok || te.at.Before(killed) {
 				continue
 			}
@@ -217,7 +231,7 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 		var revoked, lost int
 		for _, te := range rec.events() {
 			switch te.e.(type) {
-			case *leasequeue.Revoked:
+			case *queueevent.Revoked:
 				revoked++
 			case *leasequeue.Lost:
 				lost++
@@ -236,27 +250,27 @@ func TestPartitionsSpreadEvenlyAndMove(t *testing.T) {
 func TestNewGroupValidatesOptions(t *testing.T) {
 	c := newClient(t, leasememory.New(leasememory.Options{}), "w", nil)
 	p := newPolicy(t, lease.PolicyOptions{TTL: time.Second})
-	r := &leasequeue.MemoryRoster{}
-	ok := leasequeue.GroupOptions{Name: "g", Partitions: []string{"a", "b"}, Policy: p, Roster: r}
-	if _, err := leasequeue.NewGroup(c, ok); err != nil {
+	r := &partition.MemoryRoster{}
+	ok := partition.Options{Name: "g", Partitions: []string{"a", "b"}, Policy: p, Roster: r}
+	if _, err := partition.New(c, ok); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name string
-		edit func(*leasequeue.GroupOptions)
+		edit func(*partition.Options)
 	}{
-		{"no name", func(o *leasequeue.GroupOptions) { o.Name = "" }},
-		{"no partitions", func(o *leasequeue.GroupOptions) { o.Partitions = nil }},
-		{"duplicate partition", func(o *leasequeue.GroupOptions) { o.Partitions = []string{"a", "a"} }},
-		{"empty partition", func(o *leasequeue.GroupOptions) { o.Partitions = []string{""} }},
-		{"bad worker", func(o *leasequeue.GroupOptions) { o.Worker = "tab\there" }},
-		{"zero policy", func(o *leasequeue.GroupOptions) { o.Policy = lease.Policy{} }},
-		{"no roster", func(o *leasequeue.GroupOptions) { o.Roster = nil }},
-		{"negative rebalance", func(o *leasequeue.GroupOptions) { o.RebalanceEvery = -1 }},
+		{"no name", func(o *partition.Options) { o.Name = "" }},
+		{"no partitions", func(o *partition.Options) { o.Partitions = nil }},
+		{"duplicate partition", func(o *partition.Options) { o.Partitions = []string{"a", "a"} }},
+		{"empty partition", func(o *partition.Options) { o.Partitions = []string{""} }},
+		{"bad worker", func(o *partition.Options) { o.Worker = "tab\there" }},
+		{"zero policy", func(o *partition.Options) { o.Policy = lease.Policy{} }},
+		{"no roster", func(o *partition.Options) { o.Roster = nil }},
+		{"negative rebalance", func(o *partition.Options) { o.RebalanceEvery = -1 }},
 	} {
 		o := ok
 		tc.edit(&o)
-		if _, err := leasequeue.NewGroup(c, o); err == nil {
+		if _, err := partition.New(c, o); err == nil {
 			t.Errorf("%s: NewGroup succeeded", tc.name)
 		}
 	}
@@ -269,14 +283,14 @@ func TestRevokedAndLostAreDifferent(t *testing.T) {
 	mem := leasememory.New(leasememory.Options{})
 	cut := &cutOff{Backend: mem}
 	var rec timed
-	o := leasequeue.GroupOptions{Name: "g", Partitions: []string{"a", "b"}, Policy: loadedPolicy(t, time.Second),
-		Roster: &leasequeue.MemoryRoster{}, Observer: &rec}
+	o := partition.Options{Name: "g", Partitions: []string{"a", "b"}, Policy: loadedPolicy(t, time.Second),
+		Roster: &partition.MemoryRoster{}, Observer: &rec}
 	var (
 		mu     sync.Mutex
 		causes = map[string][]error{} // by worker
 	)
-	work := func(worker string) leasequeue.PartitionFunc {
-		return func(ctx context.Context, p leasequeue.Partition) error {
+	work := func(worker string) partition.Func {
+		return func(ctx context.Context, p partition.Owned) error {
 			<-ctx.Done()
 			mu.Lock()
 			causes[worker] = append(causes[worker], context.Cause(ctx))
@@ -298,15 +312,15 @@ func TestRevokedAndLostAreDifferent(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(causes["a"]) != 2 || !errors.Is(causes["a"][0], leasequeue.ErrRevoked) || !errors.Is(causes["a"][1], lease.ErrLost) {
+	if len(causes["a"]) != 2 || !errors.Is(causes["a"][0], partition.ErrRevoked) || !errors.Is(causes["a"][1], lease.ErrLost) {
 		t.Fatalf("a's handlers ended with %v; want ErrRevoked, then lease.ErrLost", causes["a"])
 	}
 	var revoked, lost []string
 	for _, te := range rec.events() {
 		switch e := te.e.(type) {
-		case *leasequeue.Revoked:
+		case *queueevent.Revoked:
 			revoked = append(revoked, e.Worker+"/"+e.ID)
-			if e.Worker == "a" && !errors.Is(e.Reason, leasequeue.ErrRevoked) {
+			if e.Worker == "a" && !errors.Is(e.Reason, partition.ErrRevoked) {
 				t.Errorf("Revoked reason %v; want ErrRevoked", e.Reason)
 			}
 		case *leasequeue.Lost:
@@ -321,7 +335,7 @@ func TestRevokedAndLostAreDifferent(t *testing.T) {
 }
 
 // failingLeave is a roster whose Leave fails.
-type failingLeave struct{ leasequeue.MemoryRoster }
+type failingLeave struct{ partition.MemoryRoster }
 
 var errLeave = errors.New("roster unavailable")
 
@@ -329,8 +343,8 @@ func (*failingLeave) Leave(context.Context, string, string) error { return errLe
 
 func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
 	mem := leasememory.New(leasememory.Options{})
-	o := leasequeue.GroupOptions{Name: "g", Partitions: []string{"a"}, Policy: loadedPolicy(t, time.Second), Roster: &failingLeave{}}
-	g, err := leasequeue.NewGroup(newClient(t, mem, "w", nil), o)
+	o := partition.Options{Name: "g", Partitions: []string{"a"}, Policy: loadedPolicy(t, time.Second), Roster: &failingLeave{}}
+	g, err := partition.New(newClient(t, mem, "w", nil), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +353,7 @@ func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- g.Run(runCtx, func(ctx context.Context, p leasequeue.Partition) error { <-ctx.Done(); return nil })
+		done <- g.Run(runCtx, func(ctx context.Context, p partition.Owned) error { <-ctx.Done(); return nil })
 	}()
 	eventually(t, 30*time.Second, "w owns the partition", func() bool { return len(g.Owned()) == 1 })
 	if r, err := mem.Inspect(ctx, "g/members/w"); err != nil || !r.Held {
@@ -354,4 +368,38 @@ func TestRunReportsWhatFailedOnTheWayOut(t *testing.T) {
 	if err != nil || r.Held {
 		t.Fatalf("membership after Run: %+v, %v; want released", r, err)
 	}
+}
+
+// memberKey is the lease key of a group's member, as package partition
+// names it.
+func memberKey(group, worker string) string {
+	return keyspace.LeaseKey(group+"/", keyspace.GroupMember, worker)
+}
+
+// cutRoster is a roster that fails every call, without sending it, while
+// cut is set.
+type cutRoster struct {
+	partition.Roster
+	cut *atomic.Bool
+}
+
+func (r cutRoster) Join(ctx context.Context, group, worker string) error {
+	if r.cut.Load() {
+		return errCut
+	}
+	return r.Roster.Join(ctx, group, worker)
+}
+
+func (r cutRoster) Members(ctx context.Context, group string) ([]string, error) {
+	if r.cut.Load() {
+		return nil, errCut
+	}
+	return r.Roster.Members(ctx, group)
+}
+
+func (r cutRoster) Leave(ctx context.Context, group, worker string) error {
+	if r.cut.Load() {
+		return errCut
+	}
+	return r.Roster.Leave(ctx, group, worker)
 }

@@ -27,14 +27,13 @@ type MemoryOptions struct {
 	DeadRetention time.Duration
 }
 
-// MemorySource is a Source and a Claimer in the memory of one process,
-// each item fenced by a fence.Mark kept with it (the rule of
-// fence.Memory): the reference implementation of the Source and Claimer
-// rules, for tests, examples and single-process programs. Its claims'
+// MemorySource is a Source in the memory of one process, each item
+// fenced by a fence.Mark kept with it (the rule of fence.Memory): the
+// reference implementation of the Source rules, for tests, examples and single-process programs. Its claims'
 // tokens count up from the item's fence, as the memory lease backend's do
 // (the source is lost with the process, so there is no restore to
-// outlive), and from above every token of an item Sweep removed. Next and
-// ClaimNext hand out running items whose claim may have expired first,
+// outlive), and from above every token of an item Sweep removed. Its claims
+// take running items whose claim may have expired first,
 // then pending ones, each in the order they were enqueued. It is safe for
 // concurrent use, and is lost with the process.
 type MemorySource struct {
@@ -53,7 +52,7 @@ type memoryItem struct {
 	visible  time.Time  // for a claimed item, when its claim expires
 	ready    time.Time  // when it was enqueued, or its retry delay ends
 	finished time.Time  // when it became done or dead
-	nonce    string     // the secret of the item's claim (Claimer), if any
+	nonce    string     // the secret of the item's claim , if any
 }
 
 var _ Source = (*MemorySource)(nil)
@@ -104,45 +103,6 @@ func (s *MemorySource) Item(id string) (Item, bool) {
 	return out, true
 }
 
-// Next implements Source.
-func (s *MemorySource) Next(_ context.Context, n int, hide time.Duration) ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	var out []string
-	for _, state := range []State{Running, Pending} { // rescues first
-		for _, id := range s.order {
-			if len(out) >= n {
-				break
-			}
-			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
-				// An expired claim is over: hiding the item must not
-				// renew it.
-				it.visible, it.nonce = now.Add(hide), ""
-				out = append(out, id)
-			}
-		}
-	}
-	return out, nil
-}
-
-// Begin implements Source.
-func (s *MemorySource) Begin(_ context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
-	var b Begun
-	err := s.fenced(snap, id, func(it *memoryItem) error {
-		if it.State == Done || it.State == Dead {
-			return finished(id, it.State)
-		}
-		it.State, it.Owner = Running, snap.Owner
-		it.Attempts++
-		now := s.clock.Now()
-		it.visible = now.Add(hide)
-		b = Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}
-		return nil
-	})
-	return b, err
-}
-
 // fenced applies write to item id under snap, as fence.Memory.Do does
 // with the item's mark: if the mark admits snap, write is called, and the
 // mark moves to snap if write returns nil. It returns an error wrapping
@@ -172,15 +132,15 @@ func (s *MemorySource) fenced(snap lease.Snapshot, id string, write func(*memory
 	return nil
 }
 
-// Complete implements Source.
-func (s *MemorySource) Complete(_ context.Context, snap lease.Snapshot, id string) error {
+// completeItem implements Source.
+func (s *MemorySource) completeItem(_ context.Context, snap lease.Snapshot, id string) error {
 	return s.finish(snap, id, func(it *memoryItem) {
 		it.State, it.LastError, it.finished = Done, "", s.clock.Now()
 	})
 }
 
-// Fail implements Source.
-func (s *MemorySource) Fail(_ context.Context, snap lease.Snapshot, id string, f Failure) error {
+// failItem implements Source.
+func (s *MemorySource) failItem(_ context.Context, snap lease.Snapshot, id string, f failRecord) error {
 	return s.finish(snap, id, func(it *memoryItem) {
 		it.State = Pending
 		if f.Dead {
@@ -204,14 +164,4 @@ func (s *MemorySource) finish(snap lease.Snapshot, id string, end func(*memoryIt
 		end(it)
 		return nil
 	})
-}
-
-// Defer implements Source.
-func (s *MemorySource) Defer(_ context.Context, id string, d time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if it := s.items[id]; it != nil && it.nonce == "" { // never moves a claim's expiry
-		it.visible = s.clock.Now().Add(d)
-	}
-	return nil
 }

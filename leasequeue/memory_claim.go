@@ -11,20 +11,18 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-var _ Claimer = (*MemorySource)(nil)
-
 // errTaken says that an item stopped being claimable before it was
 // claimed.
 var errTaken = errors.New("leasequeue: item taken")
 
-// ClaimNext implements Claimer.
-func (s *MemorySource) ClaimNext(_ context.Context, r ClaimRequest, n int) ([]Granted, error) {
+// claimReady implements Source.
+func (s *MemorySource) claimReady(_ context.Context, r claimReq, n int) ([]grant, error) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	var ids []string
 	for _, state := range []State{Running, Pending} { // rescues first
 		// In the order the items became due (claims expired, retry times
-		// came), as the Claimer contract says; enqueue order among equals.
+		// came), as the Source contract says; enqueue order among equals.
 		var due []string
 		for _, id := range s.order {
 			if it := s.items[id]; it.State == state && !now.Before(it.visible) {
@@ -35,7 +33,7 @@ func (s *MemorySource) ClaimNext(_ context.Context, r ClaimRequest, n int) ([]Gr
 		ids = append(ids, due[:max(0, min(len(due), n-len(ids)))]...)
 	}
 	s.mu.Unlock()
-	var gs []Granted
+	var gs []grant
 	for _, id := range ids {
 		g, err := s.claimOne(r, id, true)
 		if err == nil {
@@ -45,26 +43,26 @@ func (s *MemorySource) ClaimNext(_ context.Context, r ClaimRequest, n int) ([]Gr
 	return gs, nil
 }
 
-// ClaimItem implements Claimer.
-func (s *MemorySource) ClaimItem(_ context.Context, r ClaimRequest, id string) (Granted, error) {
+// claimID implements Source.
+func (s *MemorySource) claimID(_ context.Context, r claimReq, id string) (grant, error) {
 	g, err := s.claimOne(r, id, false)
 	if errors.Is(err, errTaken) {
-		rec, _ := s.InspectClaim(context.Background(), id)
-		return Granted{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: rec.Owner, Token: rec.Token, Remaining: rec.Remaining}
+		rec, _ := s.inspectClaim(context.Background(), id)
+		return grant{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: rec.Owner, Token: rec.Token, Remaining: rec.Remaining}
 	}
 	return g, err
 }
 
 // claimOne claims item id for r if it is pending or running with an
 // expired claim or (unless ready is set) with none; with ready set, for
-// ClaimNext, a pending item must also be past its retry time. The claim
+// claimReady, a pending item must also be past its retry time. The claim
 // is a fenced write under a token one above the item's fence and above
 // every token of a removed item (see MemorySource.Sweep), so that the
 // fence and the item move together.
-func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted, error) {
+func (s *MemorySource) claimOne(r claimReq, id string, ready bool) (grant, error) {
 	key := r.KeyPrefix + escapeID(id)
 	if err := lease.ValidateKey(key); err != nil {
-		return Granted{}, fmt.Errorf("%w: leasequeue: item %q: %w", fence.ErrInvalid, id, err)
+		return grant{}, fmt.Errorf("%w: leasequeue: item %q: %w", fence.ErrInvalid, id, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,32 +70,32 @@ func (s *MemorySource) claimOne(r ClaimRequest, id string, ready bool) (Granted,
 	now := s.clock.Now()
 	switch {
 	case it == nil:
-		return Granted{}, notFound(id)
+		return grant{}, notFound(id)
 	case it.State == Done || it.State == Dead:
-		return Granted{}, finished(id, it.State)
+		return grant{}, finished(id, it.State)
 	case it.State == Running && now.Before(it.visible) && (ready || it.nonce != ""),
 		it.State == Pending && ready && now.Before(it.visible):
-		return Granted{}, errTaken
+		return grant{}, errTaken
 	}
 	snap := lease.Snapshot{Key: key, Owner: r.Owner, Token: max(it.mark.Token, s.floor) + 1}
 	next, err := it.mark.Admit(id, snap)
 	if err != nil {
-		return Granted{}, err // fenced by another lease key
+		return grant{}, err // fenced by another lease key
 	}
 	it.mark = next
 	it.State, it.Owner, it.nonce = Running, r.Owner, r.Nonce
 	it.Attempts++
 	it.visible = now.Add(r.TTL)
-	return Granted{ID: id, Token: snap.Token, Begun: Begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}}, nil
+	return grant{ID: id, Token: snap.Token, begun: begun{Attempt: it.Attempts, Age: max(now.Sub(it.ready), 0)}}, nil
 }
 
-// RenewClaim implements Claimer.
-func (s *MemorySource) RenewClaim(_ context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+// renewClaim implements Source.
+func (s *MemorySource) renewClaim(_ context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
 	return s.onClaim(id, a, func(it *memoryItem, now time.Time) { it.visible = now.Add(ttl) })
 }
 
-// ReleaseClaim implements Claimer.
-func (s *MemorySource) ReleaseClaim(_ context.Context, id string, a lease.Acquisition) error {
+// releaseClaim implements Source.
+func (s *MemorySource) releaseClaim(_ context.Context, id string, a lease.Acquisition) error {
 	return s.onClaim(id, a, func(it *memoryItem, now time.Time) { it.visible, it.nonce = now, "" })
 }
 
@@ -123,8 +121,8 @@ func (s *MemorySource) onClaim(id string, a lease.Acquisition, f func(*memoryIte
 	return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
 }
 
-// InspectClaim implements Claimer. The Record's Key is left empty.
-func (s *MemorySource) InspectClaim(_ context.Context, id string) (lease.Record, error) {
+// inspectClaim implements Source. The Record's Key is left empty.
+func (s *MemorySource) inspectClaim(_ context.Context, id string) (lease.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var rec lease.Record

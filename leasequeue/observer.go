@@ -9,18 +9,20 @@ import (
 	"github.com/golib/lease/leasequeue/queueevent"
 )
 
-// The observer vocabulary of queues and groups lives in package
-// queueevent, which links no store's client, so that code that only
-// observes queues (the metrics adapters) does not link one either. These
-// are its names here.
+// The observer vocabulary of queues and of partition groups (package
+// partition) lives in package queueevent, which links no store's client,
+// so that code that only observes queues (the metrics adapters) does not
+// link one either. These are the queue's names here; the partition events
+// are queueevent.Assigned, Revoked and Rebalanced.
 type (
-	// An Observer receives an Event for every step of the claims and
-	// partitions of a Queue or a Group: see queueevent.Observer.
+	// An Observer receives an Event for every step of the claims of a
+	// Queue, or of the partitions of a partition.Group: see
+	// queueevent.Observer.
 	Observer = queueevent.Observer
 	// ObserverFunc adapts a function to the Observer interface.
 	ObserverFunc = queueevent.ObserverFunc
 	// Event is one of *Claimed, *Heartbeat, *Completed, *Failed, *Lost,
-	// *Pruned, *Assigned, *Revoked and *Rebalanced: see queueevent.Event.
+	// *Pruned, and the partition events: see queueevent.Event.
 	Event = queueevent.Event
 	// EventInfo holds the fields every event carries.
 	EventInfo = queueevent.EventInfo
@@ -28,7 +30,7 @@ type (
 	// Claimed is emitted when a claim on an item was taken, or failed.
 	Claimed = queueevent.Claimed
 	// Heartbeat is emitted after each renewal of a lease of a running
-	// Queue or Group, and when a renewal is overdue.
+	// Queue or partition.Group, and when a renewal is overdue.
 	Heartbeat = queueevent.Heartbeat
 	// Completed is emitted after a claim's fenced completion.
 	Completed = queueevent.Completed
@@ -40,17 +42,10 @@ type (
 	// Pruned is emitted by Queue.Run after it pruned the source's finished
 	// items in the background.
 	Pruned = queueevent.Pruned
-	// Assigned is emitted when the worker took a partition.
-	Assigned = queueevent.Assigned
-	// Revoked is emitted when the worker gave a partition up gracefully.
-	Revoked = queueevent.Revoked
-	// Rebalanced is emitted by a Group when the live members or the
-	// worker's target share changed.
-	Rebalanced = queueevent.Rebalanced
 )
 
 // NopObserver is the Observer that ignores every event; a nil Observer in
-// Options or GroupOptions means NopObserver.
+// Options means NopObserver.
 var NopObserver Observer = observe.Nop[Event]{}
 
 // MultiObserver returns an Observer that passes each event to every
@@ -95,14 +90,14 @@ func slogLine(e Event) observe.Line {
 	case *Pruned:
 		msg = "finished items pruned"
 		attrs = append(attrs, slog.Int("removed", e.Removed))
-	case *Assigned:
+	case *queueevent.Assigned:
 		msg = "partition assigned"
-	case *Revoked:
+	case *queueevent.Revoked:
 		msg = "partition revoked"
 		if e.Reason != nil {
 			attrs = append(attrs, slog.Any("reason", e.Reason))
 		}
-	case *Rebalanced:
+	case *queueevent.Rebalanced:
 		msg = "group rebalanced"
 		attrs = append(attrs, slog.Any("members", e.Members), slog.Int("target", e.Target), slog.Any("owned", e.Owned))
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
 // everyEvent has one event of each kind.
@@ -19,9 +21,9 @@ var everyEvent = []leasequeue.Event{
 	&leasequeue.Failed{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a"}, Attempt: 1, Cause: errors.New("boom")},
 	&leasequeue.Lost{EventInfo: leasequeue.EventInfo{Name: "q", ID: "a", Err: errors.New("lease lost")}},
 	&leasequeue.Pruned{EventInfo: leasequeue.EventInfo{Name: "q", Key: "q/prune/"}, Removed: 3},
-	&leasequeue.Assigned{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}},
-	&leasequeue.Revoked{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}, Reason: leasequeue.ErrRevoked},
-	&leasequeue.Rebalanced{EventInfo: leasequeue.EventInfo{Name: "g"}, Members: []string{"a", "b"}, Target: 2},
+	&queueevent.Assigned{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}},
+	&queueevent.Revoked{EventInfo: leasequeue.EventInfo{Name: "g", ID: "p"}, Reason: partition.ErrRevoked},
+	&queueevent.Rebalanced{EventInfo: leasequeue.EventInfo{Name: "g"}, Members: []string{"a", "b"}, Target: 2},
 }
 
 func TestSlogObserverLogsEveryEvent(t *testing.T) {

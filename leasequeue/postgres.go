@@ -161,23 +161,23 @@ func (n pgNames) query(name string) string {
 	return n.render(string(b))
 }
 
-// PostgresSource is a Source and a Claimer on a PostgreSQL table shared by
-// any number of queues (see the package documentation for the table).
-// Each method is one statement: ClaimNext claims ready rows with FOR
+// PostgresSource is a Source on a PostgreSQL table shared by any number
+// of queues (see the package documentation for the table). Each request
+// is one statement: a claim of ready items takes rows with FOR
 // UPDATE SKIP LOCKED and records each claim on its row (token, holder,
-// secret, expiry on the database's clock), and Complete and Fail check
-// the row's fence in the statement that writes the outcome, so a Queue
-// on it spends one statement to claim an item (or a share of one) and
-// one to finish it, or a share of one: Complete calls that overlap go out
-// together (see Complete). Create the tables with MigratePostgres. It is
+// secret, expiry on the database's clock), and a completion or failure
+// checks the row's fence in the statement that writes the outcome, so a
+// Queue on it spends one statement to claim an item (or a share of one)
+// and one to finish it, or a share of one: completions that overlap go
+// out together, each item's fence checked as alone. Create the tables with MigratePostgres. It is
 // safe for concurrent use.
 //
-// Tokens are bigints: Begin, Complete and Fail refuse a token of 2^63 or
+// Tokens are bigints: completions and failures refuse a token of 2^63 or
 // more with an error wrapping fence.ErrInvalid before any I/O, and, in
 // the statement that would write it, a token more than fence.MaxTokenLead
 // ahead of the database's clock, as fence.Tx does, with a
 // *fence.ImplausibleTokenError, writing nothing. The claims pass over an
-// item whose fence already holds such a token (see Claimer), so the token
+// item whose fence already holds such a token (see Source), so the token
 // they compute never overflows.
 type PostgresSource struct {
 	db       PostgresDB
@@ -185,7 +185,7 @@ type PostgresSource struct {
 	queueArg any // queue as a statement's argument, boxed once
 	n        pgNames
 
-	next, begin, complete, fail, deferQ, item, enqueue      string
+	complete, fail, item, enqueue                           string
 	claim, claimOne, claimItem, renew, release, claimStateQ string
 	completeBatch, prune                                    string
 
@@ -211,8 +211,7 @@ func NewPostgresSource(db PostgresDB, queue string, o PostgresOptions) (*Postgre
 	}
 	return &PostgresSource{
 		db: db, queue: queue, queueArg: queue, n: n,
-		next: n.query("next"), begin: n.query("begin"), complete: n.query("complete"), fail: n.query("fail"),
-		deferQ: n.query("defer"), item: n.query("item"), enqueue: n.query("enqueue"),
+		complete: n.query("complete"), fail: n.query("fail"), item: n.query("item"), enqueue: n.query("enqueue"),
 		claim: n.query("claim"), claimOne: n.query("claim_one"), claimItem: n.query("claim_item"), renew: n.query("renew"),
 		release: n.query("release"), claimStateQ: n.query("claim_state"), completeBatch: n.query("complete_batch"),
 		prune: n.query("prune"), retention: newRetention(o.DoneRetention, o.DeadRetention),
@@ -276,43 +275,7 @@ func (s *PostgresSource) readItem(ctx context.Context, db PostgresDB, id string)
 	return it, largest, nil
 }
 
-// Next implements Source.
-func (s *PostgresSource) Next(ctx context.Context, n int, hide time.Duration) ([]string, error) {
-	rows, err := s.db.Query(ctx, s.next, s.queue, n, millis(hide))
-	if err != nil {
-		return nil, pgError("next of", s.queue, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, pgError("next of", s.queue, err)
-	}
-	return ids, nil
-}
-
-// Begin implements Source.
-func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
-	if err := checkToken(snap); err != nil {
-		return Begun{}, err
-	}
-	var (
-		attempt int32
-		age     *int64 // microseconds
-	)
-	err := s.db.QueryRow(ctx, s.begin, s.queue, id, snap.Key, int64(snap.Token), snap.Owner, millis(hide), maxLead).Scan(&attempt, &age)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return Begun{}, s.refusal(ctx, s.db, snap, id, false)
-	case err != nil:
-		return Begun{}, pgError("begin", id, err)
-	}
-	b := Begun{Attempt: int(attempt)}
-	if age != nil {
-		b.Age = time.Duration(*age) * time.Microsecond
-	}
-	return b, nil
-}
-
-// Complete implements Source. Calls that overlap share a statement: one
+// completeItem implements Source. Calls that overlap share a statement: one
 // completion statement of the source is in flight at a time; a call that
 // finds none in flight sends its own at once, and the calls that arrive
 // meanwhile go out together, each item's fence checked as alone, as soon
@@ -321,12 +284,12 @@ func (s *PostgresSource) Begin(ctx context.Context, snap lease.Snapshot, id stri
 // written; one whose batch was sent returns an error matching
 // lease.ErrIndeterminate. A statement that hangs holds up the calls
 // behind it until their contexts end.
-func (s *PostgresSource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
+func (s *PostgresSource) completeItem(ctx context.Context, snap lease.Snapshot, id string) error {
 	return s.completeBatched(ctx, snap, id)
 }
 
-// Fail implements Source.
-func (s *PostgresSource) Fail(ctx context.Context, snap lease.Snapshot, id string, f Failure) error {
+// failItem implements Source.
+func (s *PostgresSource) failItem(ctx context.Context, snap lease.Snapshot, id string, f failRecord) error {
 	state, text := Pending, ""
 	if f.Dead {
 		state = Dead
@@ -349,7 +312,7 @@ func (s *PostgresSource) finish(ctx context.Context, db PostgresDB, snap lease.S
 	case err != nil:
 		return pgError("finish", id, err)
 	case tag.RowsAffected() == 0:
-		return s.refusal(ctx, db, snap, id, true)
+		return s.refusal(ctx, db, snap, id)
 	}
 	return nil
 }
@@ -376,7 +339,7 @@ func (s *PostgresSource) CompleteTx(ctx context.Context, c *Claim, fn func(pgx.T
 		if fn != nil {
 			if err := fn(tx); err != nil {
 				_ = tx.Rollback(ctx)
-				if ferr := s.Fail(ctx, snap, c.id, c.q.failure(c.attempt, err)); ferr != nil {
+				if ferr := s.failItem(ctx, snap, c.id, c.q.failure(c.attempt, err)); ferr != nil {
 					return errors.Join(err, ferr)
 				}
 				return err
@@ -389,20 +352,11 @@ func (s *PostgresSource) CompleteTx(ctx context.Context, c *Claim, fn func(pgx.T
 	})
 }
 
-// Defer implements Source.
-func (s *PostgresSource) Defer(ctx context.Context, id string, d time.Duration) error {
-	if _, err := s.db.Exec(ctx, s.deferQ, s.queue, id, millis(d)); err != nil {
-		return pgError("defer", id, err)
-	}
-	return nil
-}
-
 // refusal explains why a fenced statement on item id wrote nothing: snap's
 // token is implausible, the fence refused snap, the item is unknown, or
-// its state did not allow the write. With fenceFirst, a refusing fence
-// wins over a finished item (for writes of a running claim); without, a
-// finished item wins (for Begin).
-func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.Snapshot, id string, fenceFirst bool) error {
+// its state did not allow the write. A refusing fence wins over a
+// finished item.
+func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.Snapshot, id string) error {
 	it, largest, err := s.readItem(ctx, db, id)
 	if err != nil {
 		return err
@@ -416,17 +370,10 @@ func (s *PostgresSource) refusal(ctx context.Context, db PostgresDB, snap lease.
 	if it.FenceKey != "" {
 		_, stale = fence.Mark{Key: it.FenceKey, Token: it.Token}.Admit(keyspace.Tag(s.queue, id), snap)
 	}
-	switch {
-	case stale != nil && (fenceFirst || it.State == Pending || it.State == Running):
+	if stale != nil {
 		return stale
-	case fenceFirst:
-		return notRunning(id, it.State)
-	case it.State == Done || it.State == Dead:
-		return finished(id, it.State)
 	}
-	// The row changed between the statement and the read: say so, and let
-	// the caller try again.
-	return fmt.Errorf("leasequeue: item %q changed while it was written; try again", id)
+	return notRunning(id, it.State)
 }
 
 // checkToken refuses a token that does not fit a bigint, before any I/O.
@@ -455,55 +402,4 @@ func commitError(id string, err error) error {
 		return fmt.Errorf("leasequeue: postgres: complete %q: commit not sent, nothing written: %w", id, err)
 	}
 	return fmt.Errorf("leasequeue: postgres: complete %q: commit refused, nothing written: %w", id, err)
-}
-
-// PostgresRoster is a Roster in the roster table of the leasequeue tables
-// (PostgresOptions.Table + "_members"). It is safe for concurrent use.
-type PostgresRoster struct {
-	db                  PostgresDB
-	join, members, quit string
-}
-
-var _ Roster = (*PostgresRoster)(nil)
-
-// NewPostgresRoster returns the roster in the tables o names, on db. It
-// does no I/O.
-func NewPostgresRoster(db PostgresDB, o PostgresOptions) (*PostgresRoster, error) {
-	if db == nil {
-		return nil, errors.New("leasequeue: NewPostgresRoster: nil database")
-	}
-	n, err := newPgNames(o)
-	if err != nil {
-		return nil, err
-	}
-	return &PostgresRoster{db: db, join: n.query("join"), members: n.query("members"), quit: n.query("leave")}, nil
-}
-
-// Join implements Roster.
-func (r *PostgresRoster) Join(ctx context.Context, group, worker string) error {
-	if _, err := r.db.Exec(ctx, r.join, group, worker); err != nil {
-		return pgError("join group", group, err)
-	}
-	return nil
-}
-
-// Members implements Roster.
-func (r *PostgresRoster) Members(ctx context.Context, group string) ([]string, error) {
-	rows, err := r.db.Query(ctx, r.members, group)
-	if err != nil {
-		return nil, pgError("members of group", group, err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, pgError("members of group", group, err)
-	}
-	return names, nil
-}
-
-// Leave implements Roster.
-func (r *PostgresRoster) Leave(ctx context.Context, group, worker string) error {
-	if _, err := r.db.Exec(ctx, r.quit, group, worker); err != nil {
-		return pgError("leave group", group, err)
-	}
-	return nil
 }

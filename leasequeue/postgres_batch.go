@@ -145,7 +145,7 @@ func (s *PostgresSource) outcome(c *completion) error {
 	case c.alone:
 		return s.finish(c.ctx, s.db, c.snap, c.id, s.complete)
 	}
-	return s.refusal(c.ctx, s.db, c.snap, c.id, true)
+	return s.refusal(c.ctx, s.db, c.snap, c.id)
 }
 
 // startBatches starts sending the pending completions, unless a batch is

@@ -13,11 +13,9 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-var _ Claimer = (*PostgresSource)(nil)
-
-// ClaimNext implements Claimer in one statement (of its own shape for
+// claimReady implements Source in one statement (of its own shape for
 // n = 1, the cheapest for a single row).
-func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]Granted, error) {
+func (s *PostgresSource) claimReady(ctx context.Context, r claimReq, n int) ([]grant, error) {
 	switch {
 	case n <= 0:
 		return nil, nil
@@ -34,7 +32,7 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 		case err != nil:
 			return nil, pgError("claim from", s.queue, err)
 		}
-		return []Granted{g.granted()}, nil
+		return []grant{g.granted()}, nil
 	}
 	rows, err := s.db.Query(ctx, s.claim, s.queue, n, r.KeyPrefix, r.Owner, r.Nonce, millis(r.TTL), maxLead)
 	if err != nil {
@@ -43,7 +41,7 @@ func (s *PostgresSource) ClaimNext(ctx context.Context, r ClaimRequest, n int) (
 	defer rows.Close()
 	// One row value and one list of its fields for all rows, where
 	// pgx.CollectRows would allocate both for each.
-	gs := make([]Granted, 0, n)
+	gs := make([]grant, 0, n)
 	var g grantRow
 	dest := []any{&g.id, &g.token, &g.attempt, &g.age}
 	for rows.Next() {
@@ -67,25 +65,25 @@ type grantRow struct {
 	age     pgtype.Int8 // microseconds; not valid when unknown
 }
 
-func (g grantRow) granted() Granted {
-	r := Granted{ID: g.id, Token: lease.Token(g.token), Begun: Begun{Attempt: int(g.attempt)}}
+func (g grantRow) granted() grant {
+	r := grant{ID: g.id, Token: lease.Token(g.token), begun: begun{Attempt: int(g.attempt)}}
 	if g.age.Valid {
 		r.Age = time.Duration(g.age.Int64) * time.Microsecond
 	}
 	return r
 }
 
-// ClaimItem implements Claimer in one statement, and one more to say why
+// claimID implements Source in one statement, and one more to say why
 // it was refused.
-func (s *PostgresSource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
+func (s *PostgresSource) claimID(ctx context.Context, r claimReq, id string) (grant, error) {
 	g, key := grantRow{id: id}, r.KeyPrefix+escapeID(id)
 	err := s.db.QueryRow(ctx, s.claimItem, s.queue, id, key, r.Owner, r.Nonce, millis(r.TTL), maxLead).
 		Scan(&g.token, &g.attempt, &g.age)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Granted{}, s.claimRefusal(ctx, id, key)
+		return grant{}, s.claimRefusal(ctx, id, key)
 	case err != nil:
-		return Granted{}, pgError("claim", id, err)
+		return grant{}, pgError("claim", id, err)
 	}
 	return g.granted(), nil
 }
@@ -108,9 +106,9 @@ func (s *PostgresSource) claimRefusal(ctx context.Context, id, key string) error
 	return &lease.NotAcquiredError{Key: key, Holder: rec.Owner, Token: rec.Token, Remaining: rec.Remaining}
 }
 
-// RenewClaim implements Claimer in one statement, and one more to say why
+// renewClaim implements Source in one statement, and one more to say why
 // it was refused.
-func (s *PostgresSource) RenewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+func (s *PostgresSource) renewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
 	if err := checkToken(lease.Snapshot{Key: a.Key, Token: a.Token}); err != nil {
 		return err
 	}
@@ -124,9 +122,9 @@ func (s *PostgresSource) RenewClaim(ctx context.Context, id string, a lease.Acqu
 	return nil
 }
 
-// ReleaseClaim implements Claimer in one statement, and one more to say
+// releaseClaim implements Source in one statement, and one more to say
 // why it was refused.
-func (s *PostgresSource) ReleaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
+func (s *PostgresSource) releaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
 	if a.Token > 1<<63-1 {
 		return s.lostClaim(ctx, id, a)
 	}
@@ -155,9 +153,9 @@ func (s *PostgresSource) lostClaim(ctx context.Context, id string, a lease.Acqui
 	return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
 }
 
-// InspectClaim implements Claimer in one statement. The Record's Key is
+// inspectClaim implements Source in one statement. The Record's Key is
 // left empty.
-func (s *PostgresSource) InspectClaim(ctx context.Context, id string) (lease.Record, error) {
+func (s *PostgresSource) inspectClaim(ctx context.Context, id string) (lease.Record, error) {
 	rec, _, _, err := s.claimState(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return lease.Record{}, nil // never claimed: free, no token known

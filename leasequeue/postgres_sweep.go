@@ -28,7 +28,7 @@ var _ lease.Sweeper = (*PostgresSource)(nil)
 // An item is removed only once its token is below the database's clock
 // in microseconds (statement_timestamp()), which it is by then unless its
 // token came from a clock ahead of the database's (a lease backend on
-// another server, see Source.Begin). Enqueue then adds the ID as a new
+// another server, see Source). Enqueue then adds the ID as a new
 // item, whose first claim gets max(0 + 1, the clock in microseconds): its
 // statement starts after the enqueue that follows the delete's commit, so
 // its clock reads at least the delete's, and its token is above every

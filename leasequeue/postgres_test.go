@@ -15,6 +15,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 	"github.com/golib/lease/leasetest"
 )
 
@@ -73,11 +74,10 @@ func TestPostgresOddNames(t *testing.T) {
 		t.Errorf("Table() = %s", src.Table())
 	}
 	mustEnqueue(ctx, t, src, "a")
-	mustBegin(ctx, t, src, snap("a", 3), "a", 1)
-	if err := src.Complete(ctx, snap("a", 3), "a"); err != nil {
+	if err := src.Complete(ctx, mustClaim(ctx, t, src, "w", "a", 1), "a"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := leasequeue.NewPostgresRoster(pool, o)
+	r, err := partition.NewPostgresRoster(pool, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue/internal/health"
 )
 
 // DefaultPruneEvery is how often, at most, Run prunes the source when
@@ -113,7 +114,7 @@ func (q *Queue) pruning() bool {
 func (q *Queue) pruneLoop(ctx context.Context) {
 	every := q.o.PruneEvery
 	wait := every/2 + rand.N(every/2+1)
-	for sleep(ctx, q.clock, wait) == nil {
+	for health.Sleep(ctx, q.clock, wait) == nil {
 		q.pruneOnce(ctx)
 		wait = every
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue/internal/health"
 )
 
 // Defaults of Options.
@@ -98,11 +99,9 @@ type Queue struct {
 	prefix string // keyPrefix
 	obs    Observer
 	clock  lease.Clock
-	track  tracker
+	track  health.Tracker[*Claim]
 
-	// On a Claimer: the source, and a client of its items' claims.
-	claimer Claimer
-	items   *lease.Client
+	items *lease.Client // the client of the items' claims (see itemBackend)
 
 	running atomic.Bool
 	crashed atomic.Bool
@@ -149,17 +148,14 @@ func New(client *lease.Client, src Source, o Options) (*Queue, error) {
 	if q.obs == nil {
 		q.obs = NopObserver
 	}
-	if c, ok := src.(Claimer); ok {
-		// The claims' lease events (renewals, losses, releases) go to
-		// the observer of the caller's client, as they did when items were
-		// leases of its backend.
-		items, err := lease.NewClient(itemBackend{src: c, prefix: q.keyPrefix()},
-			lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: itemObserver{client.Observer(), q}})
-		if err != nil {
-			return nil, fmt.Errorf("leasequeue: New: %w", err)
-		}
-		q.claimer, q.items = c, items
+	// The claims' lease events (renewals, losses, releases) go to the
+	// observer of the caller's client.
+	items, err := lease.NewClient(itemBackend{src: src, prefix: q.keyPrefix()},
+		lease.ClientOptions{Owner: client.Owner(), Clock: q.clock, Observer: itemObserver{client.Observer(), q}})
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: New: %w", err)
 	}
+	q.items = items
 	return q, nil
 }
 
@@ -175,11 +171,10 @@ func (q *Queue) keyPrefix() string { return q.prefix }
 // "a/items/b"[c] is a/items/b/items/c).
 func (q *Queue) Key(id string) string { return itemKey(q.o.Name, id) }
 
-// Claim claims item id for the caller: it makes one attempt to acquire the
-// item's lease, records the start of an attempt at the item (fenced by the
-// new token), and starts renewing the lease. On a Claimer the item is its
-// own lease, and both happen in one request (Claimer.ClaimItem). The
-// caller must end the claim with Complete, Fail or Release.
+// Claim claims item id for the caller, in one request: the item is its
+// own lease, and the claim begins an attempt at it with a new token. Then
+// it starts renewing the claim. The caller must end the claim with
+// Complete, Fail or Release.
 //
 // It fails with a *lease.NotAcquiredError if another worker holds the
 // item; an error matching ErrFinished if the item is done or dead, or was
@@ -207,68 +202,44 @@ func (q *Queue) claim(ctx, detached context.Context, id string) (*Claim, error) 
 	if err := lease.ValidateKey(key); err != nil {
 		return nil, fmt.Errorf("leasequeue: item %q: %w", id, err)
 	}
-	if !q.track.healthy(q.clock.Now()) {
+	if !q.track.Healthy(q.clock.Now()) {
 		return nil, ErrUnhealthy
 	}
 	start := q.clock.Now()
-	if q.claimer != nil {
-		r := q.claimRequest()
-		g, err := q.claimer.ClaimItem(ctx, r, id)
-		if err != nil {
-			return nil, err
-		}
-		return q.adopt(ctx, detached, r, g, start)
-	}
-	h, err := q.client.TryAcquire(ctx, key, q.o.Policy)
+	r := q.claimRequest()
+	g, err := q.src.claimID(ctx, r, id)
 	if err != nil {
 		return nil, err
 	}
-	b, err := q.src.Begin(ctx, h.Snapshot(), id, q.o.Policy.TTL())
-	if err != nil {
-		_ = h.Release(detached)
-		return nil, err
-	}
-	return q.open(ctx, detached, h, id, b, start)
+	return q.adopt(ctx, detached, r, g, start)
 }
 
 // open starts renewing the lease h of item id, whose attempt b began, and
 // returns the claim; it releases h if it cannot. detached is ctx without
 // its cancellation.
-func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b Begun, start time.Time) (*Claim, error) {
+func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, b begun, start time.Time) (*Claim, error) {
 	attempt := b.Attempt
 	c := &Claim{q: q, id: id, h: h, attempt: attempt, claimed: start}
-	if q.claimer != nil {
-		// The items' observer cancels the claim's context on loss (see
-		// itemObserver), and the claim's end with ErrClosed.
-		c.ctx, c.cancel = context.WithCancelCause(detached)
-		c.stopWatch = noWatch
-	}
+	// The items' observer cancels the claim's context on loss (see
+	// itemObserver), and the claim's end with ErrClosed.
+	c.ctx, c.cancel = context.WithCancelCause(detached)
 	// Tracked before its renewer starts, so that the items' observer
 	// finds it, context and all, should the lease be lost at once.
-	q.track.add(h, id, c)
+	q.track.Add(h, id, c)
 	m, err := h.StartManaged(detached)
 	if err != nil {
 		// The local deadline passed while the attempt began: the claim
 		// would be born lost.
-		q.track.remove(h)
-		if c.cancel != nil {
-			c.cancel(ErrClosed)
-		}
+		q.track.Remove(h)
+		c.cancel(ErrClosed)
 		_ = h.Release(detached)
 		return nil, err
 	}
 	c.m = m
-	if q.claimer == nil {
-		// A lease of the caller's client, whose events the queue does
-		// not see: the claim's context ends with the renewer's, and a
-		// watch on that reports the loss.
-		c.ctx, c.cancel = context.WithCancelCause(m.Context())
-		c.stopWatch = context.AfterFunc(m.Context(), func() { c.lost(m.Err()) })
-	}
 	q.emit(&Claimed{EventInfo: c.info(nil), Attempt: attempt, Age: b.Age})
 	if attempt > q.o.MaxAttempts {
 		cause := fmt.Errorf("%w: attempt %d of at most %d", ErrTooManyAttempts, attempt, q.o.MaxAttempts)
-		if err := c.fail(ctx, Failure{Err: cause, Dead: true}); err != nil {
+		if err := c.fail(ctx, failRecord{Err: cause, Dead: true}); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: item %q moved to the dead-letter state: %w", ErrFinished, id, cause)
@@ -277,23 +248,21 @@ func (q *Queue) open(ctx, detached context.Context, h *lease.Handle, id string, 
 }
 
 // failure returns the failure of the attempt-th attempt.
-func (q *Queue) failure(attempt int, cause error) Failure {
+func (q *Queue) failure(attempt int, cause error) failRecord {
 	if attempt >= q.o.MaxAttempts {
-		return Failure{Err: cause, Dead: true}
+		return failRecord{Err: cause, Dead: true}
 	}
-	return Failure{Err: cause, RetryAfter: max(q.o.RetryDelay(attempt), 0)}
+	return failRecord{Err: cause, RetryAfter: max(q.o.RetryDelay(attempt), 0)}
 }
 
 // Run claims ready items of the source and processes each with handler,
-// up to Options.Concurrency at a time, until ctx ends. It asks the source
-// for as many items as it has free slots, claims each (on a Claimer, all
-// of them in one request), and runs handler under the claim; after
-// handler returns it completes, fails or releases the claim (see Handler). While a renewal of one of its leases is
-// overdue it claims nothing (a sick worker takes no new work); when the
-// source has no ready item it waits Options.PollEvery. An item that
-// another worker holds is hidden from the source until that worker's
-// lease would expire, so an item whose worker died is claimed as soon as
-// its lease has expired.
+// up to Options.Concurrency at a time, until ctx ends. It claims as many
+// items as it has free slots, in one request, and runs handler under each
+// claim; after handler returns it completes, fails or releases the claim
+// (see Handler). While a renewal of one of its claims is overdue it claims
+// nothing (a sick worker takes no new work); when the source has no ready
+// item it waits Options.PollEvery. An item whose worker died is claimed
+// again as soon as its claim has expired.
 //
 // Run also prunes the source's finished items that outlived their
 // retention, in the background, about every Options.PruneEvery, one
@@ -329,15 +298,11 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 	stopCancel := context.AfterFunc(runCtx, func() { h.end(context.Cause(runCtx)) })
 	defer stopCancel()
 	slots := make(chan struct{}, q.o.Concurrency)
-	jobs := make(chan job)
+	jobs := make(chan *Claim)
 	for range q.o.Concurrency {
 		wg.Go(func() {
-			for j := range jobs {
-				if j.c != nil {
-					q.work(runCtx, h, j.c, handler)
-				} else {
-					q.process(runCtx, h, j.id, handler)
-				}
+			for c := range jobs {
+				q.work(runCtx, h, c, handler)
 				<-slots
 			}
 		})
@@ -347,37 +312,24 @@ func (q *Queue) Run(ctx context.Context, handler Handler) error {
 		if n == 0 {
 			break
 		}
-		got := 0
-		if q.claimer != nil {
-			cs := q.claimNext(runCtx, h.detached, n)
-			for _, c := range cs {
-				jobs <- job{c: c}
-			}
-			got = len(cs)
-		} else {
-			ids := q.next(runCtx, n)
-			for _, id := range ids {
-				jobs <- job{id: id}
-			}
-			got = len(ids)
+		cs, err := q.claimNext(runCtx, h.detached, n)
+		if err != nil && !errors.Is(err, ErrUnhealthy) && runCtx.Err() == nil {
+			q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), Err: err}})
 		}
+		for _, c := range cs {
+			jobs <- c
+		}
+		got := len(cs)
 		for range n - got {
 			<-slots
 		}
-		if got == 0 && sleep(runCtx, q.clock, q.o.PollEvery) != nil {
+		if got == 0 && health.Sleep(runCtx, q.clock, q.o.PollEvery) != nil {
 			break
 		}
 	}
 	close(jobs)
 	wg.Wait()
 	return nil
-}
-
-// A job is an item for a worker of Run: a claim to work on, or the ID of
-// an item to claim first.
-type job struct {
-	c  *Claim
-	id string
 }
 
 // handlers are the claims whose handlers Run is running, whose contexts
@@ -438,49 +390,6 @@ func reserve(ctx context.Context, slots chan struct{}) int {
 	return n
 }
 
-// next asks the source for up to n ready items, unless the worker is
-// unhealthy.
-func (q *Queue) next(ctx context.Context, n int) []string {
-	if !q.track.healthy(q.clock.Now()) {
-		return nil
-	}
-	ids, err := q.src.Next(ctx, n, q.o.Policy.TTL())
-	if err != nil && ctx.Err() == nil {
-		q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), Err: fmt.Errorf("leasequeue: next ready items: %w", err)}})
-	}
-	return ids
-}
-
-// process claims item id and runs handler under the claim.
-func (q *Queue) process(runCtx context.Context, hs *handlers, id string, handler Handler) {
-	c, err := q.claim(runCtx, hs.detached, id)
-	if err != nil {
-		var na *lease.NotAcquiredError
-		switch {
-		case errors.As(err, &na):
-			// Look again when the holder's lease would expire.
-			d := na.Remaining
-			if d <= 0 {
-				d = q.o.PollEvery
-			}
-			_ = q.src.Defer(runCtx, id, d)
-		case errors.Is(err, ErrFinished), errors.Is(err, ErrNotFound):
-		case runCtx.Err() != nil:
-			// Shutting down: give the item back at once.
-			_ = q.src.Defer(hs.detached, id, 0)
-		default:
-			// Unhealthy since the items were handed out, or the backend
-			// failed: give the item back to the other workers at once.
-			_ = q.src.Defer(runCtx, id, 0)
-			if !errors.Is(err, ErrUnhealthy) {
-				q.emit(&Claimed{EventInfo: EventInfo{Name: q.o.Name, Worker: q.client.Owner(), ID: id, Key: q.Key(id), Err: err}})
-			}
-		}
-		return
-	}
-	q.work(runCtx, hs, c, handler)
-}
-
 // work runs handler under claim c, and closes c as Run's doc says.
 func (q *Queue) work(runCtx context.Context, hs *handlers, c *Claim, handler Handler) {
 	hs.add(c)
@@ -527,8 +436,8 @@ func call(handler Handler, c *Claim) (err error) {
 func (q *Queue) monitor(ctx context.Context) {
 	every := q.o.Policy.Options().RenewEvery / 2
 	info := EventInfo{Name: q.o.Name, Worker: q.client.Owner()}
-	for sleep(ctx, q.clock, every) == nil {
-		for _, e := range q.track.beat(q.clock.Now(), info) {
+	for health.Sleep(ctx, q.clock, every) == nil {
+		for _, e := range q.track.Beat(q.clock.Now(), info, ErrUnhealthy) {
 			q.emit(e)
 		}
 	}
@@ -548,15 +457,3 @@ func (q *Queue) crash() {
 }
 
 var errCrashed = errors.New("leasequeue: crashed (test)")
-
-// sleep waits for d on clock, or until ctx ends, whose cause it returns.
-func sleep(ctx context.Context, clock lease.Clock, d time.Duration) error {
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C():
-		return nil
-	}
-}

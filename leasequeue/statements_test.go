@@ -270,10 +270,12 @@ func TestPostgresClaimUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEnqueue(ctx, t, src, "running", "pending", "a/{b}%c")
-	// A token from the future, as a lease backend whose clock is ahead
-	// would have issued; hidden for no time, so its lease counts as gone.
+	// An attempt begun under a lease of a lease backend, as versions
+	// before the claims recorded it, with a token from the future, as a
+	// backend whose clock is ahead would have issued; hidden for no time,
+	// so its lease counts as gone.
 	oldToken := lease.Token(time.Now().Add(time.Hour).UnixMicro())
-	if _, err := src.Begin(ctx, lease.Snapshot{Key: "up/items/running", Owner: "old", Token: oldToken}, "running", 0); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE public.leasequeue_jobs SET state = 'running', attempts = 1, fence_key = 'up/items/running', fence_token = $1, owner = 'old', visible_at = now() WHERE queue = 'up' AND id = 'running'`, int64(oldToken)); err != nil {
 		t.Fatal(err)
 	}
 

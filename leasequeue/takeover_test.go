@@ -73,11 +73,8 @@ func TestTakenOverClaimCannotComplete(t *testing.T) {
 		// A worker cut off from the backend loses its lease at its local
 		// deadline, and then writes nothing.
 		cut := &cutOff{Backend: s.backend(t)}
-		var csrc leasequeue.Source = src
-		if cl, ok := src.(leasequeue.Claimer); ok {
-			// The claims live in the source: cut it off instead.
-			csrc = &cutClaimer{Claimer: cl, cut: &cut.cut}
-		}
+		// The claims live in the source: cut it off too.
+		csrc := leasequeue.CutSource(src, &cut.cut, errCut)
 		seen := &events{}
 		oc := o
 		oc.Observer = seen
@@ -141,47 +138,4 @@ func claimOnceFree(ctx context.Context, t *testing.T, q *leasequeue.Queue, id st
 			t.Fatalf("Claim(%q): the lease never came free", id)
 		}
 	}
-}
-
-// TestNextThenClaimExpiredClaim: an item whose claim expired, handed out
-// by Next (which hides it), can be claimed at once by ID: hiding it must
-// not renew the dead claim. (Next and then Claim is how a worker of its
-// own picks items, as internal/chaos's queue test does.)
-func TestNextThenClaimExpiredClaim(t *testing.T) {
-	forEachSource(t, func(t *testing.T, s *store) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		src := s.source(t, "expired")
-		mustEnqueue(ctx, t, src, "x")
-		o := leasequeue.Options{Name: "expired", Policy: loadedPolicy(t, time.Second)}
-		frozen := leasetest.NewFakeClock(time.Now()) // A never renews
-		a := newQueueOnClock(t, s, src, "worker-a", frozen, o)
-		ca, err := a.Claim(ctx, "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ca.Release(ctx)
-		b := newQueue(t, s, src, "worker-b", o)
-		for {
-			ids, err := src.Next(ctx, 1, time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ids) == 1 {
-				break
-			}
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-				t.Fatal("Next never handed out the item whose claim expired")
-			}
-		}
-		cb, err := b.Claim(ctx, "x")
-		if err != nil {
-			t.Fatalf("Claim after Next handed out the expired claim's item = %v", err)
-		}
-		if err := cb.Complete(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
 }

@@ -40,7 +40,7 @@ func checkImplausible(t *testing.T, what string, err error, key string, tok leas
 }
 
 // TestForgedTokensAreImplausible: a snapshot whose token is far ahead of
-// the source's clock (forged, or of a foreign lease) is refused by Begin,
+// the source's clock (forged, or of a foreign lease) is refused by
 // Complete and Fail with the fence's implausible-token error, and nothing
 // is written; claims and Run go on over every item, the one the forged
 // snapshot named included.
@@ -57,20 +57,12 @@ func TestForgedTokensAreImplausible(t *testing.T) {
 				q := newQueue(t, s, src, "w", leasequeue.Options{Name: name, Policy: loadedPolicy(t, 2*time.Second),
 					Concurrency: 3, PollEvery: 20 * time.Millisecond})
 
-				// Begin on a never-claimed item.
-				forged := lease.Snapshot{Key: q.Key("forged"), Owner: "forger", Token: tok}
-				_, err := src.Begin(ctx, forged, "forged", 0)
-				checkImplausible(t, "Begin", err, forged.Key, tok)
-				if it := mustItem(ctx, t, src, "forged"); it != (leasequeue.Item{ID: "forged", State: leasequeue.Pending}) {
-					t.Errorf("item after the forged Begin: %+v; want it untouched", it)
-				}
-
 				// Complete and Fail of an item a real claim holds.
 				c, err := q.Claim(ctx, "held")
 				if err != nil {
 					t.Fatal(err)
 				}
-				forged = lease.Snapshot{Key: c.Snapshot().Key, Owner: "forger", Token: tok}
+				forged := lease.Snapshot{Key: c.Snapshot().Key, Owner: "forger", Token: tok}
 				checkImplausible(t, "Complete", src.Complete(ctx, forged, "held"), forged.Key, tok)
 				checkImplausible(t, "Fail", src.Fail(ctx, forged, "held", leasequeue.Failure{Err: errors.New("forged"), Dead: true}), forged.Key, tok)
 				want := leasequeue.Item{ID: "held", State: leasequeue.Running, Attempts: 1,
@@ -282,13 +274,13 @@ func checkClaimsAboveFence(ctx context.Context, t *testing.T, src leasequeue.Sou
 		t.Errorf("second claim's token %d is not above the first's %d", g2.Token, g1.Token)
 	}
 	first := lease.Snapshot{Key: prefix + "planted", Owner: "w-1", Token: g1.Token}
-	if err := src.Complete(ctx, first, "planted"); !errors.Is(err, fence.ErrStale) {
+	if err := cl.Complete(ctx, first, "planted"); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("Complete under the first, replaced claim = %v; want fence.ErrStale", err)
 	}
 	if it := mustItem(ctx, t, src.(source), "planted"); it.State != leasequeue.Running || it.Token != g2.Token || it.Owner != "w-2" {
 		t.Errorf("item after the replaced claim's Complete: %+v; want it running under the second claim, token %d", it, g2.Token)
 	}
-	if err := src.Complete(ctx, lease.Snapshot{Key: prefix + "planted", Owner: "w-2", Token: g2.Token}, "planted"); err != nil {
+	if err := cl.Complete(ctx, lease.Snapshot{Key: prefix + "planted", Owner: "w-2", Token: g2.Token}, "planted"); err != nil {
 		t.Errorf("Complete under the second claim = %v", err)
 	}
 	gs, err := cl.ClaimNext(ctx, req("3"), 2)

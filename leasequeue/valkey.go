@@ -23,18 +23,11 @@ const DefaultValkeyPrefix = "leasequeue:"
 // The scripts mutate, so they are NewLuaScript, not the Retryable variant:
 // valkey-go must not resend a request whose outcome is unknown. They are
 // loaded with SCRIPT LOAD, so that the server computes their hash, then
-// run with EVALSHA. The short defer script is sent with EVAL instead, so
-// that it can share a pipeline with other commands. inspect only reads.
+// run with EVALSHA. inspect only reads.
 // The scripts that compare or advance tokens are tokenScripts.
 var (
-	//go:embed lua/next.lua
-	nextLua string
-	//go:embed lua/defer.lua
-	deferLua string
 	//go:embed lua/enqueue.lua
 	enqueueLua string
-	//go:embed lua/begin.lua
-	beginLua string
 	//go:embed lua/claim.lua
 	claimLua string
 	//go:embed lua/claimop.lua
@@ -48,26 +41,24 @@ var (
 	//go:embed lua/finished.lua
 	finishedLua string
 
-	nextScript     = valkey.NewLuaScript(nextLua, valkey.WithLoadSHA1(true))
 	enqueueScript  = valkey.NewLuaScript(enqueueLua, valkey.WithLoadSHA1(true))
 	claimOpScript  = valkey.NewLuaScript(claimOpLua, valkey.WithLoadSHA1(true))
 	inspectScript  = valkey.NewLuaScriptReadOnly(inspectLua, valkey.WithLoadSHA1(true))
 	finishedScript = valkey.NewLuaScript(finishedLua, valkey.WithLoadSHA1(true))
 )
 
-// tokenScripts are the scripts that compare or advance tokens: begin,
-// claim, end and prune, each behind the token helpers of
+// tokenScripts are the scripts that compare or advance tokens: claim,
+// end and prune, each behind the token helpers of
 // valkeystore.TokenScript, which compare and add tokens as decimal
 // strings and refuse tokens more than a lead ahead of the server's clock.
 type tokenScripts struct {
-	begin, claim, end, prune *valkey.Lua
+	claim, end, prune *valkey.Lua
 }
 
 // newTokenScripts returns the token scripts that bound tokens by lead, in
 // microseconds.
 func newTokenScripts(lead int64) *tokenScripts {
 	return &tokenScripts{
-		begin: valkey.NewLuaScript(valkeystore.TokenScript(beginLua, lead), valkey.WithLoadSHA1(true)),
 		claim: valkey.NewLuaScript(valkeystore.TokenScript(claimLua, lead), valkey.WithLoadSHA1(true)),
 		end:   valkey.NewLuaScript(valkeystore.TokenScript(endLua, lead), valkey.WithLoadSHA1(true)),
 		prune: valkey.NewLuaScript(valkeystore.TokenScript(pruneLua, lead), valkey.WithLoadSHA1(true)),
@@ -109,7 +100,7 @@ func (o ValkeyOptions) prefix() (string, error) {
 	return o.Prefix, nil
 }
 
-// ValkeySource is a Source and a Claimer on Valkey (standalone, sentinel
+// ValkeySource is a Source on Valkey (standalone, sentinel
 // or cluster) for one queue. Producers push item IDs to a list; handed-out
 // items wait in a sorted set scored by when to look at them again. Every
 // key of a queue is in the queue's hash slot, so that one script can claim
@@ -133,20 +124,19 @@ func (o ValkeyOptions) prefix() (string, error) {
 //	P{Q}:item/I/fence   the item's fence, in the format of fence.Valkey:
 //	                    its lease key and last token
 //
-// ClaimNext and ClaimItem are one script each, RenewClaim, ReleaseClaim
-// and InspectClaim too, and so are Complete, Fail and CompleteClaimWith,
-// fenced by the claim's token. A claim's token is max(previous token + 1,
-// the server's time in µs), like the Valkey lease backend's. Next is one
-// script on the queue's keys and Begin one on the item's, under the
-// caller's lease. Queue names and IDs may hold any character but control
+// A claim of ready items or of one item is one script, so are the
+// renewal, release and inspection of a claim, and so are its completion
+// (with CompleteClaimWith too) and failure, fenced by the claim's token. A
+// claim's token is max(previous token + 1, the server's time in µs), like
+// the Valkey lease backend's. Queue names and IDs may hold any character but control
 // characters. It is safe for concurrent use and never closes the client.
 //
 // The scripts compare and advance tokens as decimal strings, never as Lua
 // numbers (exact only up to 2^53), so they are exact for every uint64.
-// Begin, Complete and Fail refuse a token more than fence.MaxTokenLead
+// Completions and failures refuse a token more than fence.MaxTokenLead
 // ahead of the server's clock, as fence.Valkey does, with a
 // *fence.ImplausibleTokenError, and write nothing; the claims pass over an
-// item whose fence already holds such a token (see Claimer).
+// item whose fence already holds such a token (see Source).
 type ValkeySource struct {
 	client  valkey.Client
 	fence   *fence.Valkey
@@ -206,7 +196,7 @@ func (s *ValkeySource) resource(id string) (string, error) {
 // ItemKey returns the name of a key of item id, in the queue's hash slot,
 // with the given suffix: P{Q}:item/I/suffix (see ValkeySource). The
 // item's own keys are ItemKey(id, "item") and ItemKey(id, "fence"). Keys
-// of your own written by CompleteWith must be made with it (or be in the
+// of your own written by CompleteClaimWith must be made with it (or be in the
 // queue's slot otherwise), and must not use those two suffixes.
 func (s *ValkeySource) ItemKey(id, suffix string) string {
 	return s.items + keyspace.Escape(id) + "/" + suffix
@@ -277,50 +267,6 @@ func (s *ValkeySource) Item(ctx context.Context, id string) (Item, error) {
 	return it, nil
 }
 
-// Next implements Source.
-func (s *ValkeySource) Next(ctx context.Context, n int, hide time.Duration) ([]string, error) {
-	ids, err := nextScript.Exec(ctx, s.client, []string{s.ready, s.due},
-		[]string{strconv.Itoa(n), strconv.FormatInt(millis(hide), 10)}).AsStrSlice()
-	if err != nil && !valkey.IsValkeyNil(err) {
-		return nil, valkeyError("next of", s.queue, err)
-	}
-	return ids, nil
-}
-
-// Begin implements Source, in one script: it advances the item's fence to
-// snap and records the attempt (see lua/begin.lua).
-func (s *ValkeySource) Begin(ctx context.Context, snap lease.Snapshot, id string, hide time.Duration) (Begun, error) {
-	res, err := s.resource(id)
-	if err != nil {
-		return Begun{}, err
-	}
-	if snap.Token == 0 || snap.Key == "" {
-		return Begun{}, fmt.Errorf("%w: leasequeue: begin %q: snapshot without a key or token", fence.ErrInvalid, id)
-	}
-	arr, err := s.scripts.begin.Exec(ctx, s.client,
-		[]string{s.ItemKey(id, "item"), s.ItemKey(id, "fence"), s.due, s.since, s.done},
-		[]string{id, snap.Key, snap.Token.String(), snap.Owner, strconv.FormatInt(millis(hide), 10)}).ToArray()
-	if err != nil {
-		return Begun{}, valkeyError("begin", id, err)
-	}
-	verdict, _ := arr[0].ToString()
-	switch verdict {
-	case "ok":
-		n, _ := arr[1].AsInt64()
-		b := Begun{Attempt: int(n)}
-		if ms, _ := arr[2].AsInt64(); ms > 0 {
-			b.Age = time.Duration(ms) * time.Millisecond
-		}
-		return b, nil
-	case "none":
-		return Begun{}, notFound(id)
-	case "state":
-		state, _ := arr[1].ToString()
-		return Begun{}, finished(id, State(state))
-	}
-	return Begun{}, fenceRefusal(res, snap, arr)
-}
-
 // fenceRefusal returns the error of a script that refused snap by the
 // item's fence: {'stale', token} or {'foreign', key, token}; or because
 // its token is implausible: {'implausible', largest}.
@@ -345,37 +291,16 @@ func fenceRefusal(res string, snap lease.Snapshot, arr []valkey.ValkeyMessage) e
 	return lease.Indeterminate(fmt.Errorf("leasequeue: valkey: item %q: unexpected reply %v", res, arr))
 }
 
-// deferCmd returns the defer script's command for id, d and mode "XX"
-// (see lua/defer.lua): hide an item handed out.
-func (s *ValkeySource) deferCmd(id string, d time.Duration, mode string) valkey.Completed {
-	return s.client.B().Eval().Script(deferLua).Numkeys(2).Key(s.due, s.since).Arg(id, strconv.FormatInt(millis(d), 10), mode).Build()
-}
-
-// Complete implements Source, in one script.
-func (s *ValkeySource) Complete(ctx context.Context, snap lease.Snapshot, id string) error {
+// completeItem implements Source, in one script.
+func (s *ValkeySource) completeItem(ctx context.Context, snap lease.Snapshot, id string) error {
 	return s.end(ctx, snap, id, Done, "", 0)
 }
 
-// CompleteWith marks the running item id done and applies cmds, in one
-// fenced script (see fence.Valkey.DoAt): the item is done exactly when
-// the commands are applied, and a claim that was taken over can do
-// neither. The commands' keys must be in the queue's hash slot: make them
-// with ItemKey. It returns the errors of Source.Complete, or an error
-// wrapping fence.ErrInvalid, before any I/O, for a command that breaks
-// fence.Valkey's rules. Without commands it is Complete. From a Handler,
-// use CompleteClaimWith.
-//
-// With commands it takes two requests: the fenced script, which does not
-// read the item's state first (the current claim's completion applies
-// even if that claim already ended the item), then an unfenced script
-// that records when the item finished and removes it from the due set
-// and ready-time hash; should that be lost, a claim that looks at the
-// item later finds it done and does it. An item completed with commands
-// keeps its fence when Sweep removes it, since the fence also guards the
-// commands' keys: delete ItemKey(id, "fence") with those keys.
-func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
+// completeWith marks the running item id done and applies cmds, as
+// CompleteClaimWith says.
+func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
 	if len(cmds) == 0 {
-		return s.Complete(ctx, snap, id)
+		return s.completeItem(ctx, snap, id)
 	}
 	res, err := s.resource(id)
 	if err != nil {
@@ -394,15 +319,29 @@ func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id
 }
 
 // CompleteClaimWith completes claim c as Claim.Complete does, with cmds
-// applied atomically with the completion (see CompleteWith).
+// applied in the same fenced script (see fence.Valkey.DoAt): the item is
+// done exactly when the commands are applied, and a claim that was taken
+// over can do neither. The commands' keys must be in the queue's hash
+// slot: make them with ItemKey. It returns the errors of Claim.Complete,
+// or an error wrapping fence.ErrInvalid, before any I/O, for a command
+// that breaks fence.Valkey's rules. Without commands it is Claim.Complete.
+//
+// With commands it takes two requests: the fenced script, which does not
+// read the item's state first (the current claim's completion applies
+// even if that claim already ended the item), then an unfenced script
+// that records when the item finished and removes it from the due set
+// and ready-time hash; should that be lost, a claim that looks at the
+// item later finds it done and does it. An item completed with commands
+// keeps its fence when Sweep removes it, since the fence also guards the
+// commands' keys: delete ItemKey(id, "fence") with those keys.
 func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...fence.Command) error {
 	return c.complete(ctx, func(ctx context.Context, snap lease.Snapshot) error {
-		return s.CompleteWith(ctx, snap, c.id, cmds...)
+		return s.completeWith(ctx, snap, c.id, cmds...)
 	})
 }
 
-// Fail implements Source, in one script.
-func (s *ValkeySource) Fail(ctx context.Context, snap lease.Snapshot, id string, f Failure) error {
+// failItem implements Source, in one script.
+func (s *ValkeySource) failItem(ctx context.Context, snap lease.Snapshot, id string, f failRecord) error {
 	state, text := Pending, ""
 	if f.Dead {
 		state = Dead
@@ -442,68 +381,8 @@ func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, 
 	return fenceRefusal(res, snap, arr)
 }
 
-// Defer implements Source.
-func (s *ValkeySource) Defer(ctx context.Context, id string, d time.Duration) error {
-	if err := s.client.Do(ctx, s.deferCmd(id, d, "XX")).Error(); err != nil {
-		return valkeyError("defer", id, err)
-	}
-	return nil
-}
-
 // valkeyError explains an error from valkey-go: valkeystore.Classify says
 // whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
 	return valkeystore.Classify(err).Mark(fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err))
-}
-
-// ValkeyRoster is a Roster in Valkey: the workers of group g are the set
-// P{G}:members, where G is g with '%', '{', '}' and '/' written as %25,
-// %7B, %7D and %2F. It is safe for concurrent use and never closes the
-// client.
-type ValkeyRoster struct {
-	client valkey.Client
-	prefix string
-}
-
-var _ Roster = (*ValkeyRoster)(nil)
-
-// NewValkeyRoster returns a roster on client. It does no I/O.
-func NewValkeyRoster(client valkey.Client, o ValkeyOptions) (*ValkeyRoster, error) {
-	if client == nil {
-		return nil, errors.New("leasequeue: NewValkeyRoster: nil client")
-	}
-	prefix, err := o.prefix()
-	if err != nil {
-		return nil, err
-	}
-	return &ValkeyRoster{client: client, prefix: prefix}, nil
-}
-
-func (r *ValkeyRoster) key(group string) string {
-	return keyspace.Name(r.prefix, keyspace.Tag(group), ":members")
-}
-
-// Join implements Roster.
-func (r *ValkeyRoster) Join(ctx context.Context, group, worker string) error {
-	if err := r.client.Do(ctx, r.client.B().Sadd().Key(r.key(group)).Member(worker).Build()).Error(); err != nil {
-		return valkeyError("join group", group, err)
-	}
-	return nil
-}
-
-// Members implements Roster.
-func (r *ValkeyRoster) Members(ctx context.Context, group string) ([]string, error) {
-	names, err := r.client.Do(ctx, r.client.B().Smembers().Key(r.key(group)).Build()).AsStrSlice()
-	if err != nil {
-		return nil, valkeyError("members of group", group, err)
-	}
-	return names, nil
-}
-
-// Leave implements Roster.
-func (r *ValkeyRoster) Leave(ctx context.Context, group, worker string) error {
-	if err := r.client.Do(ctx, r.client.B().Srem().Key(r.key(group)).Member(worker).Build()).Error(); err != nil {
-		return valkeyError("leave group", group, err)
-	}
-	return nil
 }

@@ -13,10 +13,8 @@ import (
 	"github.com/golib/lease/lease"
 )
 
-var _ Claimer = (*ValkeySource)(nil)
-
-// ClaimNext implements Claimer in one script (see lua/claim.lua).
-func (s *ValkeySource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]Granted, error) {
+// claimReady implements Source in one script (see lua/claim.lua).
+func (s *ValkeySource) claimReady(ctx context.Context, r claimReq, n int) ([]grant, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -30,7 +28,7 @@ func (s *ValkeySource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]
 	if len(arr)%4 != 0 {
 		return nil, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim from %q: unexpected reply of %d values", s.queue, len(arr)))
 	}
-	gs := make([]Granted, 0, len(arr)/4)
+	gs := make([]grant, 0, len(arr)/4)
 	for i := 0; i < len(arr); i += 4 {
 		id, err := arr[i].ToString()
 		if err != nil {
@@ -45,18 +43,18 @@ func (s *ValkeySource) ClaimNext(ctx context.Context, r ClaimRequest, n int) ([]
 	return gs, nil
 }
 
-// ClaimItem implements Claimer in one script (see lua/claim.lua).
-func (s *ValkeySource) ClaimItem(ctx context.Context, r ClaimRequest, id string) (Granted, error) {
+// claimID implements Source in one script (see lua/claim.lua).
+func (s *ValkeySource) claimID(ctx context.Context, r claimReq, id string) (grant, error) {
 	res, err := s.resource(id)
 	if err != nil {
-		return Granted{}, err
+		return grant{}, err
 	}
 	if err := checkRequest(r); err != nil {
-		return Granted{}, err
+		return grant{}, err
 	}
 	arr, err := s.claim(ctx, r, "item", id)
 	if err != nil {
-		return Granted{}, valkeyError("claim", id, err)
+		return grant{}, valkeyError("claim", id, err)
 	}
 	verdict := ""
 	if len(arr) > 0 {
@@ -70,7 +68,7 @@ func (s *ValkeySource) ClaimItem(ctx context.Context, r ClaimRequest, id string)
 		tok, _ := arr[2].ToString()
 		t, _ := strconv.ParseUint(tok, 10, 64)
 		left, _ := arr[3].AsInt64()
-		return Granted{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: owner, Token: lease.Token(t), Remaining: time.Duration(left) * time.Microsecond}
+		return grant{}, &lease.NotAcquiredError{Key: r.KeyPrefix + escapeID(id), Holder: owner, Token: lease.Token(t), Remaining: time.Duration(left) * time.Microsecond}
 	case verdict == "implausible" && len(arr) == 3:
 		tok, _ := arr[1].ToString()
 		t, _ := strconv.ParseUint(tok, 10, 64)
@@ -79,19 +77,19 @@ func (s *ValkeySource) ClaimItem(ctx context.Context, r ClaimRequest, id string)
 		if err != nil {
 			break
 		}
-		return Granted{}, &fence.ImplausibleTokenError{Resource: res, Key: r.KeyPrefix + escapeID(id), Token: lease.Token(t), Largest: lease.Token(largest)}
+		return grant{}, &fence.ImplausibleTokenError{Resource: res, Key: r.KeyPrefix + escapeID(id), Token: lease.Token(t), Largest: lease.Token(largest)}
 	case verdict == "state" && len(arr) == 2:
 		state, _ := arr[1].ToString()
-		return Granted{}, finished(id, State(state))
+		return grant{}, finished(id, State(state))
 	case verdict == "none":
-		return Granted{}, notFound(id)
+		return grant{}, notFound(id)
 	}
-	return Granted{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim %q: unexpected reply %v", id, arr))
+	return grant{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim %q: unexpected reply %v", id, arr))
 }
 
 // checkRequest refuses a request without a secret: the scripts read an
 // empty one as a released claim.
-func checkRequest(r ClaimRequest) error {
+func checkRequest(r claimReq) error {
 	if r.Nonce == "" {
 		return errors.New("leasequeue: valkey: claim request without a Nonce")
 	}
@@ -99,7 +97,7 @@ func checkRequest(r ClaimRequest) error {
 }
 
 // claim runs the claim script in mode with its argument.
-func (s *ValkeySource) claim(ctx context.Context, r ClaimRequest, mode, arg string) ([]valkey.ValkeyMessage, error) {
+func (s *ValkeySource) claim(ctx context.Context, r claimReq, mode, arg string) ([]valkey.ValkeyMessage, error) {
 	arr, err := s.scripts.claim.Exec(ctx, s.client, []string{s.ready, s.due, s.since, s.done},
 		[]string{s.items, r.KeyPrefix, r.Owner, r.Nonce, strconv.FormatInt(millis(r.TTL), 10), mode, arg}).ToArray()
 	if valkey.IsValkeyNil(err) {
@@ -110,28 +108,28 @@ func (s *ValkeySource) claim(ctx context.Context, r ClaimRequest, mode, arg stri
 
 // granted reads the token (a decimal string), attempt and age (ms, or -1)
 // of a claim of id.
-func granted(id string, m []valkey.ValkeyMessage) (Granted, error) {
+func granted(id string, m []valkey.ValkeyMessage) (grant, error) {
 	s, err1 := m[0].ToString()
 	tok, err := strconv.ParseUint(s, 10, 64)
 	attempt, err2 := m[1].AsInt64()
 	age, err3 := m[2].AsInt64()
 	if err1 != nil || err != nil || err2 != nil || err3 != nil || tok == 0 {
-		return Granted{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim %q: unexpected reply", id))
+		return grant{}, lease.Indeterminate(fmt.Errorf("leasequeue: valkey: claim %q: unexpected reply", id))
 	}
-	g := Granted{ID: id, Token: lease.Token(tok), Begun: Begun{Attempt: int(attempt)}}
+	g := grant{ID: id, Token: lease.Token(tok), begun: begun{Attempt: int(attempt)}}
 	if age > 0 {
 		g.Age = time.Duration(age) * time.Millisecond
 	}
 	return g, nil
 }
 
-// RenewClaim implements Claimer in one script (see lua/claimop.lua).
-func (s *ValkeySource) RenewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
+// renewClaim implements Source in one script (see lua/claimop.lua).
+func (s *ValkeySource) renewClaim(ctx context.Context, id string, a lease.Acquisition, ttl time.Duration) error {
 	return s.claimOp(ctx, id, a, "renew", ttl)
 }
 
-// ReleaseClaim implements Claimer in one script (see lua/claimop.lua).
-func (s *ValkeySource) ReleaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
+// releaseClaim implements Source in one script (see lua/claimop.lua).
+func (s *ValkeySource) releaseClaim(ctx context.Context, id string, a lease.Acquisition) error {
 	return s.claimOp(ctx, id, a, "release", 0)
 }
 
@@ -161,9 +159,9 @@ func (s *ValkeySource) claimOp(ctx context.Context, id string, a lease.Acquisiti
 	return &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
 }
 
-// InspectClaim implements Claimer in one read-only script (see
+// inspectClaim implements Source in one read-only script (see
 // lua/inspect.lua). The Record's Key is left empty.
-func (s *ValkeySource) InspectClaim(ctx context.Context, id string) (lease.Record, error) {
+func (s *ValkeySource) inspectClaim(ctx context.Context, id string) (lease.Record, error) {
 	if _, err := s.resource(id); err != nil {
 		return lease.Record{}, err
 	}

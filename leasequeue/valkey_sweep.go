@@ -24,11 +24,11 @@ var _ lease.Sweeper = (*ValkeySource)(nil)
 //
 // An item is removed only once its token is below the server's clock in
 // microseconds, which it is by then unless its token came from a clock
-// ahead of the server's (a lease backend on another server, see
-// Source.Begin); so a claim of an item enqueued again under a removed ID,
-// whose token is at least the clock (see Claimer), gets a token above
+// ahead of the server's (a token written by hand or by an older version);
+// so a claim of an item enqueued again under a removed ID,
+// whose token is at least the clock (see Source), gets a token above
 // every token the removed item carried. Enqueue then adds the ID as a new
-// item. An item completed with commands (CompleteWith) keeps its fence,
+// item. An item completed with commands (CompleteClaimWith) keeps its fence,
 // which guards those commands' keys too; keys made with ItemKey are yours
 // and stay.
 //

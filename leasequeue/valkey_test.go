@@ -36,10 +36,10 @@ func TestValkeyProducersPushToTheList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ids, err := src.Next(ctx, 10, time.Hour); err != nil || len(ids) != 1 || ids[0] != "x" {
-		t.Fatalf("Next = %q, %v; want [x]", ids, err)
+	gs, err := src.ClaimNext(ctx, leasequeue.ClaimRequest{KeyPrefix: "q/items/", Owner: "w", Nonce: "n", TTL: time.Minute}, 10)
+	if err != nil || len(gs) != 1 || gs[0].ID != "x" || gs[0].Attempt != 1 {
+		t.Fatalf("ClaimNext = %+v, %v; want x at attempt 1", gs, err)
 	}
-	mustBegin(ctx, t, src, snap("x", 1), "x", 1)
 }
 
 // TestValkeyCompleteClaimWith: commands applied with the completion, in
@@ -314,11 +314,9 @@ func TestValkeySweepLeavesNoReadyTimes(t *testing.T) {
 			t.Fatalf("Sweep removed %q; want x", got)
 		}
 		if !claims {
-			if ids := mustNext(ctx, t, src, 10, time.Hour); !slices.Equal(ids, []string{"x"}) {
-				t.Fatalf("Next = %q; want x", ids)
-			}
-			if _, err := src.Begin(ctx, lease.Snapshot{Key: pruneKeyPrefix + "x", Owner: "w", Token: 1}, "x", time.Hour); !errors.Is(err, leasequeue.ErrNotFound) {
-				t.Fatalf("Begin of a removed item = %v; want ErrNotFound", err)
+			// The ID is still in the ready list: a claim drops it.
+			if gs, err := src.ClaimNext(ctx, leasequeue.ClaimRequest{KeyPrefix: pruneKeyPrefix, Owner: "w", Nonce: "n", TTL: time.Minute}, 1); err != nil || len(gs) != 0 {
+				t.Fatalf("ClaimNext after the item was removed = %+v, %v; want nothing", gs, err)
 			}
 		}
 		for _, key := range []string{src.SinceKey(), src.DueKey(), src.ReadyKey(), src.DoneKey()} {

@@ -17,6 +17,7 @@ import (
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -163,7 +164,7 @@ func useTables(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	if it.State != leasequeue.Done {
 		t.Fatalf("item %s is %s after Complete, want done", id, it.State)
 	}
-	roster, err := leasequeue.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
+	roster, err := partition.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

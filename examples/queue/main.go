@@ -30,6 +30,8 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasequeue/partition"
+	"github.com/golib/lease/leasetest"
 )
 
 func main() {
@@ -109,22 +111,24 @@ func sendEmails(ctx context.Context, cfg config, pool *pgxpool.Pool, store *leas
 	// docs:end enqueue
 	fmt.Fprintf(out, "%d emails, TTL %v\n", len(ids), cfg.ttl)
 
-	// worker-b claims email-00 by hand, the way a Queue does, and then its
-	// process freezes (a long GC pause, a VM migration): it renews
-	// nothing and writes nothing until it wakes up.
-	clientB, err := lease.NewClient(store, lease.ClientOptions{Owner: "worker-b"})
+	// worker-b claims email-00, and then its process freezes (a long GC
+	// pause, a VM migration): it renews nothing and writes nothing until
+	// it wakes up. A clock that stands still stands in for the frozen
+	// process: its renewer waits for time that does not pass.
+	clientB, err := lease.NewClient(store, lease.ClientOptions{Owner: "worker-b", Clock: leasetest.NewFakeClock(time.Now())})
 	if err != nil {
 		return err
 	}
-	frozen, err := clientB.TryAcquire(ctx, "emails/items/email-00", policy) // Queue.Key("email-00")
+	qB, err := leasequeue.New(clientB, emails, leasequeue.Options{Name: "emails", Policy: policy})
 	if err != nil {
 		return err
 	}
-	if _, err := emails.Begin(ctx, frozen.Snapshot(), "email-00", cfg.ttl); err != nil {
+	frozen, err := qB.Claim(ctx, "email-00")
+	if err != nil {
 		return err
 	}
 	wakeUp := time.Now().Add(2 * cfg.ttl)
-	fmt.Fprintf(out, "worker-b claims email-00 with token %d and freezes for %v\n", frozen.Token(), 2*cfg.ttl)
+	fmt.Fprintf(out, "worker-b claims email-00 with token %d and freezes for %v\n", frozen.Snapshot().Token, 2*cfg.ttl)
 
 	var sent atomic.Int64
 	done := make(chan struct{})
@@ -177,13 +181,12 @@ func sendEmails(ctx context.Context, cfg config, pool *pgxpool.Pool, store *leas
 	// docs:begin stale
 	time.Sleep(time.Until(wakeUp))
 	// worker-b wakes up, unaware, and completes its item: refused.
-	err = emails.Complete(ctx, frozen.Snapshot(), "email-00")
+	err = frozen.Complete(ctx)
 	if !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("a stale completion was not refused: %v", err)
 	}
 	fmt.Fprintf(out, "worker-b wakes up; its completion is refused: %v\n", err)
 	// docs:end stale
-	_ = frozen.Release(ctx) // says the lease is lost; nothing to undo
 
 	var rows, distinct int
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT id) FROM sent_emails`).Scan(&rows, &distinct); err != nil {
@@ -199,12 +202,12 @@ func sendEmails(ctx context.Context, cfg config, pool *pgxpool.Pool, store *leas
 // shareShards shares six partitions among three workers, then lets one
 // leave.
 func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.Store, policy lease.Policy, out io.Writer) error {
-	roster, err := leasequeue.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
+	roster, err := partition.NewPostgresRoster(pool, leasequeue.PostgresOptions{})
 	if err != nil {
 		return err
 	}
 	shards := []string{"shard-0", "shard-1", "shard-2", "shard-3", "shard-4", "shard-5"}
-	groups := map[string]*leasequeue.Group{}
+	groups := map[string]*partition.Group{}
 	stops := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	for _, worker := range []string{"worker-a", "worker-b", "worker-c"} {
@@ -213,7 +216,7 @@ func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 			return err
 		}
 		// docs:begin group
-		g, err := leasequeue.NewGroup(client, leasequeue.GroupOptions{
+		g, err := partition.New(client, partition.Options{
 			Name: "billing", Partitions: shards, Policy: policy, Roster: roster,
 		})
 		if err != nil {
@@ -221,7 +224,7 @@ func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 		}
 		gctx, stop := context.WithCancel(ctx)
 		wg.Go(func() {
-			_ = g.Run(gctx, func(ctx context.Context, p leasequeue.Partition) error {
+			_ = g.Run(gctx, func(ctx context.Context, p partition.Owned) error {
 				for ctx.Err() == nil { // until the shard is revoked or lost
 					err := fence.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
 						return nil // ... process the shard's next batch ...

@@ -586,16 +586,13 @@ func work(ctx context.Context, side queueSide, queue string, cl *claims, seed ui
 	timeout := 2 * rowPolicyOptions.OperationTimeout
 	for ctx.Err() == nil {
 		nctx, cancel := context.WithTimeout(ctx, timeout)
-		ids, err := side.src.Next(nctx, 1, ttl)
+		cs, err := side.q.ClaimNext(nctx, 1)
 		cancel()
-		if err != nil || len(ids) == 0 {
+		if err != nil || len(cs) == 0 {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		c, err := side.q.Claim(ctx, ids[0])
-		if err != nil {
-			continue
-		}
+		c := cs[0]
 		tok := c.Snapshot().Token
 		cl.add(queue, c.ID(), tok)
 		if paused > 0 {

@@ -120,8 +120,8 @@ func ValidPrefix(prefix string) bool { return !strings.ContainsAny(prefix, "{}")
 // LeaseKey one to one (a test checks it).
 const (
 	QueueItem      = "items"      // leasequeue.Queue: Name + "/items/" + id
-	GroupMember    = "members"    // leasequeue.Group: Name + "/members/" + worker
-	GroupPartition = "partitions" // leasequeue.Group: Name + "/partitions/" + partition
+	GroupMember    = "members"    // partition.Group: Name + "/members/" + worker
+	GroupPartition = "partitions" // partition.Group: Name + "/partitions/" + partition
 	SchedulerRun   = "run"        // leasescheduler.Locker: Prefix + "run/" + job
 	QueuePrune     = "prune"      // leasequeue.Queue: Name + "/prune/" (x empty)
 )

@@ -2,7 +2,7 @@
 -- claim: claim items of a queue, each its own lease, in one script.
 --
 -- KEYS[1]  the ready list, KEYS[2] the due set, KEYS[3] the ready-time
---          hash (see next.lua and enqueue.lua), KEYS[4] the done set (see
+--          hash (see enqueue.lua and ValkeySource), KEYS[4] the done set (see
 --          prune.lua)
 -- ARGV[1]  the name of an item's hash without the escaped ID and the
 --          '/item' that end it (P{Q}:item/): every item key is in the

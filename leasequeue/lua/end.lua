@@ -16,7 +16,7 @@
 -- prune.lua); a retried one is scored by its retry time, which becomes its
 -- ready time. Returns
 -- {'ok'}; {'implausible', largest} if the token is above the largest
--- plausible one (see begin.lua); {'stale', token} if the item carries
+-- plausible one, the server's clock in microseconds plus fence.MaxTokenLead; {'stale', token} if the item carries
 -- another token; {'state', state} if it is not running; or {'none'} if
 -- the item is unknown. Tokens are compared as strings, never as numbers.
 if not tokens.valid(ARGV[2]) then

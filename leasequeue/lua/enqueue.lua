@@ -1,7 +1,7 @@
 #!lua
 -- enqueue: push items to a queue's ready list.
 --
--- KEYS[1]  the ready list (see next.lua)
+-- KEYS[1]  the ready list: IDs not handed out yet
 -- KEYS[2]  the ready-time hash: unfinished IDs, each with the time it
 --          became ready (milliseconds on the server's clock)
 -- ARGV     the IDs

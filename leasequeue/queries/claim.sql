@@ -19,7 +19,9 @@
 -- handing out one no fence accepts.
 --
 -- Returns per claimed item its ID, token, attempt count, and age in
--- microseconds (as begin.sql).
+-- microseconds on the database's clock: the time since ready_at (or
+-- created_at, for the first attempt of a row older than ready_at), NULL
+-- when unknown, never negative.
 --
 -- The rows are updated through id = ANY (an index scan of the primary
 -- key), not a join: a generic plan cannot know how many rows the LIMITs

@@ -1,6 +1,7 @@
 -- complete: mark the running item $2 of queue $1 done, finished now, if
 -- its fence admits lease key $3 and token $4 and the token is plausible
--- (see begin.sql; $6 is fence.MaxTokenLead in microseconds). No row when
+-- (at most the database's clock in microseconds plus $6,
+-- fence.MaxTokenLead in microseconds). No row when
 -- refused.
 UPDATE public.leasequeue_jobs
 SET state       = 'done',

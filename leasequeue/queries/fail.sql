@@ -1,6 +1,7 @@
 -- fail: record a failed attempt at the running item $2 of queue $1, if its
--- fence admits lease key $3 and token $4 and the token is plausible (see
--- begin.sql; $9 is fence.MaxTokenLead in microseconds): state $6
+-- fence admits lease key $3 and token $4 and the token is plausible (at
+-- most the database's clock in microseconds plus $9, fence.MaxTokenLead
+-- in microseconds): state $6
 -- ('pending' or 'dead'), hidden for $7 milliseconds and ready again after
 -- them, error text $8; a dead item is finished now. No row when refused.
 UPDATE public.leasequeue_jobs

@@ -8,7 +8,7 @@
 //
 // Most programs never import it: they pass leasequeue.NewSlogObserver, an
 // adapter's observer or their own leasequeue.ObserverFunc as the Observer
-// of leasequeue.Options or leasequeue.GroupOptions.
+// of leasequeue.Options or partition.Options.
 package queueevent
 
 import (
@@ -18,7 +18,7 @@ import (
 )
 
 // An Observer receives an Event for every step of the claims and partitions
-// of a Queue or a Group. Observe is called synchronously from the goroutine
+// of a leasequeue.Queue or a partition.Group. Observe is called synchronously from the goroutine
 // that took the step, so it must be fast and must not call back into the
 // Queue or Group. It must be safe for concurrent use.
 //
@@ -49,7 +49,7 @@ type EventInfo struct {
 	// Name is the queue's or the group's name.
 	Name string
 	// Worker is the worker's name: the lease client's owner for a Queue,
-	// GroupOptions.Worker for a Group.
+	// partition.Options.Worker for a partition.Group.
 	Worker string
 	// ID is the item's ID or the partition's name; empty for events of a
 	// whole group or of its membership lease, and for a failed poll of the
@@ -79,9 +79,11 @@ type (
 		// Attempt counts the attempts at the item, this one included.
 		Attempt int
 		// Age is how long the item had been ready (enqueued, or its retry
-		// delay over) when the claim began its attempt, on the source's
-		// clock: see leasequeue.Begun.Age. Zero when the source cannot
-		// tell, and when Err is set.
+		// delay over) when the claim began its attempt, measured on the
+		// source's clock within the claim's request; for an item taken
+		// over, the time its earlier worker held it counts in. Zero when
+		// the source cannot tell (an item a producer added without its
+		// ready time, or a clock that stepped back), and when Err is set.
 		Age time.Duration
 	}
 
@@ -142,7 +144,7 @@ type (
 	// release's error). Reason says why.
 	Revoked struct {
 		EventInfo
-		// Reason is leasequeue.ErrRevoked (rebalancing), the cause of Run's
+		// Reason is partition.ErrRevoked (rebalancing), the cause of Run's
 		// context (shutdown), or the handler's own error or nil when it
 		// returned by itself.
 		Reason error

@@ -1,4 +1,4 @@
-package leasequeue
+package partition
 
 import (
 	"cmp"
@@ -13,12 +13,22 @@ import (
 	"time"
 
 	"github.com/golib/lease/internal/keyspace"
+	"github.com/golib/lease/internal/observe"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue/internal/health"
+	"github.com/golib/lease/leasequeue/queueevent"
 )
 
-// GroupOptions configure a Group. Name, Partitions, Policy and Roster are
+// ErrRevoked is the cause of a partition handler's context when the
+// worker gives the partition up to rebalance the group.
+var ErrRevoked = errors.New("partition: partition revoked")
+
+// errUnhealthy is the error of a Heartbeat whose renewal is overdue.
+var errUnhealthy = errors.New("partition: lease renewals are failing; taking no new partitions")
+
+// Options configure a Group. Name, Partitions, Policy and Roster are
 // required.
-type GroupOptions struct {
+type Options struct {
 	// Name names the group. Worker w's membership lease is
 	// Name + "/members/" + W and partition p's lease is
 	// Name + "/partitions/" + P, where W and P are w and p with '%', '{',
@@ -46,12 +56,15 @@ type GroupOptions struct {
 	// takes or gives up partitions. Default the policy's RenewEvery.
 	RebalanceEvery time.Duration
 
-	// Observer receives the group's events. Default NopObserver.
-	Observer Observer
+	// Observer receives the group's events: *queueevent.Assigned,
+	// *queueevent.Revoked, *queueevent.Rebalanced, *queueevent.Lost and
+	// *queueevent.Heartbeat (leasequeue.NewSlogObserver logs them).
+	// Default none.
+	Observer queueevent.Observer
 }
 
-// Partition is one partition owned by a worker, as its handler gets it.
-type Partition struct {
+// Owned is one partition owned by a worker, as its handler gets it.
+type Owned struct {
 	// Name is the partition's name.
 	Name string
 	// Snapshot holds the partition lease's key and fencing token: pass it
@@ -60,7 +73,7 @@ type Partition struct {
 	Snapshot lease.Snapshot
 }
 
-// PartitionFunc works on one owned partition until ctx is cancelled: with
+// Func works on one owned partition until ctx is cancelled: with
 // cause ErrRevoked when the worker gives the partition up to rebalance the
 // group, a cause wrapping lease.ErrLost when the partition's lease was
 // lost, or the cause of Group.Run's context on shutdown. It must then
@@ -68,27 +81,25 @@ type Partition struct {
 // returned (or, after a loss, after the lease has expired). If it returns
 // by itself, the worker gives the partition up, and may take it again at
 // a later rebalance.
-type PartitionFunc func(ctx context.Context, p Partition) error
+type Func func(ctx context.Context, p Owned) error
 
 // A Group shares a set of named partitions among the live workers of a
-// group, evenly, with one lease per partition. Create it with NewGroup
-// and run it with Run; its methods are safe for concurrent use.
+// group, evenly, with one lease per partition. Create it with New and run
+// it with Run; its methods are safe for concurrent use.
 type Group struct {
 	client *lease.Client
-	o      GroupOptions
-	obs    Observer
+	o      Options
+	obs    queueevent.Observer
 	clock  lease.Clock
-	track  tracker
+	track  health.Tracker[struct{}]
 	join   lease.Policy // Policy with a Wait of at least one TTL
 	order  []string     // partitions in this worker's order of preference
 	rank   map[string]int
 
 	running atomic.Bool
-	crashed atomic.Bool
 	wake    chan struct{}
 
 	mu      sync.Mutex
-	stop    context.CancelCauseFunc // of the running Run
 	owned   map[string]*ownership
 	members []string
 	target  int
@@ -103,38 +114,38 @@ type ownership struct {
 	revoking bool
 }
 
-// NewGroup returns a Group of workers that own partitions with client's
+// New returns a Group of workers that own partitions with client's
 // leases. It validates its arguments; it does no I/O.
-func NewGroup(client *lease.Client, o GroupOptions) (*Group, error) {
+func New(client *lease.Client, o Options) (*Group, error) {
 	switch {
 	case client == nil:
-		return nil, errors.New("leasequeue: NewGroup: nil Client")
+		return nil, errors.New("partition: New: nil Client")
 	case o.Roster == nil:
-		return nil, errors.New("leasequeue: NewGroup: nil Roster")
+		return nil, errors.New("partition: New: nil Roster")
 	case o.Policy.TTL() == 0:
-		return nil, fmt.Errorf("leasequeue: NewGroup: %w: the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
+		return nil, fmt.Errorf("partition: New: %w: the zero Policy; build one with lease.NewPolicy", lease.ErrInvalidPolicy)
 	case len(o.Partitions) == 0:
-		return nil, errors.New("leasequeue: NewGroup: no Partitions")
+		return nil, errors.New("partition: New: no Partitions")
 	case o.RebalanceEvery < 0:
-		return nil, fmt.Errorf("leasequeue: NewGroup: RebalanceEvery (%v) must not be negative", o.RebalanceEvery)
+		return nil, fmt.Errorf("partition: New: RebalanceEvery (%v) must not be negative", o.RebalanceEvery)
 	}
 	if o.Worker == "" {
 		o.Worker = client.Owner()
 	}
 	if o.Name == "" {
-		return nil, errors.New("leasequeue: NewGroup: empty Name")
+		return nil, errors.New("partition: New: empty Name")
 	}
 	if err := lease.ValidateKey(memberKey(o.Name, o.Worker)); err != nil {
-		return nil, fmt.Errorf("leasequeue: NewGroup: Name %q and Worker %q: %w", o.Name, o.Worker, err)
+		return nil, fmt.Errorf("partition: New: Name %q and Worker %q: %w", o.Name, o.Worker, err)
 	}
 	o.Partitions = slices.Clone(o.Partitions)
 	seen := make(map[string]bool)
 	for _, p := range o.Partitions {
 		if err := lease.ValidateKey(partitionKey(o.Name, p)); p == "" || err != nil {
-			return nil, fmt.Errorf("leasequeue: NewGroup: partition %q does not make a valid lease key: %v", p, err)
+			return nil, fmt.Errorf("partition: New: partition %q does not make a valid lease key: %v", p, err)
 		}
 		if seen[p] {
-			return nil, fmt.Errorf("leasequeue: NewGroup: partition %q is listed twice", p)
+			return nil, fmt.Errorf("partition: New: partition %q is listed twice", p)
 		}
 		seen[p] = true
 	}
@@ -142,7 +153,7 @@ func NewGroup(client *lease.Client, o GroupOptions) (*Group, error) {
 	po.Wait, po.MaxAttempts = max(po.Wait, po.TTL), 0
 	join, err := lease.NewPolicy(po)
 	if err != nil {
-		return nil, fmt.Errorf("leasequeue: NewGroup: %w", err)
+		return nil, fmt.Errorf("partition: New: %w", err)
 	}
 	if o.RebalanceEvery == 0 {
 		o.RebalanceEvery = po.RenewEvery
@@ -150,7 +161,7 @@ func NewGroup(client *lease.Client, o GroupOptions) (*Group, error) {
 	g := &Group{client: client, o: o, obs: o.Observer, clock: client.Clock(), join: join,
 		wake: make(chan struct{}, 1), owned: make(map[string]*ownership)}
 	if g.obs == nil {
-		g.obs = NopObserver
+		g.obs = observe.Nop[queueevent.Event]{}
 	}
 	g.order, g.rank = preference(o.Worker, o.Partitions)
 	return g, nil
@@ -242,19 +253,16 @@ func (g *Group) Members() (members []string, target int) {
 // until its TTL passes; other workers wait that long for its partitions'
 // share). Errors releasing partitions are in the Revoked events. A Group
 // runs at most one Run at a time.
-func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
+func (g *Group) Run(ctx context.Context, fn Func) error {
 	if fn == nil {
-		return errors.New("leasequeue: Run: nil PartitionFunc")
+		return errors.New("partition: Run: nil Func")
 	}
 	if !g.running.CompareAndSwap(false, true) {
-		return errors.New("leasequeue: Run is already running")
+		return errors.New("partition: Run is already running")
 	}
 	defer g.running.Store(false)
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	g.mu.Lock()
-	g.stop = stop
-	g.mu.Unlock()
 
 	var wg sync.WaitGroup
 	wg.Go(func() { g.monitor(runCtx) })
@@ -264,9 +272,9 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 	)
 	for runCtx.Err() == nil {
 		if member != nil && member.Err() != nil {
-			g.track.lost(member.Handle(), member.Err(), g.clock.Now())
-			g.emit(&Lost{EventInfo: g.info(member.Handle(), "", member.Err())})
-			g.track.remove(member.Handle())
+			g.track.Lost(member.Handle(), member.Err(), g.clock.Now())
+			g.emit(&queueevent.Lost{EventInfo: g.info(member.Handle(), "", member.Err())})
+			g.track.Remove(member.Handle())
 			_ = member.Stop(runCtx)
 			member = nil
 		}
@@ -291,21 +299,19 @@ func (g *Group) Run(ctx context.Context, fn PartitionFunc) error {
 	wg.Wait() // every partition's handler has returned, and its lease was released
 	var err error
 	if member != nil {
-		g.track.remove(member.Handle())
+		g.track.Remove(member.Handle())
 		dctx := context.WithoutCancel(ctx)
-		if !g.crashed.Load() {
-			// A membership already gone (lost, or refused as gone by the
-			// backend) is no failure at shutdown; the release is still
-			// tried, in case the backend was only unreachable.
-			if rerr := member.Handle().Release(dctx); rerr != nil && !errors.Is(rerr, lease.ErrLost) && member.Err() == nil {
-				err = rerr
-			}
-			rctx, cancel := context.WithTimeout(dctx, g.o.Policy.Options().OperationTimeout)
-			if lerr := g.o.Roster.Leave(rctx, g.o.Name, g.o.Worker); lerr != nil {
-				err = errors.Join(err, fmt.Errorf("leasequeue: leave the roster of group %q: %w", g.o.Name, lerr))
-			}
-			cancel()
+		// A membership already gone (lost, or refused as gone by the
+		// backend) is no failure at shutdown; the release is still tried,
+		// in case the backend was only unreachable.
+		if rerr := member.Handle().Release(dctx); rerr != nil && !errors.Is(rerr, lease.ErrLost) && member.Err() == nil {
+			err = rerr
 		}
+		rctx, cancel := context.WithTimeout(dctx, g.o.Policy.Options().OperationTimeout)
+		if lerr := g.o.Roster.Leave(rctx, g.o.Name, g.o.Worker); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("partition: leave the roster of group %q: %w", g.o.Name, lerr))
+		}
+		cancel()
 		_ = member.Stop(dctx)
 	}
 	return err
@@ -317,7 +323,7 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 	h, err := g.client.Acquire(ctx, memberKey(g.o.Name, g.o.Worker), g.join)
 	if err != nil {
 		if ctx.Err() == nil {
-			g.emit(&Rebalanced{EventInfo: g.info(nil, "", fmt.Errorf("leasequeue: join group %q: %w", g.o.Name, err))})
+			g.emit(&queueevent.Rebalanced{EventInfo: g.info(nil, "", fmt.Errorf("partition: join group %q: %w", g.o.Name, err))})
 		}
 		return nil
 	}
@@ -326,11 +332,11 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 		// The local deadline passed since the acquire: not a member.
 		_ = h.Release(context.WithoutCancel(ctx))
 		if ctx.Err() == nil {
-			g.emit(&Rebalanced{EventInfo: g.info(nil, "", fmt.Errorf("leasequeue: join group %q: %w", g.o.Name, err))})
+			g.emit(&queueevent.Rebalanced{EventInfo: g.info(nil, "", fmt.Errorf("partition: join group %q: %w", g.o.Name, err))})
 		}
 		return nil
 	}
-	g.track.add(h, "", nil)
+	g.track.Add(h, "", struct{}{})
 	rctx, cancel := context.WithTimeout(ctx, g.o.Policy.Options().OperationTimeout)
 	defer cancel()
 	_ = g.o.Roster.Join(rctx, g.o.Name, g.o.Worker) // retried by each rebalance until it is there
@@ -339,11 +345,11 @@ func (g *Group) enter(ctx context.Context) *lease.Managed {
 
 // rebalance takes (if take is set) or gives up partitions towards the
 // worker's share.
-func (g *Group) rebalance(ctx context.Context, fn PartitionFunc, wg *sync.WaitGroup, take bool) {
+func (g *Group) rebalance(ctx context.Context, fn Func, wg *sync.WaitGroup, take bool) {
 	members, err := g.live(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			g.emit(&Rebalanced{EventInfo: g.info(nil, "", err)})
+			g.emit(&queueevent.Rebalanced{EventInfo: g.info(nil, "", err)})
 		}
 		return
 	}
@@ -376,10 +382,10 @@ func (g *Group) rebalance(ctx context.Context, fn PartitionFunc, wg *sync.WaitGr
 	g.mu.Unlock()
 
 	if changed {
-		g.emit(&Rebalanced{EventInfo: g.info(nil, "", nil), Members: members, Target: target, Owned: g.Owned()})
+		g.emit(&queueevent.Rebalanced{EventInfo: g.info(nil, "", nil), Members: members, Target: target, Owned: g.Owned()})
 	}
 	for _, p := range g.order {
-		if !take || need <= 0 || ctx.Err() != nil || !g.track.healthy(g.clock.Now()) {
+		if !take || need <= 0 || ctx.Err() != nil || !g.track.Healthy(g.clock.Now()) {
 			return
 		}
 		if owned[p] {
@@ -406,7 +412,7 @@ func (g *Group) live(ctx context.Context) ([]string, error) {
 	names, err := g.o.Roster.Members(rctx, g.o.Name)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("leasequeue: group %q: read the roster: %w", g.o.Name, err)
+		return nil, fmt.Errorf("partition: group %q: read the roster: %w", g.o.Name, err)
 	}
 	members := []string{g.o.Worker}
 	self := false
@@ -421,7 +427,7 @@ func (g *Group) live(ctx context.Context) ([]string, error) {
 		switch {
 		case errors.Is(err, lease.ErrInvalidKey):
 		case err != nil:
-			return nil, fmt.Errorf("leasequeue: group %q: inspect member %q: %w", g.o.Name, w, err)
+			return nil, fmt.Errorf("partition: group %q: inspect member %q: %w", g.o.Name, w, err)
 		case r.Held:
 			members = append(members, w)
 			continue
@@ -440,13 +446,13 @@ func (g *Group) live(ctx context.Context) ([]string, error) {
 }
 
 // start runs fn for partition p, whose lease h was just acquired.
-func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn PartitionFunc, wg *sync.WaitGroup) {
+func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn Func, wg *sync.WaitGroup) {
 	m, err := h.StartManaged(context.WithoutCancel(runCtx))
 	if err != nil {
 		// The local deadline passed since the acquire: leave the
 		// partition to the next rebalance.
 		_ = h.Release(context.WithoutCancel(runCtx))
-		g.emit(&Rebalanced{EventInfo: g.info(h, p, err)})
+		g.emit(&queueevent.Rebalanced{EventInfo: g.info(h, p, err)})
 		return
 	}
 	pctx, cancel := context.WithCancelCause(m.Context())
@@ -454,53 +460,49 @@ func (g *Group) start(runCtx context.Context, p string, h *lease.Handle, fn Part
 	g.mu.Lock()
 	g.owned[p] = o
 	g.mu.Unlock()
-	g.track.add(h, p, nil)
-	g.emit(&Assigned{EventInfo: g.info(h, p, nil)})
+	g.track.Add(h, p, struct{}{})
+	g.emit(&queueevent.Assigned{EventInfo: g.info(h, p, nil)})
 	wg.Go(func() { g.own(runCtx, o, pctx, fn) })
 }
 
 // own runs fn for the owned partition o until it returns, then gives the
 // partition up.
-func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, fn PartitionFunc) {
+func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, fn Func) {
 	stop := context.AfterFunc(runCtx, func() { o.cancel(context.Cause(runCtx)) })
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- callPartition(fn, pctx, Partition{Name: o.name, Snapshot: o.h.Snapshot()}) }()
+	go func() { done <- callPartition(fn, pctx, Owned{Name: o.name, Snapshot: o.h.Snapshot()}) }()
 	var err error
 	lost := false
 	select {
 	case err = <-done:
 	case <-o.m.Lost():
 		lost = true
-		g.track.lost(o.h, o.m.Err(), g.clock.Now())
-		g.emit(&Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
+		g.track.Lost(o.h, o.m.Err(), g.clock.Now())
+		g.emit(&queueevent.Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
 		err = <-done
 	}
-	g.track.remove(o.h)
+	g.track.Remove(o.h)
 	reason := err
 	if pctx.Err() != nil {
 		reason = context.Cause(pctx)
 	}
-	var rerr error
 	dctx := context.WithoutCancel(runCtx)
-	if !g.crashed.Load() {
-		// Also after a loss: if the backend was only unreachable, it may
-		// still show this acquisition, and releasing frees the partition
-		// sooner.
-		rerr = o.h.Release(dctx)
-	}
+	// Also after a loss: if the backend was only unreachable, it may still
+	// show this acquisition, and releasing frees the partition sooner.
+	rerr := o.h.Release(dctx)
 	sctx, cancel := context.WithTimeout(dctx, g.o.Policy.Options().OperationTimeout)
 	_ = o.m.Stop(sctx)
 	cancel()
 	if !lost && o.m.Err() != nil { // lost after fn returned, before the release
 		lost = true
-		g.emit(&Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
+		g.emit(&queueevent.Lost{EventInfo: g.info(o.h, o.name, o.m.Err())})
 	}
 	g.mu.Lock()
 	delete(g.owned, o.name)
 	g.mu.Unlock()
-	if !lost && !g.crashed.Load() {
-		g.emit(&Revoked{EventInfo: g.info(o.h, o.name, rerr), Reason: reason})
+	if !lost {
+		g.emit(&queueevent.Revoked{EventInfo: g.info(o.h, o.name, rerr), Reason: reason})
 	}
 	select {
 	case g.wake <- struct{}{}:
@@ -509,10 +511,10 @@ func (g *Group) own(runCtx context.Context, o *ownership, pctx context.Context, 
 }
 
 // callPartition runs fn, turning a panic into an error.
-func callPartition(fn PartitionFunc, ctx context.Context, p Partition) (err error) {
+func callPartition(fn Func, ctx context.Context, p Owned) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("leasequeue: handler of partition %q panicked: %v\n%s", p.Name, r, debug.Stack())
+			err = fmt.Errorf("partition: handler of partition %q panicked: %v\n%s", p.Name, r, debug.Stack())
 		}
 	}()
 	return fn(ctx, p)
@@ -522,8 +524,8 @@ func callPartition(fn PartitionFunc, ctx context.Context, p Partition) (err erro
 func (g *Group) monitor(ctx context.Context) {
 	every := g.o.Policy.Options().RenewEvery / 2
 	info := g.info(nil, "", nil)
-	for sleep(ctx, g.clock, every) == nil {
-		for _, e := range g.track.beat(g.clock.Now(), info) {
+	for health.Sleep(ctx, g.clock, every) == nil {
+		for _, e := range g.track.Beat(g.clock.Now(), info, errUnhealthy) {
 			g.emit(e)
 		}
 	}
@@ -531,23 +533,12 @@ func (g *Group) monitor(ctx context.Context) {
 
 // info returns the fields of an event about the lease h (nil for the
 // group) of partition p ("" for the group or the membership).
-func (g *Group) info(h *lease.Handle, p string, err error) EventInfo {
-	e := EventInfo{Name: g.o.Name, Worker: g.o.Worker, ID: p, Err: err}
+func (g *Group) info(h *lease.Handle, p string, err error) queueevent.EventInfo {
+	e := queueevent.EventInfo{Name: g.o.Name, Worker: g.o.Worker, ID: p, Err: err}
 	if h != nil {
 		e.Key, e.Token = h.Key(), h.Token()
 	}
 	return e
 }
 
-func (g *Group) emit(e Event) { g.obs.Observe(e) }
-
-// crash stops Run as a crashed process would: no lease is renewed,
-// released or written again.
-func (g *Group) crash() {
-	g.crashed.Store(true)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.stop != nil {
-		g.stop(errCrashed)
-	}
-}
+func (g *Group) emit(e queueevent.Event) { g.obs.Observe(e) }
