@@ -11,6 +11,7 @@ import (
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasetest"
@@ -132,7 +133,7 @@ func ExampleGroup_Run() {
 	}
 	err = g.Run(ctx, func(ctx context.Context, p leasequeue.Partition) error {
 		for ctx.Err() == nil { // until the partition is revoked or lost
-			err := fence.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
+			err := fencepostgres.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
 				// ... process the shard's next batch ...
 				return nil
 			})

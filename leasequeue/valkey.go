@@ -11,6 +11,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
@@ -130,7 +131,7 @@ func (o ValkeyOptions) prefix() (string, error) {
 //	P{Q}:item/I/item    hash: state, owner, error, attempts, the
 //	                    current claim's secret and expiry (µs on the
 //	                    server's clock), and once finished, when (ms)
-//	P{Q}:item/I/fence   the item's fence, in the format of fence.Valkey:
+//	P{Q}:item/I/fence   the item's fence, in the format of fencevalkey.Fence:
 //	                    its lease key and last token
 //
 // ClaimNext and ClaimItem are one script each, RenewClaim, ReleaseClaim
@@ -144,12 +145,12 @@ func (o ValkeyOptions) prefix() (string, error) {
 // The scripts compare and advance tokens as decimal strings, never as Lua
 // numbers (exact only up to 2^53), so they are exact for every uint64.
 // Begin, Complete and Fail refuse a token more than fence.MaxTokenLead
-// ahead of the server's clock, as fence.Valkey does, with a
+// ahead of the server's clock, as fencevalkey.Fence does, with a
 // *fence.ImplausibleTokenError, and write nothing; the claims pass over an
 // item whose fence already holds such a token (see Claimer).
 type ValkeySource struct {
 	client  valkey.Client
-	fence   *fence.Valkey
+	fence   *fencevalkey.Fence
 	scripts *tokenScripts
 	prefix  string
 	queue   string
@@ -173,7 +174,7 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 	if err := fence.ValidateResource(keyspace.Tag(queue)); err != nil {
 		return nil, fmt.Errorf("leasequeue: NewValkeySource: queue name %q: %w", queue, err)
 	}
-	f, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	f, err := fencevalkey.New(client, fencevalkey.Options{Prefix: prefix + "fence:"})
 	if err != nil {
 		return nil, err
 	}
@@ -357,12 +358,12 @@ func (s *ValkeySource) Complete(ctx context.Context, snap lease.Snapshot, id str
 }
 
 // CompleteWith marks the running item id done and applies cmds, in one
-// fenced script (see fence.Valkey.DoAt): the item is done exactly when
+// fenced script (see fencevalkey.Fence.DoAt): the item is done exactly when
 // the commands are applied, and a claim that was taken over can do
 // neither. The commands' keys must be in the queue's hash slot: make them
 // with ItemKey. It returns the errors of Source.Complete, or an error
 // wrapping fence.ErrInvalid, before any I/O, for a command that breaks
-// fence.Valkey's rules. Without commands it is Complete. From a Handler,
+// fencevalkey.Fence's rules. Without commands it is Complete. From a Handler,
 // use CompleteClaimWith.
 //
 // With commands it takes two requests: the fenced script, which does not
@@ -373,7 +374,7 @@ func (s *ValkeySource) Complete(ctx context.Context, snap lease.Snapshot, id str
 // item later finds it done and does it. An item completed with commands
 // keeps its fence when Sweep removes it, since the fence also guards the
 // commands' keys: delete ItemKey(id, "fence") with those keys.
-func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
+func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fencevalkey.Command) error {
 	if len(cmds) == 0 {
 		return s.Complete(ctx, snap, id)
 	}
@@ -381,8 +382,8 @@ func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id
 	if err != nil {
 		return err
 	}
-	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fence.Command{
-		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0", "with", "1"),
+	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fencevalkey.Command{
+		fencevalkey.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0", "with", "1"),
 	}, cmds...)...)
 	if err != nil {
 		return err
@@ -395,7 +396,7 @@ func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id
 
 // CompleteClaimWith completes claim c as Claim.Complete does, with cmds
 // applied atomically with the completion (see CompleteWith).
-func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...fence.Command) error {
+func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...fencevalkey.Command) error {
 	return c.complete(ctx, func(ctx context.Context, snap lease.Snapshot) error {
 		return s.CompleteWith(ctx, snap, c.id, cmds...)
 	})
