@@ -28,7 +28,7 @@ import (
 // A row whose Key column is NULL is not fenced yet and admits any token;
 // Update and Upsert set both columns on every row they write. Never lower
 // them or set them by hand, and keep deleted rows (or fence them in the
-// fences table with Tx): a row deleted and inserted again forgets its
+// fences table with fencepostgres.Tx): a row deleted and inserted again forgets its
 // fence.
 type Column struct {
 	// Token names the bigint column that holds the highest token the row

@@ -36,8 +36,10 @@ func Migrate(ctx context.Context, db Beginner, o TableOptions) error {
 	err = pgmigrate.Run(ctx, db, ms, pgmigrate.Target{
 		Schema:   t.schema,
 		Versions: t.versions,
-		Lock:     "github.com/golib/lease/fence.Migrate\x00" + t.qualified,
-		Render:   t.render,
+		// The lock keeps the name of the function's old home, so that
+		// replicas on either side of the move take the same lock.
+		Lock:   "github.com/golib/lease/fence.Migrate\x00" + t.qualified,
+		Render: t.render,
 	})
 	if err != nil {
 		return fmt.Errorf("fence: Migrate %s: %w", t.qualified, err)

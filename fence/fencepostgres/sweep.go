@@ -18,7 +18,7 @@ import (
 // floor is refused with a *StaleError (Floor true), on every resource, so
 // a stale writer to a retired resource is still refused; a resource
 // retired may be fenced again, by its lease key or by another. See the
-// package documentation, "Retirement", for why this is safe.
+// documentation of package fence, "Retirement", for why this is safe.
 //
 // The page is the next o.Limit resources after o.Cursor in byte order;
 // SweepPage.Removed names those retired (with o.DryRun, those that would
@@ -128,7 +128,7 @@ func readPage(rows pgx.Rows, limit int) (removed []string, next string, err erro
 func (t *Table) sweepError(step string, err error) error {
 	switch {
 	case pgstore.IsMissingTable(err):
-		return fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (run fence.Migrate or apply fence.Migrations): %w", t.qualified, step, t.floors, err)
+		return fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", t.qualified, step, t.floors, err)
 	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
 		return fmt.Errorf("fence: sweep %s: %s: permission denied (grant SELECT, DELETE on the fences table, SELECT, INSERT, UPDATE on %s): %w", t.qualified, step, t.floors, err)
 	}

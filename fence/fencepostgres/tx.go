@@ -115,7 +115,7 @@ type TableOptions struct {
 	// higher token, or a first one) is kept before Sweep retires it:
 	// deletes its row and raises the floor of its lease key to its token,
 	// so that the lease's stale writers stay refused on that resource and
-	// on every other (see the package documentation, "Retirement"). Safety
+	// on every other (see package fence's documentation, "Retirement"). Safety
 	// holds for any retention; the retention only decides how many fences
 	// the table keeps. Default lease.DefaultRetention; lease.KeepForever
 	// retires nothing.
@@ -364,7 +364,7 @@ func (t *Table) statementError(rs []string, err error) error {
 	}
 	switch {
 	case pgstore.IsMissingTable(err):
-		return fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (run fence.Migrate or apply fence.Migrations): %w", rs, t.qualified, t.floors, err)
+		return fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", rs, t.qualified, t.floors, err)
 	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
 		return fmt.Errorf("fence: resources %q: permission denied on fences table %s or its floors table %s (grant SELECT, INSERT, UPDATE on the first, SELECT, INSERT on the second): %w", rs, t.qualified, t.floors, err)
 	}

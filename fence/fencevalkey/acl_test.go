@@ -18,7 +18,7 @@ import (
 // a user with exactly the rule docs/fencing.md gives, checks that the rule
 // refuses what would reach other tenants' data, and that the docs give it.
 func TestDocumentedValkeyACLIsEnough(t *testing.T) {
-	text, err := os.ReadFile("../docs/fencing.md")
+	text, err := os.ReadFile("../../docs/fencing.md")
 	if err != nil {
 		t.Fatal(err)
 	}

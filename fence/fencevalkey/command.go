@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Command is one write of a fenced Valkey group (see Valkey.Do). Build it
+// Command is one write of a fenced Valkey group (see Fence.Do). Build it
 // with Set, HSet, Del, IncrBy, Expire or XAdd: the set of commands is
 // closed, and the fence script refuses any other. A Command built with a
-// bad argument carries the error, which Valkey.Do returns before any I/O.
+// bad argument carries the error, which Fence.Do returns before any I/O.
 type Command struct {
 	name string
 	key  string

@@ -43,14 +43,14 @@ type Options struct {
 	// Retention is how long a fence that has not advanced (accepted a
 	// higher token, or a first one) is kept before Sweep retires it:
 	// deletes its fence key and raises the floor of its lease key in the
-	// resource's hash slot to its token (see the package documentation,
+	// resource's hash slot to its token (see package fence's documentation,
 	// "Retirement"). Safety holds for any retention; the retention only
 	// decides how many fence keys the server keeps. Default
 	// lease.DefaultRetention; lease.KeepForever retires nothing.
 	Retention time.Duration
 }
 
-// Valkey runs fenced writes on a Valkey server or cluster: each call to
+// Fence runs fenced writes on a Valkey server or cluster: each call to
 // Do is one Lua script that checks and advances the resource's fence and
 // applies the commands, atomically, in one round trip.
 //
@@ -63,7 +63,7 @@ type Options struct {
 // hash slot, are the floors of the lease keys whose fences in that slot
 // were retired (see FloorKey).
 //
-// Valkey is safe for concurrent use; it never closes the client.
+// Fence is safe for concurrent use; it never closes the client.
 type Fence struct {
 	client    valkey.Client
 	prefix    string

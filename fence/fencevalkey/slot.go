@@ -51,7 +51,7 @@ const tagAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 // slotTags returns, for each hash slot, its tag: the shortest string of
 // tagAlphabet whose slot it is, the first in the alphabet's order among
 // those as short. A floor key carries the tag of its slot (see
-// Valkey.FloorKey), so the table is part of the names floors are stored
+// Fence.FloorKey), so the table is part of the names floors are stored
 // under: it must never change. It is built once, when first needed, by
 // trying every string of one, two and three characters (a few hundred
 // thousand CRC16s); TestSlotTags checks that it covers every slot and has

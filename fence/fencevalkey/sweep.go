@@ -28,7 +28,7 @@ var retireScript = valkey.NewLuaScript(valkeystore.TokenScript(retireLua, maxLea
 // on every fenced write of that lease key in that slot with a lower token
 // is refused with a *StaleError (Floor true), so a stale writer to a
 // retired resource is still refused; a resource retired may be fenced
-// again, by its lease key or by another. See the package documentation,
+// again, by its lease key or by another. See package fence's documentation,
 // "Retirement", for why this is safe.
 //
 // A page is one SCAN (COUNT o.Limit, MATCH on the fence keys' names, TYPE
