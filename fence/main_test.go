@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,21 +80,7 @@ func newFence(t testing.TB, c valkey.Client) *fencevalkey.Fence {
 	return v
 }
 
-// dataKey returns a data key named name in the hash slot of resource,
-// under v's own prefix, so that a test run twice in one process (go test
-// -count=2) on the shared server starts from keys that do not exist yet.
-func dataKey(v *fencevalkey.Fence, name, resource string) string {
-	tag := "{" + resource + "}"
-	return strings.TrimSuffix(v.FenceKey(resource), tag) + name + ":" + tag
-}
-
 // snap returns a snapshot of lease key with token.
 func snap(key string, token lease.Token) lease.Snapshot {
 	return lease.Snapshot{Key: key, Owner: "owner-of-" + token.String(), Token: token}
-}
-
-func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return ctx, cancel
 }

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
-	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
@@ -26,23 +24,6 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// newPool returns a pool on a fresh database of the shared server, with
-// the default fences table migrated.
-func newPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	url := testserver.Postgres(t).NewDatabase(t)
-	ctx := ctxT(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatalf("pgxpool.New: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	return pool
 }
 
 // newValkey returns a valkey-go client for the servers at addrs, closed
