@@ -9,6 +9,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 )
 
@@ -42,7 +43,7 @@ func TestValkeyLeasePostgresData(t *testing.T) {
 		t.Fatal(err)
 	}
 	write := func(h *lease.Handle, body string) error {
-		return fence.Tx(ctx, pool, h.Snapshot(), []string{"docs/1"}, func(tx pgx.Tx) error {
+		return fencepostgres.Tx(ctx, pool, h.Snapshot(), []string{"docs/1"}, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO docs VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`, body)
 			return err
 		})

@@ -9,6 +9,17 @@
 // renew or release a lease. The package imports no lease backend: a lease
 // kept in Valkey can fence data in PostgreSQL and the other way round.
 //
+// This package holds the rule, its errors and an in-memory fence, and
+// imports no database driver. The fenced writes of each store are in a
+// package of their own, so a program links only the drivers it uses:
+//
+//   - fence/fencepostgres: [fencepostgres.Tx], a transaction fenced by a
+//     fences table in PostgreSQL (pgx);
+//   - fence/fencecolumn: [fencecolumn.Update] and [fencecolumn.Upsert], a
+//     fence column on a table of your own (pgx and squirrel);
+//   - fence/fencevalkey: [fencevalkey.Fence.Do], a group of Valkey commands
+//     applied under a fence key (valkey-go).
+//
 // # The rule
 //
 // Each resource has a fence, a Mark: the lease key it is fenced by and the
@@ -25,33 +36,34 @@
 // its lease key (see Retirement), before applying the rule.
 //
 // A new holder's acquisition alone does not fence anything: until it
-// writes, the fence still admits the previous holder's token. [Claim] (and
-// [Table.Claim], [Valkey.Claim]) advances the fences right after acquiring.
+// writes, the fence still admits the previous holder's token.
+// fencepostgres.Claim (and Table.Claim there, fencevalkey's Fence.Claim)
+// advances the fences right after acquiring.
 //
 // # PostgreSQL: the fences table
 //
-// [Tx] runs a function in a transaction whose first statement checks and
-// advances the fences of the named resources, in a table of their own
-// (public.lease_fences by default; [NewTable] names another, [Migrate]
-// creates it, and [Migrations] and [GooseMigrations] hand its migrations to
-// golang-migrate or goose). The fence rows stay locked until the transaction ends, and they are
+// fencepostgres.Tx runs a function in a transaction whose first statement
+// checks and advances the fences of the named resources, in a table of
+// their own (public.lease_fences by default; fencepostgres.NewTable names
+// another, fencepostgres.Migrate creates it, and Migrations and
+// GooseMigrations there hand its migrations to golang-migrate or goose). The fence rows stay locked until the transaction ends, and they are
 // locked in sorted order, so transactions never deadlock on them. A stale
 // fence rolls back everything. The cost is one round trip.
 //
 // # PostgreSQL: a fence column on your own table
 //
-// [Update] and [Upsert] take the parts of a statement ([UpdateRows]: a
-// table, the columns to set and the rows as a squirrel predicate, kept in
-// parentheses of its own; [UpsertRow]: a table, the values and the conflict
-// columns) and a [Column] (a token and a lease-key column on the same
-// table), and put the check and the write into one statement: each row is
+// fencecolumn.Update and fencecolumn.Upsert take the parts of a statement
+// (UpdateRows: a table, the columns to set and the rows as a squirrel
+// predicate, kept in parentheses of its own; UpsertRow: a table, the
+// values and the conflict columns) and a Column (a token and a lease-key
+// column on the same table), and put the check and the write into one statement: each row is
 // its own resource, and there is no extra round trip unless nothing was
 // written and they have to tell why.
 //
 // # Valkey
 //
-// [Valkey.Do] applies a group of commands (Set, HSet, Del, IncrBy, Expire,
-// XAdd) with one Lua script that checks and advances the resource's fence
+// fencevalkey's Fence.Do applies a group of commands (Set, HSet, Del,
+// IncrBy, Expire, XAdd) with one Lua script that checks and advances the resource's fence
 // key and applies the group atomically, in one round trip. All keys must be
 // in the fence key's hash slot: put "{resource}" in their names.
 //
@@ -68,7 +80,8 @@
 // A fence cannot expire, since a paused holder may wake at any time, but
 // the PostgreSQL and Valkey fences retire: a fence of resource r, fenced
 // by lease key K at token t, that has not advanced for a retention
-// ([TableOptions].Retention, [ValkeyOptions].Retention; lease.DefaultRetention
+// (fencepostgres.TableOptions.Retention, fencevalkey.Options.Retention;
+// lease.DefaultRetention
 // by default, lease.KeepForever never) is deleted in one atomic step with
 // raising floor(K) to max(floor(K), t). Every fenced write under K with a
 // token below floor(K) is then refused with a *StaleError whose Floor is
@@ -78,10 +91,10 @@
 // retired resource may be fenced again, by K or by another lease key.
 //
 // Floors are never deleted. In PostgreSQL there is one per lease key, in
-// the table [Table.FloorsName] beside the fences; in Valkey one per lease
-// key and hash slot ([Valkey.FloorKey]), covering the resources of that
-// slot. Retirement runs when a [lease.Sweeper] runs: [Table.Sweeper] and
-// [Valkey] itself, which a lease.Client sweeps in the background when
+// the table fencepostgres.Table.FloorsName beside the fences; in Valkey one
+// per lease key and hash slot (fencevalkey.Fence.FloorKey), covering the
+// resources of that slot. Retirement runs when a [lease.Sweeper] runs:
+// fencepostgres.Table.Sweeper and fencevalkey.Fence itself, which a lease.Client sweeps in the background when
 // given in lease.ClientOptions.Sweepers. Fence columns on your own tables
 // need no retirement: they go away with your rows. [Memory] does not
 // retire. docs/fencing.md ("Retirement") has the proof, including why the
@@ -96,12 +109,17 @@
 // token more than [MaxTokenLead] ahead of their own clock, which no backend
 // can have issued yet, so that a forged or corrupted snapshot cannot lock a
 // fence against every later holder.
-// [ErrConflict] (a serialization failure or deadlock; see [IsRetryable]) asks
-// for the whole transaction to be run again. ErrInvalid is returned before
+// [ErrConflict] (a PostgreSQL serialization failure or deadlock; see
+// [IsRetryable]) asks for the whole transaction to be run again. ErrInvalid is returned before
 // any I/O. An error matching [lease.ErrIndeterminate] means the write may or
 // may not have been applied. The package's own errors start with "fence: "
 // and name the resource where there is one (an indeterminate one reads
 // "outcome unknown: fence: …"); an error returned by the function given to
-// Tx comes back as it was (or, for a conflict, wrapped in a
+// fencepostgres.Tx comes back as it was (or, for a conflict, wrapped in a
 // *ConflictError).
+//
+// [fencepostgres.Tx]: https://pkg.go.dev/github.com/golib/lease/fence/fencepostgres#Tx
+// [fencecolumn.Update]: https://pkg.go.dev/github.com/golib/lease/fence/fencecolumn#Update
+// [fencecolumn.Upsert]: https://pkg.go.dev/github.com/golib/lease/fence/fencecolumn#Upsert
+// [fencevalkey.Fence.Do]: https://pkg.go.dev/github.com/golib/lease/fence/fencevalkey#Fence.Do
 package fence

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/internal/refused"
 	"github.com/golib/lease/lease"
 )
@@ -125,7 +124,7 @@ func (e *ConflictError) Unwrap() error { return e.Err }
 // IsRetryable reports whether err says that the whole transaction may be
 // run again: it matches ErrConflict, or it carries a PostgreSQL
 // serialization failure (40001) or deadlock (40P01) from the caller's own
-// statements. A stale or foreign token is never retryable: a retry would be
+// statements (an error with a SQLState method, as *pgconn.PgError has). A stale or foreign token is never retryable: a retry would be
 // refused again.
 func IsRetryable(err error) bool {
 	if err == nil {
@@ -140,8 +139,17 @@ func IsRetryable(err error) bool {
 	return isConflict(err)
 }
 
-// isConflict reports whether err carries SQLSTATE 40001 or 40P01.
-func isConflict(err error) bool { return pgstore.IsConflict(err) }
+// isConflict reports whether err carries SQLSTATE 40001 or 40P01, found
+// by the SQLState method of pgx's *pgconn.PgError (and of lib/pq's
+// errors), so that this package links no database driver.
+func isConflict(err error) bool {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return false
+	}
+	c := e.SQLState()
+	return c == "40001" || c == "40P01"
+}
 
 // invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
@@ -160,9 +168,6 @@ func invalid(format string, args ...any) error {
 // issue tokens far below the bound. Memory and Mark.Admit have no clock
 // and apply no bound.
 const MaxTokenLead = 24 * time.Hour
-
-// maxLeadMicros is MaxTokenLead in microseconds, as the stores count.
-const maxLeadMicros = int64(MaxTokenLead / time.Microsecond)
 
 // ImplausibleTokenError reports a write refused because its token is more
 // than MaxTokenLead ahead of the store's clock: no backend can have issued

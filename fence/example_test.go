@@ -14,6 +14,9 @@ import (
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencecolumn"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasetest"
 )
@@ -62,7 +65,7 @@ func closeInvoice(ctx context.Context, pool *pgxpool.Pool, h *lease.Handle, id i
 	// docs:begin tx
 	resource := fmt.Sprintf("invoice/%d", id)
 	for attempt := 1; ; attempt++ {
-		err := fence.Tx(ctx, pool, h.Snapshot(), []string{resource}, func(tx pgx.Tx) error {
+		err := fencepostgres.Tx(ctx, pool, h.Snapshot(), []string{resource}, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `UPDATE invoices SET status = 'closed' WHERE id = $1`, id)
 			if err != nil {
 				return err
@@ -82,8 +85,8 @@ func closeInvoice(ctx context.Context, pool *pgxpool.Pool, h *lease.Handle, id i
 }
 
 // Fence a transaction in PostgreSQL. The fences table is created once with
-// fence.Migrate; the lease may live in any backend.
-func ExampleTx() {
+// fencepostgres.Migrate; the lease may live in any backend.
+func Example_tx() {
 	var (
 		ctx  context.Context
 		pool *pgxpool.Pool
@@ -91,7 +94,7 @@ func ExampleTx() {
 	)
 	// docs:begin migrate
 	// At start-up, on every replica (concurrent calls are safe):
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		return
 	}
 	// docs:end migrate
@@ -99,14 +102,14 @@ func ExampleTx() {
 }
 
 // Run the fenced transaction at SERIALIZABLE.
-func ExampleWithTxOptions() {
+func Example_serializable() {
 	var (
 		ctx  context.Context
 		pool *pgxpool.Pool
 		snap lease.Snapshot
 	)
-	db := fence.WithTxOptions(pool, pgx.TxOptions{IsoLevel: pgx.Serializable})
-	err := fence.Tx(ctx, db, snap, []string{"ledger/eu"}, func(tx pgx.Tx) error {
+	db := fencepostgres.WithTxOptions(pool, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	err := fencepostgres.Tx(ctx, db, snap, []string{"ledger/eu"}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO ledger (region, amount) SELECT 'eu', sum(amount) FROM payments`)
 		return err
 	})
@@ -114,17 +117,17 @@ func ExampleWithTxOptions() {
 }
 
 // invoiceColumns are the fence columns of the invoices table.
-var invoiceColumns = fence.Column{Token: "fence_token", Key: "fence_key"}
+var invoiceColumns = fencecolumn.Column{Token: "fence_token", Key: "fence_key"}
 
 // payInvoice marks an invoice paid, fenced by the invoice row's own
 // columns.
-func payInvoice(ctx context.Context, db fence.Querier, snap lease.Snapshot, id int) error {
+func payInvoice(ctx context.Context, db fencecolumn.Querier, snap lease.Snapshot, id int) error {
 	// docs:begin column
-	tag, err := fence.Update(ctx, db, snap, fence.UpdateRows{
+	tag, err := fencecolumn.Update(ctx, db, snap, fencecolumn.UpdateRows{
 		Table: "invoices",
 		Set:   map[string]any{"status": "paid"},
 		Where: sq.Eq{"id": id}, // any sq.Sqlizer; fenced as one unit: (id = $1) AND (fence…)
-	}, fence.Column{Token: "fence_token", Key: "fence_key"})
+	}, fencecolumn.Column{Token: "fence_token", Key: "fence_key"})
 	switch {
 	case errors.Is(err, fence.ErrStale):
 		return err // the row was written under a newer token: nothing written
@@ -138,12 +141,12 @@ func payInvoice(ctx context.Context, db fence.Querier, snap lease.Snapshot, id i
 }
 
 // recordTotal inserts or overwrites an invoice's total, fenced.
-func recordTotal(ctx context.Context, db fence.Querier, snap lease.Snapshot, id, total int) error {
+func recordTotal(ctx context.Context, db fencecolumn.Querier, snap lease.Snapshot, id, total int) error {
 	// docs:begin upsert
 	// INSERT INTO invoices (id, status, total, fence_token, fence_key) SELECT …
 	// ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, total = …
 	// WHERE the existing row's fence admits the new token and key.
-	_, err := fence.Upsert(ctx, db, snap, fence.UpsertRow{
+	_, err := fencecolumn.Upsert(ctx, db, snap, fencecolumn.UpsertRow{
 		Table:    "invoices",
 		Values:   map[string]any{"id": id, "status": "open", "total": total},
 		Conflict: []string{"id"},
@@ -154,7 +157,7 @@ func recordTotal(ctx context.Context, db fence.Querier, snap lease.Snapshot, id,
 
 // Fence a row with columns of its own, with predicates and values built
 // with squirrel.
-func ExampleUpdate() {
+func Example_column() {
 	var (
 		ctx  context.Context
 		pool *pgxpool.Pool
@@ -168,7 +171,7 @@ func ExampleUpdate() {
 // job.
 func finishJob(ctx context.Context, client valkey.Client, h *lease.Handle, job string) error {
 	// docs:begin valkey
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{})
 	if err != nil {
 		return err
 	}
@@ -176,10 +179,10 @@ func finishJob(ctx context.Context, client valkey.Client, h *lease.Handle, job s
 	// and the fence key fence:{jobs/7} share a hash slot.
 	tag := "{" + job + "}"
 	replies, err := fences.Do(ctx, h.Snapshot(), job,
-		fence.HSet("job:"+tag, "state", "done", "by", h.Owner()),
-		fence.Expire("job:"+tag, 24*time.Hour),
-		fence.IncrBy("jobs-done:"+tag, 1),
-		fence.XAdd("events:"+tag, fence.XAddOptions{MaxLen: 1000, Approx: true}, "event", "done"),
+		fencevalkey.HSet("job:"+tag, "state", "done", "by", h.Owner()),
+		fencevalkey.Expire("job:"+tag, 24*time.Hour),
+		fencevalkey.IncrBy("jobs-done:"+tag, 1),
+		fencevalkey.XAdd("events:"+tag, fencevalkey.XAddOptions{MaxLen: 1000, Approx: true}, "event", "done"),
 	)
 	if errors.Is(err, fence.ErrStale) {
 		return err // a newer holder of the lease has written: nothing written
@@ -193,7 +196,7 @@ func finishJob(ctx context.Context, client valkey.Client, h *lease.Handle, job s
 }
 
 // Apply several Valkey commands under the fence, in one round trip.
-func ExampleValkey_Do() {
+func Example_valkey() {
 	var (
 		ctx    context.Context
 		client valkey.Client
@@ -204,7 +207,7 @@ func ExampleValkey_Do() {
 
 // takeOver acquires the lease and claims the fences before doing anything
 // else, so that a paused previous holder can no longer write.
-func takeOver(ctx context.Context, leases *lease.Client, pool *pgxpool.Pool, fences *fence.Valkey, policy lease.Policy) (*lease.Handle, error) {
+func takeOver(ctx context.Context, leases *lease.Client, pool *pgxpool.Pool, fences *fencevalkey.Fence, policy lease.Policy) (*lease.Handle, error) {
 	// docs:begin claim
 	h, err := leases.Acquire(ctx, "billing/nightly", policy)
 	if err != nil {
@@ -212,7 +215,7 @@ func takeOver(ctx context.Context, leases *lease.Client, pool *pgxpool.Pool, fen
 	}
 	// From here on, writes with the previous holder's token are refused,
 	// even before this holder's first real write.
-	if err := fence.Claim(ctx, pool, h.Snapshot(), "invoice/42", "invoice/43"); err != nil {
+	if err := fencepostgres.Claim(ctx, pool, h.Snapshot(), "invoice/42", "invoice/43"); err != nil {
 		return nil, err
 	}
 	if err := fences.Claim(ctx, h.Snapshot(), "jobs/7"); err != nil {
@@ -224,18 +227,18 @@ func takeOver(ctx context.Context, leases *lease.Client, pool *pgxpool.Pool, fen
 
 // Retire the fences that have not advanced for a day: the lease client
 // sweeps them in the background, once across replicas, with its backend.
-func ExampleTable_Sweeper() {
+func Example_sweep() {
 	var (
 		pool    *pgxpool.Pool
 		client  valkey.Client
 		backend lease.Backend
 	)
 	// docs:begin sweep
-	table, err := fence.NewTable(fence.TableOptions{Retention: 24 * time.Hour})
+	table, err := fencepostgres.NewTable(fencepostgres.TableOptions{Retention: 24 * time.Hour})
 	if err != nil {
 		return
 	}
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Retention: 24 * time.Hour})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{Retention: 24 * time.Hour})
 	if err != nil {
 		return
 	}
@@ -251,12 +254,12 @@ func ExampleTable_Sweeper() {
 }
 
 // Claim a resource right after acquiring the lease.
-func ExampleClaim() {
+func Example_claim() {
 	var (
 		ctx    context.Context
 		leases *lease.Client
 		pool   *pgxpool.Pool
-		fences *fence.Valkey
+		fences *fencevalkey.Fence
 		policy lease.Policy
 	)
 	_, _ = takeOver(ctx, leases, pool, fences, policy)

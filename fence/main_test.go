@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,10 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencecolumn"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
+
+// col names the fence columns of the tests' own tables.
+var col = fencecolumn.Column{Token: "fence_token", Key: "fence_key"}
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
@@ -36,7 +40,7 @@ func newPool(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("pgxpool.New: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return pool
@@ -67,30 +71,16 @@ func cluster(t testing.TB) valkey.Client {
 var prefixes atomic.Int64
 
 // newFence returns a Valkey fence on c with a prefix of its own.
-func newFence(t testing.TB, c valkey.Client) *fence.Valkey {
+func newFence(t testing.TB, c valkey.Client) *fencevalkey.Fence {
 	t.Helper()
-	v, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
+	v, err := fencevalkey.New(c, fencevalkey.Options{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
 	if err != nil {
 		t.Fatalf("NewValkey: %v", err)
 	}
 	return v
 }
 
-// dataKey returns a data key named name in the hash slot of resource,
-// under v's own prefix, so that a test run twice in one process (go test
-// -count=2) on the shared server starts from keys that do not exist yet.
-func dataKey(v *fence.Valkey, name, resource string) string {
-	tag := "{" + resource + "}"
-	return strings.TrimSuffix(v.FenceKey(resource), tag) + name + ":" + tag
-}
-
 // snap returns a snapshot of lease key with token.
 func snap(key string, token lease.Token) lease.Snapshot {
 	return lease.Snapshot{Key: key, Owner: "owner-of-" + token.String(), Token: token}
-}
-
-func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return ctx, cancel
 }

@@ -53,8 +53,10 @@ func (m Mark) Admit(resource string, snap lease.Snapshot) (Mark, error) {
 	return Mark{Key: snap.Key, Token: snap.Token}, nil
 }
 
-// validSnapshot checks a snapshot before any I/O.
-func validSnapshot(snap lease.Snapshot) error {
+// ValidateSnapshot reports whether snap can fence a write: it must carry a
+// token (take it from Handle.Snapshot) and a valid lease key. Every fenced
+// write checks it before any I/O; the error wraps ErrInvalid.
+func ValidateSnapshot(snap lease.Snapshot) error {
 	if snap.Token == 0 {
 		return invalid("snapshot of lease %q has no token (take it from Handle.Snapshot)", snap.Key)
 	}

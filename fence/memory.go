@@ -23,7 +23,7 @@ type Memory struct {
 // resource, in sorted order. If write fails, no fence moves and Do returns
 // write's error. A nil write claims the resources (see Claim).
 func (m *Memory) Do(snap lease.Snapshot, resources []string, write func() error) error {
-	if err := validSnapshot(snap); err != nil {
+	if err := ValidateSnapshot(snap); err != nil {
 		return err
 	}
 	rs, err := sortedResources(resources)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -56,15 +57,15 @@ func sweepWalk(ctx context.Context, s lease.Sweeper) error {
 
 type txRetiring struct {
 	*txStore
-	hour, milli *fence.Table
+	hour, milli *fencepostgres.Table
 }
 
 func newTxRetiring(t *testing.T) retiring {
-	hour, err := fence.NewTable(fence.TableOptions{Retention: time.Hour})
+	hour, err := fencepostgres.NewTable(fencepostgres.TableOptions{Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	milli, err := fence.NewTable(fence.TableOptions{Retention: time.Millisecond})
+	milli, err := fencepostgres.NewTable(fencepostgres.TableOptions{Retention: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +83,14 @@ func (s *txRetiring) sweeper() lease.Sweeper { return s.milli.Sweeper(s.pool) }
 
 type valkeyRetiring struct {
 	*valkeyStore
-	hour, milli *fence.Valkey
+	hour, milli *fencevalkey.Fence
 }
 
 func newValkeyRetiring(t *testing.T, c valkey.Client) retiring {
 	s := newValkeyStore(t, c).(*valkeyStore)
 	prefix := strings.TrimSuffix(s.v.FenceKey("x"), "{x}")
-	with := func(r time.Duration) *fence.Valkey {
-		v, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: prefix, Retention: r})
+	with := func(r time.Duration) *fencevalkey.Fence {
+		v, err := fencevalkey.New(c, fencevalkey.Options{Prefix: prefix, Retention: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +108,9 @@ func (s *valkeyRetiring) retire(ctx context.Context, r string) error {
 	return sweepWalk(ctx, s.hour)
 }
 func (s *valkeyRetiring) scope(r string) string {
-	return strconv.Itoa(int(fence.KeySlot(s.v.FenceKey(s.resource(r)))))
+	// Resources share a floor key exactly when their fence keys share a
+	// hash slot (the floor key carries the slot's tag).
+	return s.v.FloorKey(s.resource(r), "scope")
 }
 func (s *valkeyRetiring) sweeper() lease.Sweeper { return s.milli }
 

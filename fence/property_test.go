@@ -16,6 +16,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencecolumn"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -70,7 +73,7 @@ func (s *memoryStore) state(_ context.Context, r string) (lease.Token, []lease.T
 }
 
 // txStore keeps values and history in tables of its own, written in
-// fence.Tx.
+// fencepostgres.Tx.
 type txStore struct{ pool *pgxpool.Pool }
 
 func newTxStore(t *testing.T) store {
@@ -86,7 +89,7 @@ func newTxStore(t *testing.T) store {
 
 func (s *txStore) multi() bool { return true }
 func (s *txStore) write(ctx context.Context, snap lease.Snapshot, rs []string) error {
-	return fence.Tx(ctx, s.pool, snap, rs, func(tx pgx.Tx) error {
+	return fencepostgres.Tx(ctx, s.pool, snap, rs, func(tx pgx.Tx) error {
 		for _, r := range rs {
 			_, err := tx.Exec(ctx, `
 				INSERT INTO vals VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token;
@@ -118,7 +121,7 @@ func pgState(ctx context.Context, pool *pgxpool.Pool, r string) (lease.Token, []
 	return lease.Token(v), h, err
 }
 
-// upsertStore fences each row by its own columns, with fence.Upsert.
+// upsertStore fences each row by its own columns, with fencecolumn.Upsert.
 type upsertStore struct{ pool *pgxpool.Pool }
 
 func newUpsertStore(t *testing.T) store {
@@ -135,8 +138,8 @@ func newUpsertStore(t *testing.T) store {
 func (s *upsertStore) multi() bool { return false }
 func (s *upsertStore) write(ctx context.Context, snap lease.Snapshot, rs []string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := fence.Upsert(ctx, tx, snap,
-			fence.UpsertRow{Table: "vals", Values: map[string]any{"resource": rs[0], "token": int64(snap.Token)}, Conflict: []string{"resource"}}, col)
+		_, err := fencecolumn.Upsert(ctx, tx, snap,
+			fencecolumn.UpsertRow{Table: "vals", Values: map[string]any{"resource": rs[0], "token": int64(snap.Token)}, Conflict: []string{"resource"}}, col)
 		if err != nil {
 			return err
 		}
@@ -152,7 +155,7 @@ func (s *upsertStore) state(ctx context.Context, r string) (lease.Token, []lease
 // stream, both written by the fenced script.
 type valkeyStore struct {
 	c      valkey.Client
-	v      *fence.Valkey
+	v      *fencevalkey.Fence
 	prefix string
 }
 
@@ -165,8 +168,8 @@ func (s *valkeyStore) resource(r string) string { return s.prefix + "/" + r }
 func (s *valkeyStore) write(ctx context.Context, snap lease.Snapshot, rs []string) error {
 	r := s.resource(rs[0])
 	_, err := s.v.Do(ctx, snap, r,
-		fence.Set("val:{"+r+"}", snap.Token.String(), fence.SetOptions{}),
-		fence.XAdd("history:{"+r+"}", fence.XAddOptions{}, "token", snap.Token.String()))
+		fencevalkey.Set("val:{"+r+"}", snap.Token.String(), fencevalkey.SetOptions{}),
+		fencevalkey.XAdd("history:{"+r+"}", fencevalkey.XAddOptions{}, "token", snap.Token.String()))
 	return err
 }
 func (s *valkeyStore) state(ctx context.Context, r string) (lease.Token, []lease.Token, error) {

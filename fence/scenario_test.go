@@ -14,6 +14,9 @@ import (
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencecolumn"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasetest"
 )
@@ -59,7 +62,7 @@ func (r *memoryResource) read(context.Context) string {
 	return v
 }
 
-// txResource is a row of a table of its own, written in fence.Tx.
+// txResource is a row of a table of its own, written in fencepostgres.Tx.
 type txResource struct{ pool *pgxpool.Pool }
 
 func newTxResource(t *testing.T) fenced {
@@ -72,7 +75,7 @@ func newTxResource(t *testing.T) fenced {
 
 func (r *txResource) write(ctx context.Context, snap lease.Snapshot, value string) error {
 	// docs:begin tx
-	err := fence.Tx(ctx, r.pool, snap, []string{"docs/1"}, func(tx pgx.Tx) error {
+	err := fencepostgres.Tx(ctx, r.pool, snap, []string{"docs/1"}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx,
 			`INSERT INTO docs (id, body) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`,
 			value)
@@ -82,7 +85,7 @@ func (r *txResource) write(ctx context.Context, snap lease.Snapshot, value strin
 	return err
 }
 func (r *txResource) claim(ctx context.Context, snap lease.Snapshot) error {
-	return fence.Claim(ctx, r.pool, snap, "docs/1")
+	return fencepostgres.Claim(ctx, r.pool, snap, "docs/1")
 }
 func (r *txResource) read(ctx context.Context) string {
 	var v string
@@ -91,13 +94,13 @@ func (r *txResource) read(ctx context.Context) string {
 }
 
 // columnResource is a row fenced by its own columns, written with
-// fence.Update (the row exists from the start) or fence.Upsert.
+// fencecolumn.Update (the row exists from the start) or fencecolumn.Upsert.
 type columnResource struct {
 	pool   *pgxpool.Pool
 	upsert bool
 }
 
-var docColumn = fence.Column{Token: "fence_token", Key: "fence_key"}
+var docColumn = fencecolumn.Column{Token: "fence_token", Key: "fence_key"}
 
 func newColumnResource(t *testing.T, upsert bool) fenced {
 	pool := newPool(t)
@@ -116,18 +119,18 @@ func newColumnResource(t *testing.T, upsert bool) fenced {
 func (r *columnResource) write(ctx context.Context, snap lease.Snapshot, value string) error {
 	var err error
 	if r.upsert {
-		_, err = fence.Upsert(ctx, r.pool, snap,
-			fence.UpsertRow{Table: "docs", Values: map[string]any{"id": 1, "body": value}, Conflict: []string{"id"}}, docColumn)
+		_, err = fencecolumn.Upsert(ctx, r.pool, snap,
+			fencecolumn.UpsertRow{Table: "docs", Values: map[string]any{"id": 1, "body": value}, Conflict: []string{"id"}}, docColumn)
 	} else {
-		_, err = fence.Update(ctx, r.pool, snap,
-			fence.UpdateRows{Table: "docs", Set: map[string]any{"body": value}, Where: sq.Eq{"id": 1}}, docColumn)
+		_, err = fencecolumn.Update(ctx, r.pool, snap,
+			fencecolumn.UpdateRows{Table: "docs", Set: map[string]any{"body": value}, Where: sq.Eq{"id": 1}}, docColumn)
 	}
 	return err
 }
 func (r *columnResource) claim(ctx context.Context, snap lease.Snapshot) error {
 	// A column fence is claimed by an update that changes nothing else.
-	_, err := fence.Update(ctx, r.pool, snap,
-		fence.UpdateRows{Table: "docs", Set: map[string]any{"body": sq.Expr("body")}, Where: sq.Eq{"id": 1}}, docColumn)
+	_, err := fencecolumn.Update(ctx, r.pool, snap,
+		fencecolumn.UpdateRows{Table: "docs", Set: map[string]any{"body": sq.Expr("body")}, Where: sq.Eq{"id": 1}}, docColumn)
 	return err
 }
 func (r *columnResource) read(ctx context.Context) string {
@@ -139,7 +142,7 @@ func (r *columnResource) read(ctx context.Context) string {
 // valkeyResource is a string key in Valkey.
 type valkeyResource struct {
 	c        valkey.Client
-	v        *fence.Valkey
+	v        *fencevalkey.Fence
 	resource string
 }
 
@@ -150,7 +153,7 @@ func newValkeyResource(t *testing.T, c valkey.Client) fenced {
 func (r *valkeyResource) key() string { return "doc:{" + r.resource + "}" }
 
 func (r *valkeyResource) write(ctx context.Context, snap lease.Snapshot, value string) error {
-	_, err := r.v.Do(ctx, snap, r.resource, fence.Set(r.key(), value, fence.SetOptions{}))
+	_, err := r.v.Do(ctx, snap, r.resource, fencevalkey.Set(r.key(), value, fencevalkey.SetOptions{}))
 	return err
 }
 func (r *valkeyResource) claim(ctx context.Context, snap lease.Snapshot) error {

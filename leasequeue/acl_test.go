@@ -10,7 +10,7 @@ import (
 	"time"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/internal/valkeyacl"
 	"github.com/golib/lease/lease"
@@ -71,7 +71,7 @@ func TestDocumentedValkeyACLIsEnough(t *testing.T) {
 	if err := admin.Do(ctx, admin.B().Set().Key(src.ItemKey("b", "receipts")).Value("1").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.CompleteClaimWith(ctx, claim("b"), fence.IncrBy(src.ItemKey("b", "receipts"), 1)); err != nil {
+	if err := src.CompleteClaimWith(ctx, claim("b"), fencevalkey.IncrBy(src.ItemKey("b", "receipts"), 1)); err != nil {
 		t.Fatalf("CompleteClaimWith as the ACL user: %v", err)
 	}
 	if err := claim("c").Fail(ctx, errors.New("try again")); err != nil {

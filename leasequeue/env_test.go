@@ -16,6 +16,8 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
@@ -139,7 +141,7 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 	t.Helper()
 	prefix := fmt.Sprintf("lq%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))
 	shared := valkeyClient(t, addrs)
-	fences, err := fence.NewValkey(shared, fence.ValkeyOptions{Prefix: prefix + "judge:"})
+	fences, err := fencevalkey.New(shared, fencevalkey.Options{Prefix: prefix + "judge:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 		},
 		completeWith: func(ctx context.Context, src source, c *leasequeue.Claim) error {
 			s := src.(*leasequeue.ValkeySource)
-			return s.CompleteClaimWith(ctx, c, fence.IncrBy(s.ItemKey(c.ID(), "completions"), 1))
+			return s.CompleteClaimWith(ctx, c, fencevalkey.IncrBy(s.ItemKey(c.ID(), "completions"), 1))
 		},
 		completions: func(ctx context.Context, src source, ids []string) (map[string]int, error) {
 			s := src.(*leasequeue.ValkeySource)
@@ -191,7 +193,7 @@ func valkeyStoreAt(t testing.TB, addrs []string) *store {
 			return out, nil
 		},
 		write: func(ctx context.Context, snap lease.Snapshot, partition string) (bool, error) {
-			_, err := fences.Do(ctx, snap, partition, fence.XAdd(logKey(partition), fence.XAddOptions{}, "token", snap.Token.String()))
+			_, err := fences.Do(ctx, snap, partition, fencevalkey.XAdd(logKey(partition), fencevalkey.XAddOptions{}, "token", snap.Token.String()))
 			if errors.Is(err, fence.ErrStale) {
 				return false, nil
 			}
@@ -240,8 +242,8 @@ func postgresStore(t testing.TB) *store {
 	if err := leasepostgres.Migrate(ctx, admin, leasepostgres.Options{}); err != nil {
 		t.Fatalf("leasepostgres.Migrate: %v", err)
 	}
-	if err := fence.Migrate(ctx, admin, fence.TableOptions{}); err != nil {
-		t.Fatalf("fence.Migrate: %v", err)
+	if err := fencepostgres.Migrate(ctx, admin, fencepostgres.TableOptions{}); err != nil {
+		t.Fatalf("fencepostgres.Migrate: %v", err)
 	}
 	if err := leasequeue.MigratePostgres(ctx, admin, leasequeue.PostgresOptions{}); err != nil {
 		t.Fatalf("leasequeue.MigratePostgres: %v", err)
@@ -299,7 +301,7 @@ CREATE TABLE completions (item text NOT NULL, token bigint NOT NULL)`)
 			return out, err
 		},
 		write: func(ctx context.Context, snap lease.Snapshot, partition string) (bool, error) {
-			err := fence.Tx(ctx, admin, snap, []string{partition}, func(tx pgx.Tx) error {
+			err := fencepostgres.Tx(ctx, admin, snap, []string{partition}, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO writes (partition, token) VALUES ($1, $2)`, partition, int64(snap.Token))
 				return err
 			})

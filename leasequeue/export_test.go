@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -156,7 +156,7 @@ func (s *ValkeySource) Fail(ctx context.Context, snap lease.Snapshot, id string,
 }
 
 // CompleteWith is completeWith.
-func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
+func (s *ValkeySource) CompleteWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fencevalkey.Command) error {
 	return s.completeWith(ctx, snap, id, cmds...)
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/internal/pgmigrate"
 )
 
@@ -19,7 +19,7 @@ import (
 // start at the same time can all call it: one applies the migrations, the
 // others wait and then find nothing to do. db may be a pool, a connection
 // or a transaction (MigratePostgres then uses a savepoint).
-func MigratePostgres(ctx context.Context, db fence.Beginner, o PostgresOptions) error {
+func MigratePostgres(ctx context.Context, db fencepostgres.Beginner, o PostgresOptions) error {
 	if db == nil {
 		return errors.New("leasequeue: MigratePostgres: nil database")
 	}

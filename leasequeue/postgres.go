@@ -175,7 +175,7 @@ func (n pgNames) query(name string) string {
 // Tokens are bigints: completions and failures refuse a token of 2^63 or
 // more with an error wrapping fence.ErrInvalid before any I/O, and, in
 // the statement that would write it, a token more than fence.MaxTokenLead
-// ahead of the database's clock, as fence.Tx does, with a
+// ahead of the database's clock, as fencepostgres.Tx does, with a
 // *fence.ImplausibleTokenError, writing nothing. The claims pass over an
 // item whose fence already holds such a token (see Source), so the token
 // they compute never overflows.

@@ -11,6 +11,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/valkeystore"
 	"github.com/golib/lease/lease"
@@ -121,7 +122,7 @@ func (o ValkeyOptions) prefix() (string, error) {
 //	P{Q}:item/I/item    hash: state, owner, error, attempts, the
 //	                    current claim's secret and expiry (µs on the
 //	                    server's clock), and once finished, when (ms)
-//	P{Q}:item/I/fence   the item's fence, in the format of fence.Valkey:
+//	P{Q}:item/I/fence   the item's fence, in the format of fencevalkey.Fence:
 //	                    its lease key and last token
 //
 // A claim of ready items or of one item is one script, so are the
@@ -134,12 +135,12 @@ func (o ValkeyOptions) prefix() (string, error) {
 // The scripts compare and advance tokens as decimal strings, never as Lua
 // numbers (exact only up to 2^53), so they are exact for every uint64.
 // Completions and failures refuse a token more than fence.MaxTokenLead
-// ahead of the server's clock, as fence.Valkey does, with a
+// ahead of the server's clock, as fencevalkey.Fence does, with a
 // *fence.ImplausibleTokenError, and write nothing; the claims pass over an
 // item whose fence already holds such a token (see Source).
 type ValkeySource struct {
 	client  valkey.Client
-	fence   *fence.Valkey
+	fence   *fencevalkey.Fence
 	scripts *tokenScripts
 	prefix  string
 	queue   string
@@ -163,7 +164,7 @@ func NewValkeySource(client valkey.Client, queue string, o ValkeyOptions) (*Valk
 	if err := fence.ValidateResource(keyspace.Tag(queue)); err != nil {
 		return nil, fmt.Errorf("leasequeue: NewValkeySource: queue name %q: %w", queue, err)
 	}
-	f, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	f, err := fencevalkey.New(client, fencevalkey.Options{Prefix: prefix + "fence:"})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +299,7 @@ func (s *ValkeySource) completeItem(ctx context.Context, snap lease.Snapshot, id
 
 // completeWith marks the running item id done and applies cmds, as
 // CompleteClaimWith says.
-func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fence.Command) error {
+func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id string, cmds ...fencevalkey.Command) error {
 	if len(cmds) == 0 {
 		return s.completeItem(ctx, snap, id)
 	}
@@ -306,8 +307,8 @@ func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id
 	if err != nil {
 		return err
 	}
-	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fence.Command{
-		fence.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0", "with", "1"),
+	_, err = s.fence.DoAt(ctx, snap, res, s.ItemKey(id, "fence"), append([]fencevalkey.Command{
+		fencevalkey.HSet(s.ItemKey(id, "item"), "state", string(Done), "owner", snap.Owner, "error", "", "nonce", "", "exp", "0", "with", "1"),
 	}, cmds...)...)
 	if err != nil {
 		return err
@@ -319,12 +320,12 @@ func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id
 }
 
 // CompleteClaimWith completes claim c as Claim.Complete does, with cmds
-// applied in the same fenced script (see fence.Valkey.DoAt): the item is
+// applied in the same fenced script (see fencevalkey.Fence.DoAt): the item is
 // done exactly when the commands are applied, and a claim that was taken
 // over can do neither. The commands' keys must be in the queue's hash
 // slot: make them with ItemKey. It returns the errors of Claim.Complete,
 // or an error wrapping fence.ErrInvalid, before any I/O, for a command
-// that breaks fence.Valkey's rules. Without commands it is Claim.Complete.
+// that breaks fencevalkey.Fence's rules. Without commands it is Claim.Complete.
 //
 // With commands it takes two requests: the fenced script, which does not
 // read the item's state first (the current claim's completion applies
@@ -334,7 +335,7 @@ func (s *ValkeySource) completeWith(ctx context.Context, snap lease.Snapshot, id
 // item later finds it done and does it. An item completed with commands
 // keeps its fence when Sweep removes it, since the fence also guards the
 // commands' keys: delete ItemKey(id, "fence") with those keys.
-func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...fence.Command) error {
+func (s *ValkeySource) CompleteClaimWith(ctx context.Context, c *Claim, cmds ...fencevalkey.Command) error {
 	return c.complete(ctx, func(ctx context.Context, snap lease.Snapshot) error {
 		return s.completeWith(ctx, snap, c.id, cmds...)
 	})

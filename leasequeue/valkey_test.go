@@ -12,6 +12,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
@@ -56,7 +57,7 @@ func TestValkeyCompleteClaimWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := src.CompleteClaimWith(ctx, c, fence.Set(src.ItemKey("a", "receipt"), "sent", fence.SetOptions{})); err != nil {
+	if err := src.CompleteClaimWith(ctx, c, fencevalkey.Set(src.ItemKey("a", "receipt"), "sent", fencevalkey.SetOptions{})); err != nil {
 		t.Fatal(err)
 	}
 	shared := valkeyClient(t, []string{testserver.Valkey(t).Addr()})
@@ -71,7 +72,7 @@ func TestValkeyCompleteClaimWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = src.CompleteClaimWith(ctx, c, fence.Set("elsewhere", "x", fence.SetOptions{}))
+	err = src.CompleteClaimWith(ctx, c, fencevalkey.Set("elsewhere", "x", fencevalkey.SetOptions{}))
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("CompleteClaimWith with a key in another slot = %v; want fence.ErrInvalid", err)
 	}
@@ -134,7 +135,7 @@ func TestValkeyCompleteClaimWithIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	receipt := src.ItemKey("a", "receipt")
-	err = src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-1", Token: old.Token}, "a", fence.Set(receipt, "stale", fence.SetOptions{}))
+	err = src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-1", Token: old.Token}, "a", fencevalkey.Set(receipt, "stale", fencevalkey.SetOptions{}))
 	var stale *fence.StaleError
 	if !errors.As(err, &stale) || stale.Current != cur.Token {
 		t.Fatalf("CompleteWith under the taken-over claim = %v; want a *fence.StaleError at token %d", err, cur.Token)
@@ -146,7 +147,7 @@ func TestValkeyCompleteClaimWithIsFenced(t *testing.T) {
 	if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Running || it.Owner != "w-2" {
 		t.Errorf("after the refused CompleteWith: %+v; want it running under w-2", it)
 	}
-	if err := src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-2", Token: cur.Token}, "a", fence.Set(receipt, "sent", fence.SetOptions{})); err != nil {
+	if err := src.CompleteWith(ctx, lease.Snapshot{Key: "fenced/items/a", Owner: "w-2", Token: cur.Token}, "a", fencevalkey.Set(receipt, "sent", fencevalkey.SetOptions{})); err != nil {
 		t.Fatal(err)
 	}
 	if it := mustItem(ctx, t, src, "a"); it.State != leasequeue.Done {
@@ -188,7 +189,7 @@ func TestValkeySweepOfCompleteWith(t *testing.T) {
 		t.Fatal(err)
 	}
 	receipt := src.ItemKey("a", "receipt")
-	if err := src.CompleteWith(ctx, snapOf("a", "2", cur), "a", fence.IncrBy(receipt, 1)); err != nil {
+	if err := src.CompleteWith(ctx, snapOf("a", "2", cur), "a", fencevalkey.IncrBy(receipt, 1)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -198,7 +199,7 @@ func TestValkeySweepOfCompleteWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := src.CompleteWith(ctx, snapOf("b", "3", gb), "b", fence.IncrBy(src.ItemKey("b", "receipt"), 1)); err != nil {
+	if err := src.CompleteWith(ctx, snapOf("b", "3", gb), "b", fencevalkey.IncrBy(src.ItemKey("b", "receipt"), 1)); err != nil {
 		t.Fatal(err)
 	}
 	for _, cmd := range []valkey.Completed{
@@ -227,7 +228,7 @@ func TestValkeySweepOfCompleteWith(t *testing.T) {
 	if n, err := shared.Do(ctx, shared.B().Exists().Key(src.ItemKey("a", "item")).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("a's item hash after Sweep: %d, %v; want it deleted", n, err)
 	}
-	err = src.CompleteWith(ctx, snapOf("a", "1", old), "a", fence.IncrBy(receipt, 1))
+	err = src.CompleteWith(ctx, snapOf("a", "1", old), "a", fencevalkey.IncrBy(receipt, 1))
 	var stale *fence.StaleError
 	if !errors.As(err, &stale) || stale.Current != cur.Token {
 		t.Fatalf("CompleteWith of the taken-over claim after Sweep = %v; want a *fence.StaleError at token %d", err, cur.Token)

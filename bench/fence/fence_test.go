@@ -15,7 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -64,7 +65,7 @@ func pgImpls(b *testing.B) (impls, *counter) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE docs (id bigint PRIMARY KEY, body text NOT NULL)`); err != nil {
@@ -89,7 +90,7 @@ func pgImpls(b *testing.B) (impls, *counter) {
 		"fenced": func() writer {
 			id, update := row()
 			resources := []string{fmt.Sprintf("docs/%d", id)}
-			return func() error { return fence.Tx(ctx, pool, snap, resources, update) }
+			return func() error { return fencepostgres.Tx(ctx, pool, snap, resources, update) }
 		},
 	}, c
 }
@@ -108,7 +109,7 @@ func valkeyImpls(b *testing.B) (impls, valkey.Client) {
 		b.Fatal(err)
 	}
 	b.Cleanup(client.Close)
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: "bench-fence:"})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{Prefix: "bench-fence:"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,13 +130,13 @@ func valkeyImpls(b *testing.B) (impls, valkey.Client) {
 		},
 		"fenced": func() writer {
 			r, k := key()
-			set := fence.Set(k, "written", fence.SetOptions{})
+			set := fencevalkey.Set(k, "written", fencevalkey.SetOptions{})
 			return func() error { _, err := fences.Do(ctx, snap, r, set); return err }
 		},
 	}, client
 }
 
-// BenchmarkTx times fence.Tx and the same transaction without the fence,
+// BenchmarkTx times fencepostgres.Tx and the same transaction without the fence,
 // serially and from parallelGoroutines goroutines. Serial runs report the
 // statements (round trips) per transaction.
 func BenchmarkTx(b *testing.B) {

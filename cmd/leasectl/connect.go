@@ -15,6 +15,8 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -39,15 +41,15 @@ func (c *config) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.valkeyPrefix, "valkey-prefix", leasevalkey.DefaultPrefix, "the lease Store's key `prefix`")
-	fs.StringVar(&c.fencePrefix, "fence-prefix", fence.DefaultPrefix, "the Valkey fence's key `prefix`")
+	fs.StringVar(&c.fencePrefix, "fence-prefix", fencevalkey.DefaultPrefix, "the Valkey fence's key `prefix`")
 	fs.Func("postgres", "PostgreSQL `DSN` (default $DATABASE_URL, then the PG* variables)", func(s string) error {
 		c.postgres, c.postgresSet = s, true
 		return nil
 	})
 	fs.StringVar(&c.schema, "schema", leasepostgres.DefaultSchema, "the lease table's `schema`")
 	fs.StringVar(&c.table, "table", leasepostgres.DefaultTable, "the lease `table`")
-	fs.StringVar(&c.fenceSchema, "fence-schema", fence.DefaultSchema, "the fences table's `schema`")
-	fs.StringVar(&c.fenceTable, "fence-table", fence.DefaultTable, "the fences `table`")
+	fs.StringVar(&c.fenceSchema, "fence-schema", fencepostgres.DefaultSchema, "the fences table's `schema`")
+	fs.StringVar(&c.fenceTable, "fence-table", fencepostgres.DefaultTable, "the fences `table`")
 	fs.BoolVar(&c.disableNotify, "disable-notify", false, "the application sets Options.DisableNotify")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on each operation")
@@ -168,7 +170,7 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 		client.Close()
 		return nil, usagef("%v", err)
 	}
-	fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: c.cfg.fencePrefix, Retention: c.cfg.retention})
+	fv, err := fencevalkey.New(client, fencevalkey.Options{Prefix: c.cfg.fencePrefix, Retention: c.cfg.retention})
 	if err != nil {
 		client.Close()
 		return nil, usagef("%v", err)
@@ -226,7 +228,7 @@ func (c *cli) connectPostgres(ctx context.Context) (*target, error) {
 		pool.Close()
 		return nil, usagef("%v", err)
 	}
-	ft, err := fence.NewTable(fence.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable, Retention: c.cfg.retention})
+	ft, err := fencepostgres.NewTable(fencepostgres.TableOptions{Schema: c.cfg.fenceSchema, Table: c.cfg.fenceTable, Retention: c.cfg.retention})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)

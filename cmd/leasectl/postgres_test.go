@@ -14,6 +14,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -35,7 +36,7 @@ func TestPostgres(t *testing.T) {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := leasepostgres.New(pool, leasepostgres.Options{})
@@ -146,7 +147,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("fence show", func(t *testing.T) {
 		a := held["billing/05"]
-		if err := fence.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token}, "invoices/2026-11"); err != nil {
+		if err := fencepostgres.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token}, "invoices/2026-11"); err != nil {
 			t.Fatal(err)
 		}
 		ctl("fence", "show", "invoices/2026-11").want(t, 0, "invoices/2026-11", "billing/05", a.Token.String())
@@ -169,7 +170,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("gc", func(t *testing.T) {
 		a := held["billing/06"]
-		if err := fence.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token}, "invoices/gc"); err != nil {
+		if err := fencepostgres.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token}, "invoices/gc"); err != nil {
 			t.Fatal(err)
 		}
 		if err := store.Release(ctx, a); err != nil {
@@ -184,7 +185,7 @@ func TestPostgres(t *testing.T) {
 		ctl("inspect", "billing/06").want(t, 3, "no record")
 		ctl("fence", "show", "invoices/gc").want(t, 3, "has no fence")
 		// The floor still refuses the released holder's token below it.
-		err := fence.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token - 1}, "invoices/gc")
+		err := fencepostgres.Claim(ctx, pool, lease.Snapshot{Key: a.Key, Owner: a.Owner, Token: a.Token - 1}, "invoices/gc")
 		if !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("a token below the retired fence's after gc: %v, want fence.ErrStale", err)
 		}

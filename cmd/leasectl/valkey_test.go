@@ -12,7 +12,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -162,7 +162,7 @@ func TestValkeyCluster(t *testing.T) {
 
 	t.Run("fence show", func(t *testing.T) {
 		fp := unique("fence") + ":"
-		fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: fp})
+		fv, err := fencevalkey.New(client, fencevalkey.Options{Prefix: fp})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestValkeyCluster(t *testing.T) {
 
 	t.Run("gc", func(t *testing.T) {
 		fp := unique("fence") + ":"
-		fv, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: fp})
+		fv, err := fencevalkey.New(client, fencevalkey.Options{Prefix: fp})
 		if err != nil {
 			t.Fatal(err)
 		}

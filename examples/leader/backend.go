@@ -18,6 +18,8 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -108,7 +110,7 @@ func dialValkey(addr, prefix string) (*replicaEnv, error) {
 		client.Close()
 		return nil, err
 	}
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{Prefix: prefix + "fence:"})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -116,7 +118,7 @@ func dialValkey(addr, prefix string) (*replicaEnv, error) {
 	return &replicaEnv{
 		backend: store,
 		addFn: func(ctx context.Context, snap lease.Snapshot) error {
-			_, err := fences.Do(ctx, snap, "counter", fence.IncrBy("example:{counter}:value", 1))
+			_, err := fences.Do(ctx, snap, "counter", fencevalkey.IncrBy("example:{counter}:value", 1))
 			return err
 		},
 		closeFn: client.Close,
@@ -133,7 +135,7 @@ func migrate(ctx context.Context, url string) error {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		return err
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		return err
 	}
 	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_counter (name text PRIMARY KEY, n bigint NOT NULL)`)
@@ -153,7 +155,7 @@ func dialPostgres(ctx context.Context, url string) (*replicaEnv, error) {
 	return &replicaEnv{
 		backend: store,
 		addFn: func(ctx context.Context, snap lease.Snapshot) error {
-			return fence.Tx(ctx, pool, snap, []string{"counter"}, func(tx pgx.Tx) error {
+			return fencepostgres.Tx(ctx, pool, snap, []string{"counter"}, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO example_counter (name, n) VALUES ('counter', 1)
 					ON CONFLICT (name) DO UPDATE SET n = example_counter.n + 1`)
 				return err

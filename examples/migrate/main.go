@@ -1,6 +1,6 @@
 // Command migrate applies the PostgreSQL migrations of this module with a
 // migration tool, goose or golang-migrate, instead of the library's own
-// leasepostgres.Migrate, fence.Migrate and leasequeue.MigratePostgres:
+// leasepostgres.Migrate, fencepostgres.Migrate and leasequeue.MigratePostgres:
 // the lease table, the fences table and the leasequeue tables.
 //
 //	DATABASE_URL=postgres://user@localhost:5432/app go run . -tool goose
@@ -28,7 +28,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/leasequeue"
 )
 
@@ -60,7 +60,7 @@ var sets = []struct {
 	goose      fs.FS  // goose's layout: NNN_name.sql
 }{
 	{"leases", leasepostgres.Migrations(), leasepostgres.GooseMigrations()},
-	{"lease_fences", fence.Migrations(), fence.GooseMigrations()},
+	{"lease_fences", fencepostgres.Migrations(), fencepostgres.GooseMigrations()},
 	{"leasequeue_jobs", leasequeue.PostgresMigrations(), leasequeue.PostgresGooseMigrations()},
 }
 

@@ -14,6 +14,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
@@ -60,7 +61,7 @@ func TestTools(t *testing.T) {
 			if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+			if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := leasequeue.MigratePostgres(ctx, pool, leasequeue.PostgresOptions{}); err != nil {
@@ -131,11 +132,11 @@ func useTables(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 		t.Fatalf("token %d after %d: tokens must rise", h.Token(), old.Token)
 	}
 	write := func(tx pgx.Tx) error { return nil }
-	if err := fence.Tx(ctx, pool, h.Snapshot(), []string{"migrate/resource"}, write); err != nil {
-		t.Fatalf("fence.Tx: %v", err)
+	if err := fencepostgres.Tx(ctx, pool, h.Snapshot(), []string{"migrate/resource"}, write); err != nil {
+		t.Fatalf("fencepostgres.Tx: %v", err)
 	}
-	if err := fence.Tx(ctx, pool, old, []string{"migrate/resource"}, write); !errors.Is(err, fence.ErrStale) {
-		t.Fatalf("fence.Tx with the older token: %v, want fence.ErrStale", err)
+	if err := fencepostgres.Tx(ctx, pool, old, []string{"migrate/resource"}, write); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("fencepostgres.Tx with the older token: %v, want fence.ErrStale", err)
 	}
 
 	src, err := leasequeue.NewPostgresSource(pool, "migrate", leasequeue.PostgresOptions{})

@@ -23,6 +23,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 )
 
@@ -64,7 +65,7 @@ func run(ctx context.Context, url string, pgbouncer bool, out io.Writer) error {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		return err
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		return err
 	}
 	// The application's own table.
@@ -139,7 +140,7 @@ func dailyReport(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 // written the resource "reports/daily" before, for example after this
 // process was paused past its lease.
 func writeReport(ctx context.Context, pool *pgxpool.Pool, snap lease.Snapshot, body string) error {
-	err := fence.Tx(ctx, pool, snap, []string{"reports/daily"}, func(tx pgx.Tx) error {
+	err := fencepostgres.Tx(ctx, pool, snap, []string{"reports/daily"}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO reports (name, body) VALUES ('daily', $1)
 			ON CONFLICT (name) DO UPDATE SET body = excluded.body`, body)
 		return err

@@ -28,6 +28,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasequeue/partition"
@@ -68,7 +69,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		return err
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		return err
 	}
 	if err := leasequeue.MigratePostgres(ctx, pool, leasequeue.PostgresOptions{}); err != nil {
@@ -226,7 +227,7 @@ func shareShards(ctx context.Context, pool *pgxpool.Pool, store *leasepostgres.S
 		wg.Go(func() {
 			_ = g.Run(gctx, func(ctx context.Context, p partition.Owned) error {
 				for ctx.Err() == nil { // until the shard is revoked or lost
-					err := fence.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
+					err := fencepostgres.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
 						return nil // ... process the shard's next batch ...
 					})
 					if errors.Is(err, fence.ErrStale) {

@@ -32,6 +32,8 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 )
@@ -211,7 +213,7 @@ func openValkey(addr string) (*replica, error) {
 		client.Close()
 		return nil, err
 	}
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{Prefix: "example:scheduler:fence:"})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{Prefix: "example:scheduler:fence:"})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -219,7 +221,7 @@ func openValkey(addr string) (*replica, error) {
 	return &replica{
 		backend: store,
 		write: func(ctx context.Context, snap lease.Snapshot) error {
-			_, err := fences.Do(ctx, snap, "report", fence.IncrBy("example:scheduler:{report}:runs", 1))
+			_, err := fences.Do(ctx, snap, "report", fencevalkey.IncrBy("example:scheduler:{report}:runs", 1))
 			return err
 		},
 		close: client.Close,
@@ -239,7 +241,7 @@ func migrate(ctx context.Context, url string) error {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		return err
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		return err
 	}
 	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS scheduler_example_runs (job text PRIMARY KEY, runs bigint NOT NULL)`)
@@ -261,7 +263,7 @@ func openPostgres(ctx context.Context, url string) (*replica, error) {
 	return &replica{
 		backend: store,
 		write: func(ctx context.Context, snap lease.Snapshot) error {
-			return fence.Tx(ctx, pool, snap, []string{"report"}, func(tx pgx.Tx) error {
+			return fencepostgres.Tx(ctx, pool, snap, []string{"report"}, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO scheduler_example_runs (job, runs) VALUES ('report', 1)
 					ON CONFLICT (job) DO UPDATE SET runs = scheduler_example_runs.runs + 1`)
 				return err

@@ -21,6 +21,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -108,12 +109,12 @@ func dailyReport(ctx context.Context, client valkey.Client, store *leasevalkey.S
 // wrote the resource and otherwise applies the write. Every key the write
 // touches carries the resource's hash tag.
 func writeReport(ctx context.Context, client valkey.Client, snap lease.Snapshot, body string) error {
-	fences, err := fence.NewValkey(client, fence.ValkeyOptions{})
+	fences, err := fencevalkey.New(client, fencevalkey.Options{})
 	if err != nil {
 		return err
 	}
 	_, err = fences.Do(ctx, snap, "reports/daily",
-		fence.Set("report:{reports/daily}", body, fence.SetOptions{}))
+		fencevalkey.Set("report:{reports/daily}", body, fencevalkey.SetOptions{}))
 	if errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("a newer holder already wrote the report: %w", err)
 	}

@@ -25,6 +25,8 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
 )
@@ -128,15 +130,15 @@ func valkeyClient(t testing.TB, addr string) valkey.Client {
 }
 
 type valkeyWriter struct {
-	f      *fence.Valkey
+	f      *fencevalkey.Fence
 	prefix string
 }
 
 func valkeyFence(t testing.TB, c valkey.Client, prefix string) *valkeyWriter {
 	t.Helper()
-	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	f, err := fencevalkey.New(c, fencevalkey.Options{Prefix: prefix + "fence:"})
 	if err != nil {
-		t.Fatalf("fence.NewValkey: %v", err)
+		t.Fatalf("fencevalkey.New: %v", err)
 	}
 	return &valkeyWriter{f: f, prefix: prefix}
 }
@@ -145,7 +147,7 @@ func valkeyFence(t testing.TB, c valkey.Client, prefix string) *valkeyWriter {
 // token.
 func (w *valkeyWriter) Write(ctx context.Context, snap lease.Snapshot, resource string) (bool, error) {
 	key := w.prefix + "{" + resource + "}:value"
-	_, err := w.f.Do(ctx, snap, resource, fence.Set(key, snap.Token.String(), fence.SetOptions{}))
+	_, err := w.f.Do(ctx, snap, resource, fencevalkey.Set(key, snap.Token.String(), fencevalkey.SetOptions{}))
 	return stale(err)
 }
 
@@ -183,8 +185,8 @@ func postgresEnv(t testing.TB, dbURL string) *Env {
 	if err := leasepostgres.Migrate(ctx, admin, leasepostgres.Options{}); err != nil {
 		t.Fatalf("leasepostgres.Migrate: %v", err)
 	}
-	if err := fence.Migrate(ctx, admin, fence.TableOptions{}); err != nil {
-		t.Fatalf("fence.Migrate: %v", err)
+	if err := fencepostgres.Migrate(ctx, admin, fencepostgres.TableOptions{}); err != nil {
+		t.Fatalf("fencepostgres.Migrate: %v", err)
 	}
 	if _, err := admin.Exec(ctx, `CREATE TABLE writes (resource text NOT NULL, token bigint NOT NULL)`); err != nil {
 		t.Fatalf("create the writes table: %v", err)
@@ -233,7 +235,7 @@ type postgresFence struct{ pool *pgxpool.Pool }
 
 // Write inserts a row in a transaction fenced by snap.
 func (f *postgresFence) Write(ctx context.Context, snap lease.Snapshot, resource string) (bool, error) {
-	return stale(fence.Tx(ctx, f.pool, snap, []string{resource}, func(tx pgx.Tx) error {
+	return stale(fencepostgres.Tx(ctx, f.pool, snap, []string{resource}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO writes (resource, token) VALUES ($1, $2)`, resource, int64(snap.Token))
 		return err
 	}))

@@ -339,7 +339,7 @@ func (f *forgetfulFence) Read(ctx context.Context, resource string) (lease.Token
 // TestColumnStoreStory plays the paused-holder story of
 // TestCheckerCatchesBrokenFences on PostgreSQL, with the resource fenced
 // by columns of its row, once for each shape of WHERE clause that
-// chaos.ColumnStore writes with fence.Update, and once with fence.Upsert:
+// chaos.ColumnStore writes with fencecolumn.Update, and once with fencecolumn.Upsert:
 // A writes with token 1, B claims with token 2, A's late write must be
 // refused and leave the row alone. Break 1 of issue 13 (a fence predicate
 // joined to the caller's WHERE clause with a bare AND) fails the shapes

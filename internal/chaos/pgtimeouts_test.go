@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/internal/chaos"
 	"github.com/golib/lease/lease"
 )
@@ -87,7 +87,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 			if err := leasepostgres.CheckGuard(ctx, tx, g); err != nil {
 				t.Fatal(err)
 			}
-			if err := fence.Tx(ctx, tx, h.Snapshot(), []string{"res-k1"}, nil); err != nil {
+			if err := fencepostgres.Tx(ctx, tx, h.Snapshot(), []string{"res-k1"}, nil); err != nil {
 				t.Fatal(err)
 			}
 			stopped := time.Now() // the holder sends nothing from here on
@@ -112,7 +112,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 			if timeout == "" {
 				t.Fatal("the lease was acquired while its holder's guard transaction was open")
 			}
-			if err := fence.Claim(ctx, poolA, got.Snapshot(), "res-k1"); err != nil {
+			if err := fencepostgres.Claim(ctx, poolA, got.Snapshot(), "res-k1"); err != nil {
 				t.Fatalf("the next holder's fenced write: %v", err)
 			}
 		})
@@ -120,7 +120,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 }
 
 // TestLockTimeout measures what lock_timeout changes for the next holder
-// when the previous one stopped inside its fence.Tx, holding the fence's
+// when the previous one stopped inside its fencepostgres.Tx, holding the fence's
 // row lock: without it the next holder's fenced write waits for the lock
 // until its context's deadline and fails with the context's error; with
 // it the server ends the wait itself after lock_timeout, the write fails
@@ -158,7 +158,7 @@ func TestLockTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = tx.Rollback(context.Background()) }()
-			if err := fence.Tx(ctx, tx, h.Snapshot(), []string{"res-k1"}, func(pgx.Tx) error { return nil }); err != nil {
+			if err := fencepostgres.Tx(ctx, tx, h.Snapshot(), []string{"res-k1"}, func(pgx.Tx) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 			var next *lease.Handle
@@ -168,7 +168,7 @@ func TestLockTimeout(t *testing.T) {
 			}
 			wctx, cancel := context.WithTimeout(ctx, 2*p.Options().OperationTimeout)
 			start := time.Now()
-			err = fence.Claim(wctx, poolB, next.Snapshot(), "res-k1")
+			err = fencepostgres.Claim(wctx, poolB, next.Snapshot(), "res-k1")
 			took := time.Since(start)
 			cancel()
 			time.Sleep(100 * time.Millisecond)

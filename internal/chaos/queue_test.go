@@ -21,6 +21,7 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/chaos"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
@@ -138,7 +139,7 @@ func valkeyQueueStore(t *testing.T, retention time.Duration) queueStore {
 			src := source(c, queue)
 			return queueSide{q: newQueue(t, b, src, queue, owner, clock), src: src, close: c.Close,
 				complete: func(ctx context.Context, cl *leasequeue.Claim) error {
-					return src.CompleteClaimWith(ctx, cl, fence.XAdd(src.ItemKey(cl.ID(), "effects"), fence.XAddOptions{},
+					return src.CompleteClaimWith(ctx, cl, fencevalkey.XAdd(src.ItemKey(cl.ID(), "effects"), fencevalkey.XAddOptions{},
 						"token", strconv.FormatUint(uint64(cl.Snapshot().Token), 10)))
 				}}
 		},

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/chaos"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/golib/lease/lease"
@@ -234,7 +235,7 @@ func fenceSweeper(t *testing.T, tg chaos.Target) lease.Sweeper {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		tbl, err := fence.NewTable(fence.TableOptions{Retention: retention})
+		tbl, err := fencepostgres.NewTable(fencepostgres.TableOptions{Retention: retention})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +246,7 @@ func fenceSweeper(t *testing.T, tg chaos.Target) lease.Sweeper {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: tg.Prefix + "fence:", Retention: retention})
+	f, err := fencevalkey.New(c, fencevalkey.Options{Prefix: tg.Prefix + "fence:", Retention: retention})
 	if err != nil {
 		t.Fatal(err)
 	}

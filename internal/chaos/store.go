@@ -18,6 +18,9 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencecolumn"
+	"github.com/golib/lease/fence/fencepostgres"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/lease"
 )
 
@@ -138,13 +141,13 @@ func (s *MemoryStore) Read(_ context.Context, resource string) (lease.Token, str
 // and a value key in the same hash slot.
 type ValkeyStore struct {
 	c      valkey.Client
-	f      *fence.Valkey
+	f      *fencevalkey.Fence
 	prefix string
 }
 
 // NewValkeyStore returns a store on c whose keys start with prefix.
 func NewValkeyStore(c valkey.Client, prefix string) (*ValkeyStore, error) {
-	f, err := fence.NewValkey(c, fence.ValkeyOptions{Prefix: prefix + "fence:"})
+	f, err := fencevalkey.New(c, fencevalkey.Options{Prefix: prefix + "fence:"})
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +158,9 @@ func (s *ValkeyStore) valueKey(resource string) string { return s.prefix + "{" +
 
 // Write implements Store.
 func (s *ValkeyStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
-	var cmds []fence.Command
+	var cmds []fencevalkey.Command
 	if value != "" {
-		cmds = append(cmds, fence.Set(s.valueKey(resource), value, fence.SetOptions{}))
+		cmds = append(cmds, fencevalkey.Set(s.valueKey(resource), value, fencevalkey.SetOptions{}))
 	}
 	_, err := s.f.Do(ctx, snap, resource, cmds...)
 	return err
@@ -204,7 +207,7 @@ type PostgresStore struct {
 
 // MigratePostgres creates the fences table and the table of values.
 func MigratePostgres(ctx context.Context, db *pgxpool.Pool) error {
-	if err := fence.Migrate(ctx, db, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, db, fencepostgres.TableOptions{}); err != nil {
 		return err
 	}
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS chaos_values (resource text PRIMARY KEY, value text NOT NULL)`)
@@ -220,8 +223,8 @@ func (s *PostgresStore) Write(ctx context.Context, snap lease.Snapshot, resource
 }
 
 // write makes the fenced write in a transaction on db, which may be a
-// transaction itself (fence.Tx then uses a savepoint).
-func (s *PostgresStore) write(ctx context.Context, db fence.Beginner, snap lease.Snapshot, resource, value string) error {
+// transaction itself (fencepostgres.Tx then uses a savepoint).
+func (s *PostgresStore) write(ctx context.Context, db fencepostgres.Beginner, snap lease.Snapshot, resource, value string) error {
 	var fn func(pgx.Tx) error
 	if value != "" {
 		fn = func(tx pgx.Tx) error {
@@ -233,7 +236,7 @@ func (s *PostgresStore) write(ctx context.Context, db fence.Beginner, snap lease
 			return err
 		}
 	}
-	return fence.Tx(ctx, db, snap, []string{resource}, fn)
+	return fencepostgres.Tx(ctx, db, snap, []string{resource}, fn)
 }
 
 // Read implements Store.
@@ -257,7 +260,7 @@ func (s *PostgresStore) Read(ctx context.Context, resource string) (lease.Token,
 // GuardedPostgresStore is a PostgresStore whose writes run in a guard
 // transaction: the transaction checks with leasepostgres.CheckGuard that
 // the lease record still shows the writer's acquisition (and locks it FOR
-// SHARE), then makes the fenced write with fence.Tx inside it (a
+// SHARE), then makes the fenced write with fencepostgres.Tx inside it (a
 // savepoint), then commits.
 //
 // Its InTx hook (of PostgresStore) runs with the guard's and the fence's
@@ -306,8 +309,8 @@ func (s *GuardedPostgresStore) Write(ctx context.Context, snap lease.Snapshot, r
 }
 
 // ColumnStore keeps resources as rows of a table of its own,
-// chaos_rows, fenced by fence columns on the row itself: fence.Update and
-// fence.Upsert write them. Every write picks one of many shapes of WHERE
+// chaos_rows, fenced by fence columns on the row itself: fencecolumn.Update and
+// fencecolumn.Upsert write them. Every write picks one of many shapes of WHERE
 // clause (OR, NOT, nested parentheses, raw strings, sq.Or, sq.Expr), each
 // matching exactly the resource's row, so that a fence predicate that is
 // not one unit with the caller's WHERE clause lets a refused token through.
@@ -321,8 +324,8 @@ type ColumnStore struct {
 // WhereShapes is the number of shapes of WHERE clause ColumnStore uses.
 const WhereShapes = 8
 
-// FixShape makes every write use fence.Update with WHERE shape i
-// (0 ≤ i < WhereShapes), or with i = WhereShapes fence.Upsert for every
+// FixShape makes every write use fencecolumn.Update with WHERE shape i
+// (0 ≤ i < WhereShapes), or with i = WhereShapes fencecolumn.Upsert for every
 // write of a value; -1 goes back to random choices.
 func (s *ColumnStore) FixShape(i int) {
 	s.mu.Lock()
@@ -331,10 +334,10 @@ func (s *ColumnStore) FixShape(i int) {
 }
 
 // columns are the fence columns of chaos_rows.
-var columns = fence.Column{Token: "fence_token", Key: "fence_key"}
+var columns = fencecolumn.Column{Token: "fence_token", Key: "fence_key"}
 
 // MigrateColumns creates chaos_rows with a row, not fenced yet, for each
-// resource: fence.Update writes only rows that exist.
+// resource: fencecolumn.Update writes only rows that exist.
 func MigrateColumns(ctx context.Context, db *pgxpool.Pool, resources []string) error {
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS chaos_rows (resource text PRIMARY KEY,
 		value text NOT NULL DEFAULT '', fence_key text, fence_token bigint)`)
@@ -378,8 +381,8 @@ func (s *ColumnStore) where(resource string) sq.Sqlizer {
 	return sq.Expr("resource = ? OR resource IS NULL", resource)
 }
 
-// Write implements Store: a claim with fence.Update changing nothing but
-// the fence columns, a value with fence.Update or fence.Upsert.
+// Write implements Store: a claim with fencecolumn.Update changing nothing but
+// the fence columns, a value with fencecolumn.Update or fencecolumn.Upsert.
 func (s *ColumnStore) Write(ctx context.Context, snap lease.Snapshot, resource, value string) error {
 	s.mu.Lock()
 	upsert := value != "" && (s.shape == WhereShapes || s.shape < 0 && s.rng.IntN(3) == 0)
@@ -389,15 +392,15 @@ func (s *ColumnStore) Write(ctx context.Context, snap lease.Snapshot, resource, 
 		err error
 	)
 	if upsert {
-		row := fence.UpsertRow{Table: "chaos_rows", Values: map[string]any{"resource": resource, "value": value}, Conflict: []string{"resource"}}
-		tag, err = fence.Upsert(ctx, s.db, snap, row, columns)
+		row := fencecolumn.UpsertRow{Table: "chaos_rows", Values: map[string]any{"resource": resource, "value": value}, Conflict: []string{"resource"}}
+		tag, err = fencecolumn.Upsert(ctx, s.db, snap, row, columns)
 	} else {
 		// A claim sets the value to itself: only the fence columns change.
-		rows := fence.UpdateRows{Table: "chaos_rows", Set: map[string]any{"value": sq.Expr("value")}, Where: s.where(resource)}
+		rows := fencecolumn.UpdateRows{Table: "chaos_rows", Set: map[string]any{"value": sq.Expr("value")}, Where: s.where(resource)}
 		if value != "" {
 			rows.Set = map[string]any{"value": value}
 		}
-		tag, err = fence.Update(ctx, s.db, snap, rows, columns)
+		tag, err = fencecolumn.Update(ctx, s.db, snap, rows, columns)
 	}
 	if err == nil && tag.RowsAffected() != 1 {
 		return fmt.Errorf("chaos: %d rows written for %q, want 1", tag.RowsAffected(), resource)

@@ -7,6 +7,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,7 +45,7 @@ func nightlyBilling(ctx context.Context, pool *pgxpool.Pool, hostname string) er
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
 	// Every protected write goes through a fence: it commits only if no
 	// newer holder of "billing/nightly" has written to the resource since.
-	err = fence.Tx(m.Context(), pool, h.Snapshot(), []string{"invoices/2026-11"}, func(tx pgx.Tx) error {
+	err = fencepostgres.Tx(m.Context(), pool, h.Snapshot(), []string{"invoices/2026-11"}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(m.Context(), `UPDATE invoices SET status = 'billed' WHERE month = $1`, "2026-11")
 		return err
 	})

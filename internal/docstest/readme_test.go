@@ -7,7 +7,7 @@ import (
 	"time"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -30,7 +30,7 @@ func TestReadmeShapeRuns(t *testing.T) {
 	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Migrate(ctx, pool, fence.TableOptions{}); err != nil {
+	if err := fencepostgres.Migrate(ctx, pool, fencepostgres.TableOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id int PRIMARY KEY, month text, status text);

@@ -13,6 +13,7 @@ import (
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
@@ -26,7 +27,7 @@ type noServer struct{ valkey.Client }
 type prefixes struct{ lease, fence, cache, queue string }
 
 // defaults are the packages' default prefixes.
-var defaults = prefixes{leasevalkey.DefaultPrefix, fence.DefaultPrefix, cache.DefaultPrefix, leasequeue.DefaultValkeyPrefix}
+var defaults = prefixes{leasevalkey.DefaultPrefix, fencevalkey.DefaultPrefix, cache.DefaultPrefix, leasequeue.DefaultValkeyPrefix}
 
 // all returns every prefix names start with.
 func (p prefixes) all() []string {
@@ -65,7 +66,7 @@ var kinds = []kind{
 		return s.RecordKey(k) + ":released", []string{s.RecordKey(k)}
 	}},
 	{"fence key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
-		f := must(fence.NewValkey(noServer{}, fence.ValkeyOptions{Prefix: p.fence}))
+		f := must(fencevalkey.New(noServer{}, fencevalkey.Options{Prefix: p.fence}))
 		r := draw("resource")
 		if strings.ContainsAny(r, "{}") || r == "" {
 			r = keyspace.Tag(r) + "r" // a resource holds no brace
@@ -79,7 +80,7 @@ var kinds = []kind{
 		// Its tag stands for the fence key's slot without equalling the
 		// fence key's tag, so the slot is checked by fence's tests
 		// (TestSlotTags, TestValkeyRetire), not here.
-		f := must(fence.NewValkey(noServer{}, fence.ValkeyOptions{Prefix: p.fence}))
+		f := must(fencevalkey.New(noServer{}, fencevalkey.Options{Prefix: p.fence}))
 		r := rapid.SampledFrom([]string{"a", "b", "x/y", "jobs/7"}).Draw(t, "resource")
 		return f.FloorKey(r, draw("lease key")), nil
 	}},

@@ -43,7 +43,7 @@ const Scan = "+scan +role"
 // retention ago.
 const Sweep = "+del"
 
-// Fence is the rule of a user of fence.Valkey, for fenced writes to
+// Fence is the rule of a user of fencevalkey.Fence, for fenced writes to
 // keys under data:* (replace it with the patterns of your data): the
 // fence script's own commands (HMGET, HSET, GET, TYPE, TIME for the
 // token's plausibility, XINFO STREAM before an XADD) and every command
@@ -53,8 +53,8 @@ const Fence = "reset on >secret ~fence:* ~data:* " +
 	"+client|tracking +evalsha +eval +script|load +hmget +hset +get +type +time +xinfo|stream " +
 	"+set +del +incrby +expire +pexpire +xadd"
 
-// FenceSweep is what a user of fence.Valkey needs on top of Fence to
-// sweep (fence.Valkey.Sweep, which a lease.Client runs for the fences
+// FenceSweep is what a user of fencevalkey.Fence needs on top of Fence to
+// sweep (fencevalkey.Fence.Sweep, which a lease.Client runs for the fences
 // given in its Sweepers): SCAN and ROLE to walk the fence keys of every
 // primary. The retirement script needs only Fence's commands (HMGET,
 // HSET, DEL, TIME).

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/golib/lease/fence"
+	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/partition"
 )
@@ -36,7 +37,7 @@ func ExampleGroup_Run() {
 	}
 	err = g.Run(ctx, func(ctx context.Context, p partition.Owned) error {
 		for ctx.Err() == nil { // until the partition is revoked or lost
-			err := fence.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
+			err := fencepostgres.Tx(ctx, pool, p.Snapshot, []string{p.Name}, func(tx pgx.Tx) error {
 				// ... process the shard's next batch ...
 				return nil
 			})

@@ -1,0 +1,8 @@
+package fencevalkey
+
+// Exported for the tests in package fencevalkey_test.
+var (
+	FenceLua = fenceSource
+	KeySlot  = keySlot
+	SlotTag  = slotTag
+)
