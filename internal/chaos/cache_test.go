@@ -300,6 +300,27 @@ func TestCachePublication(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+	// The refreshers have stopped: invalidate every entry once more, let
+	// the refresh leases end and their retention pass, and sweep, so that
+	// the sweeper meets marks to delete however the run went (publications
+	// delete most marks before the sweeper sees them).
+	fctx := ctxT(t)
+	for _, e := range entries {
+		if err := writer.Invalidate(fctx, e); err != nil {
+			t.Fatalf("final Invalidate(%q): %v", e, err)
+		}
+	}
+	time.Sleep(ttl + ttl/2 + 200*time.Millisecond)
+	for cursor := ""; ; {
+		page, err := writer.Sweep(fctx, lease.SweepOptions{Cursor: cursor, Limit: 100})
+		if err != nil {
+			t.Fatalf("final Sweep: %v", err)
+		}
+		swept.Add(int64(len(page.Removed)))
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
 	log.mu.Lock()
 	events := log.events
 	log.mu.Unlock()
