@@ -47,7 +47,7 @@ type Target struct {
 	Retention time.Duration `json:"retention,omitempty"`
 
 	// Columns keeps the resources in rows fenced by columns of their own,
-	// written with fence.Update and fence.Upsert (see ColumnStore). Run
+	// written with fencecolumn.Update and fencecolumn.Upsert (see ColumnStore). Run
 	// MigrateColumns first.
 	Columns bool `json:"columns,omitempty"`
 }

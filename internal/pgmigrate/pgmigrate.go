@@ -1,6 +1,6 @@
 // Package pgmigrate applies a package's embedded up migrations to
 // PostgreSQL under the schema and table names its caller chose. It is the
-// runner behind leasepostgres.Migrate, fence.Migrate and
+// runner behind leasepostgres.Migrate, fencepostgres.Migrate and
 // leasequeue.MigratePostgres; each of them checks and quotes its names
 // with package pgstore, renders its own SQL and wraps the errors with its
 // own prefix.
