@@ -13,14 +13,14 @@
 #               for that revision, DURABLE=1 runs PostgreSQL durably
 #   make bench-micro  the product module's own benchmarks, once each, with
 #               allocations
-#   make chaos  the fault matrix of internal/chaos in its long form: the fault
+#   make chaos  the fault matrix of internal/testkit/chaos in its long form: the fault
 #               rows share DURATION (default 10m; `make chaos DURATION=2m`),
 #               against real servers with the race detector; the output goes
-#               to internal/chaos/testdata/out/chaos.log, and a history that
+#               to internal/testkit/chaos/testdata/out/chaos.log, and a history that
 #               fails its check leaves its visualisation beside it
 #   make lint   gofmt, go vet and staticcheck with every check (staticcheck.conf)
 #
-# internal/chaos, internal/obscheck, bench and examples/migrate are modules of
+# internal/testkit/chaos, internal/testkit/obscheck, bench and examples/migrate are modules of
 # their own (with a replace of this module), so that what only they need
 # (toxiproxy, porcupine, peer libraries, goose, golang-migrate) never enters
 # the product's go.mod; test and lint run them separately.
@@ -37,25 +37,25 @@ STATICCHECK := $(GOBIN_DIR)/staticcheck
 .PHONY: test bench bench-micro lint deps chaos
 
 DURATION ?= 10m
-CHAOS_OUT := internal/chaos/testdata/out
+CHAOS_OUT := internal/testkit/chaos/testdata/out
 
 deps:
 	@echo "==> scripts/install-deps.sh servers"; time bash scripts/install-deps.sh servers
 
 test: deps
 	@echo "==> smoke: the real servers start (versions below)"; \
-		LEASE_REQUIRE_SERVERS=1 $(GO) test -count=1 -v -run '^(TestSharedValkey|TestSharedPostgres)$$' ./internal/testserver \
+		LEASE_REQUIRE_SERVERS=1 $(GO) test -count=1 -v -run '^(TestSharedValkey|TestSharedPostgres)$$' ./internal/testkit/testserver \
 		| grep -E '(shared (Valkey|PostgreSQL) |^(ok|FAIL|---))'
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> go test -race -count=1 ./... (LEASE_REQUIRE_SERVERS=1)"; \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
 	@echo "==> allocation tests, without -race (the race detector changes what allocates)"; \
 		$(GO) test -count=1 -run 'Allocs' ./lease/
-	@echo "==> internal/obscheck (own module): go vet, go test -race"; \
-		cd internal/obscheck && $(GO) vet ./... && \
+	@echo "==> internal/testkit/obscheck (own module): go vet, go test -race"; \
+		cd internal/testkit/obscheck && $(GO) vet ./... && \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
-	@echo "==> internal/chaos (own module): go vet, go test -race (the short rows)"; \
-		cd internal/chaos && $(GO) vet ./... && \
+	@echo "==> internal/testkit/chaos (own module): go vet, go test -race (the short rows)"; \
+		cd internal/testkit/chaos && $(GO) vet ./... && \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
 	@echo "==> examples/migrate (own module): go vet, go test -race (goose and golang-migrate)"; \
 		cd examples/migrate && $(GO) vet ./... && \
@@ -72,9 +72,9 @@ bench-micro: deps
 
 chaos: deps
 	@mkdir -p $(CHAOS_OUT)
-	@echo "==> go test ./internal/chaos (LEASE_CHAOS_DURATION=$(DURATION))"; \
+	@echo "==> go test ./internal/testkit/chaos (LEASE_CHAOS_DURATION=$(DURATION))"; \
 		time LEASE_REQUIRE_SERVERS=1 LEASE_CHAOS_DURATION=$(DURATION) \
-		$(GO) -C internal/chaos test -race -count=1 -timeout 0 -v . > $(CHAOS_OUT)/chaos.log 2>&1 || \
+		$(GO) -C internal/testkit/chaos test -race -count=1 -timeout 0 -v . > $(CHAOS_OUT)/chaos.log 2>&1 || \
 		{ grep -E '^(--- FAIL|FAIL)|chaos-summary|    [a-z_]+_test.go' $(CHAOS_OUT)/chaos.log; exit 1; }
 	@grep -E 'chaos-summary|^(ok|PASS)' $(CHAOS_OUT)/chaos.log
 
@@ -85,5 +85,5 @@ lint:
 		if [[ -n $$unformatted ]]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> staticcheck ./..."; time $(STATICCHECK) ./...
-	@echo "==> internal/chaos, internal/obscheck, bench, examples/migrate (own modules): go vet, staticcheck"; \
-		for m in internal/chaos internal/obscheck bench examples/migrate; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
+	@echo "==> internal/testkit/chaos, internal/testkit/obscheck, bench, examples/migrate (own modules): go vet, staticcheck"; \
+		for m in internal/testkit/chaos internal/testkit/obscheck bench examples/migrate; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done

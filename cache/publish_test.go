@@ -17,8 +17,8 @@ import (
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/guard"
-	"github.com/golib/lease/internal/testserver"
-	"github.com/golib/lease/internal/valkeyacl"
+	"github.com/golib/lease/internal/testkit/testserver"
+	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 

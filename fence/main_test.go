@@ -14,7 +14,7 @@ import (
 	"github.com/golib/lease/fence/fencecolumn"
 	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/fence/fencevalkey"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

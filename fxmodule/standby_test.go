@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	leasefx "github.com/golib/lease/fxmodule"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	leasefx "github.com/golib/lease/fxmodule"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

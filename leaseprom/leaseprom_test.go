@@ -13,7 +13,7 @@ import (
 	"github.com/golib/lease/cache"
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/guard"
-	"github.com/golib/lease/internal/promtest"
+	"github.com/golib/lease/internal/testkit/promtest"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseprom"
 	"github.com/golib/lease/leasequeue"

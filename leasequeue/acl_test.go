@@ -11,8 +11,8 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/fence/fencevalkey"
-	"github.com/golib/lease/internal/testserver"
-	"github.com/golib/lease/internal/valkeyacl"
+	"github.com/golib/lease/internal/testkit/testserver"
+	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasequeue/partition"

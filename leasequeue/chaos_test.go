@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golib/lease/internal/stall"
+	"github.com/golib/lease/internal/testkit/stall"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )

@@ -3,7 +3,7 @@ package leasequeue
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 )
 
 // TestClassifyRealFaults: the sources' explainers report every real fault

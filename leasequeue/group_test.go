@@ -13,7 +13,7 @@ import (
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/stall"
+	"github.com/golib/lease/internal/testkit/stall"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasequeue/partition"

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/golib/lease/fence"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasequeue/partition"
 	"github.com/golib/lease/leasetest"

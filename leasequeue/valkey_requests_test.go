@@ -13,7 +13,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )

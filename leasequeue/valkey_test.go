@@ -13,7 +13,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencevalkey"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )

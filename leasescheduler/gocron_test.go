@@ -12,7 +12,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	leasememory "github.com/golib/lease/backends/memory"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 )

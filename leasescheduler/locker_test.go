@@ -7,7 +7,7 @@ import (
 	"time"
 
 	leasememory "github.com/golib/lease/backends/memory"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 	"github.com/golib/lease/leasetest"

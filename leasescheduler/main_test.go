@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 // TestMain runs the tests through testserver.Main, which stops the shared

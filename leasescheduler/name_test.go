@@ -13,7 +13,7 @@ import (
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/fence"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 )

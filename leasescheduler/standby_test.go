@@ -9,7 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	leasememory "github.com/golib/lease/backends/memory"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasescheduler"
 	"github.com/golib/lease/leaseservice"

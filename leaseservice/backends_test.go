@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golib/lease/internal/backendenv"
-	"github.com/golib/lease/internal/stall"
-	"github.com/golib/lease/internal/tcpproxy"
+	"github.com/golib/lease/internal/testkit/backendenv"
+	"github.com/golib/lease/internal/testkit/stall"
+	"github.com/golib/lease/internal/testkit/tcpproxy"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseservice"
 )

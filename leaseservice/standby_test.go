@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseservice"
 )

@@ -144,7 +144,7 @@ apt_install() {
 }
 
 # have_cc reports whether a C compiler and the C library's headers are
-# installed: the fault matrix builds internal/chaos/testdata/clockshim.c and
+# installed: the fault matrix builds internal/testkit/chaos/testdata/clockshim.c and
 # preloads it into a server to step that server's clock alone.
 have_cc() {
 	command -v cc >/dev/null 2>&1 && [[ -e /usr/include/dlfcn.h ]]

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/internal/backendenv"
-	"github.com/golib/lease/internal/tcpproxy"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/backendenv"
+	"github.com/golib/lease/internal/testkit/tcpproxy"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/internal/tcpproxy"
+	"github.com/golib/lease/internal/testkit/tcpproxy"
 	"github.com/golib/lease/lease"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/internal/backendenv"
+	"github.com/golib/lease/internal/testkit/backendenv"
 	"github.com/golib/lease/lease"
 )
 

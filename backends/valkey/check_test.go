@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -3,7 +3,7 @@ package valkey
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 )
 
 // TestClassifyRealFaults: classify reports every real fault as

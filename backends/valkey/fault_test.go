@@ -13,10 +13,10 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
-	"github.com/golib/lease/internal/backendenv"
-	"github.com/golib/lease/internal/stall"
-	"github.com/golib/lease/internal/tcpproxy"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/backendenv"
+	"github.com/golib/lease/internal/testkit/stall"
+	"github.com/golib/lease/internal/testkit/tcpproxy"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -11,7 +11,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }

@@ -17,7 +17,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/cache"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

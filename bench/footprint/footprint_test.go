@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )

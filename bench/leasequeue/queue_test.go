@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 )

@@ -18,7 +18,7 @@ import (
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/bench/internal/paired"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

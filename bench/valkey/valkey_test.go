@@ -22,7 +22,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/bench/internal/paired"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

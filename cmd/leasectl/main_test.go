@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 // leasectl is the binary under test, built once by TestMain.

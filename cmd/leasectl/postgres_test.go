@@ -15,7 +15,7 @@ import (
 	leasepostgres "github.com/golib/lease/backends/postgres"
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencepostgres"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	leasefx "github.com/golib/lease/fxmodule"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }

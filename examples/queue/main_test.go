@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }

@@ -13,8 +13,8 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
-	"github.com/golib/lease/internal/testserver"
-	"github.com/golib/lease/internal/valkeyacl"
+	"github.com/golib/lease/internal/testkit/testserver"
+	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 

@@ -3,7 +3,7 @@ package fencecolumn
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 )
 
 // TestClassifyRealFaults: the explainer of a column write reports every

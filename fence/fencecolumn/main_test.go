@@ -11,7 +11,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencepostgres"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -3,7 +3,7 @@ package fencepostgres
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 )
 
 // TestClassifyRealFaults: the explainer of a COMMIT reports every real

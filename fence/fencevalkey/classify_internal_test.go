@@ -3,7 +3,7 @@ package fencevalkey
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 )
 
 // TestClassifyRealFaults: the explainer of a Valkey fenced command reports

@@ -15,7 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/golib/lease/fence/fencevalkey"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 

@@ -3,7 +3,7 @@ package applied_test
 import (
 	"testing"
 
-	"github.com/golib/lease/internal/faults"
+	"github.com/golib/lease/internal/testkit/faults"
 	"github.com/golib/lease/internal/pgstore"
 	"github.com/golib/lease/internal/valkeystore"
 )

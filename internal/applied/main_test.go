@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }

@@ -10,7 +10,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/internal/valkeystore"
 )
 

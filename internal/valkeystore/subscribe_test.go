@@ -10,8 +10,8 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/faults"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/faults"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/internal/valkeystore"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/golib/lease/internal/faults"
-	"github.com/golib/lease/internal/testserver"
+	"github.com/golib/lease/internal/testkit/faults"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/internal/valkeystore"
 )
 
