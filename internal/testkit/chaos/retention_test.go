@@ -59,7 +59,10 @@ func TestRetentionCatchesBrokenSweeper(t *testing.T) {
 // retentionRows runs retentionRow on every network backend, with the
 // short retention.
 func retentionRows(t *testing.T, broken bool) {
-	for _, b := range networkBackends {
+	for i, b := range networkBackends {
+		if broken && i > 0 && !long() {
+			break // the short form shows the failure on one backend; the long form on all
+		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			target, p, direct := b.target(t)
