@@ -7,7 +7,7 @@ import (
 )
 
 // TestClassifyRealFaults: classify reports every real fault as
-// valkeystore.Classify does: nil, a plain error, or one matching
+// valkeyplumbing.Classify does: nil, a plain error, or one matching
 // lease.ErrIndeterminate.
 func TestClassifyRealFaults(t *testing.T) {
 	faults.Drive(t, faults.Valkey(t), faults.Marks(func(err error) error {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/refused"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -97,25 +97,25 @@ func wrapOp(op, key string, err error) error {
 
 // classify turns an error of a mutating command from valkey-go into an
 // error saying whether the command may have been applied, by
-// valkeystore.Classify: a reply error means the server refused the script
+// valkeyplumbing.Classify: a reply error means the server refused the script
 // before its first write (the scripts check everything that can fail
 // first, and a script the server refuses for lack of memory does not
 // start), so nothing changed; so does a connection that could not be
 // opened; anything else may have been applied and matches
 // lease.ErrIndeterminate.
 func classify(err error) error {
-	switch valkeystore.Classify(err) {
+	switch valkeyplumbing.Classify(err) {
 	case applied.Yes:
 		return nil
 	case applied.Unknown:
 		return lease.Indeterminate(err)
 	}
 	switch {
-	case valkeystore.NoPermission(err):
+	case valkeyplumbing.NoPermission(err):
 		return fmt.Errorf("the Valkey user lacks a permission the cache scripts need (see the package documentation): %w", err)
-	case valkeystore.WrongType(err):
+	case valkeyplumbing.WrongType(err):
 		return fmt.Errorf("an entry's key holds another type of value; another program writes under this Prefix: %w", err)
-	case valkeystore.Refused(err):
+	case valkeyplumbing.Refused(err):
 		return fmt.Errorf("refused by the server, not applied: %w", err)
 	}
 	return fmt.Errorf("could not connect, not sent: %w", err)

@@ -5,7 +5,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // The scripts: publish.lua describes the keys they touch. All mutate, so
@@ -29,7 +29,7 @@ var (
 	// sweepDryScript is sweep.lua flagged no-writes, run with EVALSHA_RO:
 	// a dry run writes nothing, even where a script that may write is
 	// refused (a full server).
-	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeystore.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
+	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeyplumbing.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
 )
 
 // Outcomes returned by the publish script.

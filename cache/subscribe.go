@@ -6,7 +6,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // subscribe subscribes to the shard channel ch and returns a channel that
@@ -25,7 +25,7 @@ func subscribe(ctx context.Context, client valkey.Client, ch string) (<-chan str
 		}
 	}
 	var confirmations atomic.Int64
-	sub := valkeystore.Subscribe(client, ch, valkeystore.Handlers{
+	sub := valkeyplumbing.Subscribe(client, ch, valkeyplumbing.Handlers{
 		Message: wake,
 		Ready: func() {
 			if confirmations.Add(1) > 1 {

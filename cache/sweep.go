@@ -12,7 +12,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -118,8 +118,8 @@ func (s *Sweeper) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepP
 		return lease.SweepPage{}, s.sweepError(fmt.Errorf("not sent: %w", context.Cause(ctx)))
 	}
 	head, tail := s.prefix+s.tagPrefix, "}"+markSuffix
-	match := valkeystore.GlobEscape(head) + "*" + valkeystore.GlobEscape(tail)
-	names, next, err := valkeystore.ScanPrimaries(ctx, s.client, o.Cursor, match, "string", o.Limit)
+	match := valkeyplumbing.GlobEscape(head) + "*" + valkeyplumbing.GlobEscape(tail)
+	names, next, err := valkeyplumbing.ScanPrimaries(ctx, s.client, o.Cursor, match, "string", o.Limit)
 	if err != nil {
 		return lease.SweepPage{}, s.sweepError(err)
 	}
@@ -157,7 +157,7 @@ func (s *Sweeper) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepP
 			if n == 1 {
 				removed = append(removed, leaseKeys[i])
 			}
-		case valkeystore.WrongType(err):
+		case valkeyplumbing.WrongType(err):
 			// The record is no lease record: leave the mark alone.
 		case first == nil:
 			first = s.sweepError(fmt.Errorf("mark of %q: %w", leaseKeys[i], classify(err)))

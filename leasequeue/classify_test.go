@@ -17,7 +17,7 @@ import (
 // FATAL error ended the session, possibly around the commit, whatever the
 // server's lc_messages made of its Severity; a failed DNS lookup sent
 // nothing. The real faults behind these errors are driven against real
-// servers in internal/pgstore and internal/valkeystore; this checks that the
+// servers in internal/pgplumbing and internal/valkeyplumbing; this checks that the
 // sources ask them.
 func TestSourceErrorsSayWhetherApplied(t *testing.T) {
 	fatal := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}

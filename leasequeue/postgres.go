@@ -18,7 +18,7 @@ import (
 	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/pgmigrate"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -108,20 +108,20 @@ func newPgNames(o PostgresOptions) (pgNames, error) {
 	if o.Table == "" {
 		o.Table = DefaultPostgresTable
 	}
-	if err := pgstore.CheckIdent(o.Schema); err != nil {
+	if err := pgplumbing.CheckIdent(o.Schema); err != nil {
 		return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.Schema %w", err)
 	}
-	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
+	if err := pgplumbing.CheckIdent(o.Table + "_migrations"); err != nil {
 		return pgNames{}, fmt.Errorf("leasequeue: PostgresOptions.Table + \"_migrations\" %w", err)
 	}
 	return pgNames{
 		schema:   o.Schema,
 		table:    o.Table,
-		jobs:     pgstore.Quote(o.Schema, o.Table),
-		members:  pgstore.Quote(o.Schema, o.Table+"_members"),
-		versions: pgstore.Quote(o.Schema, o.Table+"_migrations"),
-		due:      pgstore.Quote(o.Table + "_due"),
-		finished: pgstore.Quote(o.Table + "_finished"),
+		jobs:     pgplumbing.Quote(o.Schema, o.Table),
+		members:  pgplumbing.Quote(o.Schema, o.Table+"_members"),
+		versions: pgplumbing.Quote(o.Schema, o.Table+"_migrations"),
+		due:      pgplumbing.Quote(o.Table + "_due"),
+		finished: pgplumbing.Quote(o.Table + "_finished"),
 	}, nil
 }
 
@@ -386,17 +386,17 @@ func checkToken(snap lease.Snapshot) error {
 	return nil
 }
 
-// pgError explains an error of a statement: pgstore.Classify says whether
+// pgError explains an error of a statement: pgplumbing.Classify says whether
 // it may have been applied (a FATAL error, whatever its translated
 // severity, ended the session and may have).
 func pgError(op, name string, err error) error {
-	return pgstore.Classify(err).Mark(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
+	return pgplumbing.Classify(err).Mark(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
 }
 
 // commitError explains a failed COMMIT.
 func commitError(id string, err error) error {
 	switch {
-	case pgstore.Classify(err) == applied.Unknown:
+	case pgplumbing.Classify(err) == applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("leasequeue: postgres: complete %q: commit: %w", id, err))
 	case pgconn.SafeToRetry(err):
 		return fmt.Errorf("leasequeue: postgres: complete %q: commit not sent, nothing written: %w", id, err)

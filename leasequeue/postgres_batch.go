@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/golib/lease/internal/applied"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -131,7 +131,7 @@ func (s *PostgresSource) completeBatched(ctx context.Context, snap lease.Snapsho
 // notSent is the error of a completion whose context ended before it was
 // sent.
 func notSent(id string, ctx context.Context) error {
-	return pgstore.NotSent(fmt.Errorf("leasequeue: postgres: finish %q: not sent: %w", id, context.Cause(ctx)))
+	return pgplumbing.NotSent(fmt.Errorf("leasequeue: postgres: finish %q: not sent: %w", id, context.Cause(ctx)))
 }
 
 // outcome turns c's answer into Complete's result, on the caller's
@@ -230,7 +230,7 @@ func (s *PostgresSource) sendBatch(ctx context.Context, batch []*completion) {
 	} else {
 		done, err = s.completeMany(ctx, batch)
 	}
-	outcome := pgstore.Classify(err)
+	outcome := pgplumbing.Classify(err)
 	for _, c := range batch {
 		switch outcome {
 		case applied.Yes:

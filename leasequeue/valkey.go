@@ -13,7 +13,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencevalkey"
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -50,7 +50,7 @@ var (
 
 // tokenScripts are the scripts that compare or advance tokens: claim,
 // end and prune, each behind the token helpers of
-// valkeystore.TokenScript, which compare and add tokens as decimal
+// valkeyplumbing.TokenScript, which compare and add tokens as decimal
 // strings and refuse tokens more than a lead ahead of the server's clock.
 type tokenScripts struct {
 	claim, end, prune *valkey.Lua
@@ -60,9 +60,9 @@ type tokenScripts struct {
 // microseconds.
 func newTokenScripts(lead int64) *tokenScripts {
 	return &tokenScripts{
-		claim: valkey.NewLuaScript(valkeystore.TokenScript(claimLua, lead), valkey.WithLoadSHA1(true)),
-		end:   valkey.NewLuaScript(valkeystore.TokenScript(endLua, lead), valkey.WithLoadSHA1(true)),
-		prune: valkey.NewLuaScript(valkeystore.TokenScript(pruneLua, lead), valkey.WithLoadSHA1(true)),
+		claim: valkey.NewLuaScript(valkeyplumbing.TokenScript(claimLua, lead), valkey.WithLoadSHA1(true)),
+		end:   valkey.NewLuaScript(valkeyplumbing.TokenScript(endLua, lead), valkey.WithLoadSHA1(true)),
+		prune: valkey.NewLuaScript(valkeyplumbing.TokenScript(pruneLua, lead), valkey.WithLoadSHA1(true)),
 	}
 }
 
@@ -382,8 +382,8 @@ func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, 
 	return fenceRefusal(res, snap, arr)
 }
 
-// valkeyError explains an error from valkey-go: valkeystore.Classify says
+// valkeyError explains an error from valkey-go: valkeyplumbing.Classify says
 // whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
-	return valkeystore.Classify(err).Mark(fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err))
+	return valkeyplumbing.Classify(err).Mark(fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err))
 }

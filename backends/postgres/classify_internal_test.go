@@ -7,7 +7,7 @@ import (
 )
 
 // TestClassifyRealFaults: classify reports every real fault as
-// pgstore.Classify does: nil, a plain error, or one matching
+// pgplumbing.Classify does: nil, a plain error, or one matching
 // lease.ErrIndeterminate.
 func TestClassifyRealFaults(t *testing.T) {
 	faults.Drive(t, faults.Postgres(t), faults.Marks(func(err error) error {

@@ -9,13 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/golib/lease/internal/applied"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
 // classify turns an error from running one lease statement into an error
 // that follows the rules of lease.Backend. Whether the statement was applied
-// is pgstore.Classify's answer, shared with fence and leasequeue: not
+// is pgplumbing.Classify's answer, shared with fence and leasequeue: not
 // applied (nothing sent, no session, or refused by the server, which rolled
 // the implicit transaction back) is a plain error, explained by SQLSTATE;
 // unknown (no reply, or the session ended by FATAL or PANIC, possibly around
@@ -26,7 +26,7 @@ import (
 func classify(err error, table string) error {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
-	switch out := pgstore.Classify(err); {
+	switch out := pgplumbing.Classify(err); {
 	case out == applied.Yes:
 		return nil
 	case out == applied.Unknown && errors.As(err, &pgErr):
@@ -45,17 +45,17 @@ func classify(err error, table string) error {
 func pgError(pgErr *pgconn.PgError, err error, table string) error {
 	code := pgErr.Code
 	switch {
-	case pgstore.IsConflict(err):
+	case pgplumbing.IsConflict(err):
 		return fmt.Errorf("leasepostgres: statement rolled back, safe to retry: %w", err)
-	case pgstore.IsMissingTable(err):
+	case pgplumbing.IsMissingTable(err):
 		return fmt.Errorf("leasepostgres: lease table %s not found (configuration: run leasepostgres.Migrate or apply leasepostgres.Migrations, and check Options.Schema and Options.Table): %w", table, err)
-	case code == pgstore.InsufficientPrivilege:
+	case code == pgplumbing.InsufficientPrivilege:
 		return fmt.Errorf("leasepostgres: permission denied on lease table %s (configuration: grant SELECT, INSERT, UPDATE, DELETE on it to the role): %w", table, err)
 	case strings.HasPrefix(code, "42"):
 		return fmt.Errorf("leasepostgres: lease table %s does not match this version of the library (configuration: run leasepostgres.Migrate): %w", table, err)
-	case code == pgstore.InFailedTransaction:
+	case code == pgplumbing.InFailedTransaction:
 		return fmt.Errorf("leasepostgres: the transaction given to leasepostgres.New has failed earlier: %w", err)
-	case code == pgstore.ReadOnlyTransaction:
+	case code == pgplumbing.ReadOnlyTransaction:
 		return fmt.Errorf("leasepostgres: the database or transaction is read-only (configuration: connect to the primary): %w", err)
 	}
 	return fmt.Errorf("leasepostgres: statement failed, not applied: %w", err)
@@ -65,7 +65,7 @@ func pgError(pgErr *pgconn.PgError, err error, table string) error {
 // a connection from the pool failed.
 func notSent(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("leasepostgres: no connection before the context ended, request not sent: %w", pgstore.NotSent(err))
+		return fmt.Errorf("leasepostgres: no connection before the context ended, request not sent: %w", pgplumbing.NotSent(err))
 	}
-	return fmt.Errorf("leasepostgres: no connection, request not sent: %w", pgstore.NotSent(err))
+	return fmt.Errorf("leasepostgres: no connection, request not sent: %w", pgplumbing.NotSent(err))
 }

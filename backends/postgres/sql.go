@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/golib/lease/internal/pgmigrate"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 )
 
 // Default names of the lease table. The embedded migrations and queries are
@@ -19,7 +19,7 @@ const (
 )
 
 // versionsSuffix names the versions table of Migrate after the lease
-// table, so the table's name is at most pgstore.MaxIdentLen minus its length.
+// table, so the table's name is at most pgplumbing.MaxIdentLen minus its length.
 const versionsSuffix = "_migrations"
 
 //go:embed queries/*.sql
@@ -73,17 +73,17 @@ func newNames(schema, table string) (names, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	if err := pgstore.CheckIdent(schema); err != nil {
+	if err := pgplumbing.CheckIdent(schema); err != nil {
 		return names{}, fmt.Errorf("leasepostgres: Schema %w", err)
 	}
-	if err := pgstore.CheckIdent(table + versionsSuffix); err != nil {
+	if err := pgplumbing.CheckIdent(table + versionsSuffix); err != nil {
 		return names{}, fmt.Errorf("leasepostgres: Table + %q %w", versionsSuffix, err)
 	}
 	return names{
 		schema:    schema,
 		table:     table,
-		qualified: pgstore.Quote(schema, table),
-		versions:  pgstore.Quote(schema, table+versionsSuffix),
+		qualified: pgplumbing.Quote(schema, table),
+		versions:  pgplumbing.Quote(schema, table+versionsSuffix),
 	}, nil
 }
 

@@ -12,7 +12,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -132,9 +132,9 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 		return nil, "", beforeSend(ctx, op)
 	}
 	_, tail := recordLayout(s.prefix)
-	pattern := valkeystore.GlobEscape(recordPrefix(s.prefix, keyPrefix)) + "*" + valkeystore.GlobEscape(tail)
-	names, next, err := valkeystore.ScanPrimaries(ctx, s.client, cursor, pattern, "hash", limit)
-	if errors.Is(err, valkeystore.ErrWalk) {
+	pattern := valkeyplumbing.GlobEscape(recordPrefix(s.prefix, keyPrefix)) + "*" + valkeyplumbing.GlobEscape(tail)
+	names, next, err := valkeyplumbing.ScanPrimaries(ctx, s.client, cursor, pattern, "hash", limit)
+	if errors.Is(err, valkeyplumbing.ErrWalk) {
 		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
 	}
 	if err != nil {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"github.com/golib/lease/internal/applied"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
 // classify turns an error from valkey-go into an error that follows the
 // rules of lease.Backend, naming the operation op. Whether the command was
-// applied is valkeystore.Classify's answer, shared with fence, cache and
+// applied is valkeyplumbing.Classify's answer, shared with fence, cache and
 // leasequeue: a reply error (the scripts check everything that can fail
 // before their first write) or a connection that could not be opened is a
 // plain error; anything else may have been applied and matches
@@ -20,18 +20,18 @@ import (
 // It never sees the nonce: server errors quote the script, not its
 // arguments, and transport errors name addresses.
 func classify(op string, err error) error {
-	switch valkeystore.Classify(err) {
+	switch valkeyplumbing.Classify(err) {
 	case applied.Yes:
 		return nil
 	case applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("leasevalkey: %s: %w", op, err))
 	}
 	switch {
-	case valkeystore.NoPermission(err):
+	case valkeyplumbing.NoPermission(err):
 		return fmt.Errorf("leasevalkey: %s: the Valkey user lacks a permission the lease scripts need (see the package documentation for the ACL rules): %w", op, err)
-	case valkeystore.WrongType(err):
+	case valkeyplumbing.WrongType(err):
 		return fmt.Errorf("leasevalkey: %s: the lease record is not a hash; another program writes under this Prefix: %w", op, err)
-	case valkeystore.Refused(err):
+	case valkeyplumbing.Refused(err):
 		return fmt.Errorf("leasevalkey: %s: refused by the server, not applied: %w", op, err)
 	}
 	return fmt.Errorf("leasevalkey: %s: could not connect, not sent: %w", op, err)

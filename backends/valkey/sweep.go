@@ -7,7 +7,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -22,7 +22,7 @@ var sweepLua string
 // could write would be refused (a full server).
 var (
 	sweepScript    = valkey.NewLuaScript(sweepLua, valkey.WithLoadSHA1(true))
-	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeystore.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
+	sweepDryScript = valkey.NewLuaScriptReadOnly(valkeyplumbing.NoWrites(sweepLua), valkey.WithLoadSHA1(true))
 )
 
 // Sweep implements lease.Sweeper: it removes the records of leases that
@@ -68,7 +68,7 @@ func (s *Store) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPag
 			if n == 1 {
 				removed = append(removed, keys[i])
 			}
-		case valkeystore.WrongType(err):
+		case valkeyplumbing.WrongType(err):
 			// No longer a hash since the SCAN: not a lease record.
 		case firstErr == nil:
 			firstErr = classify(fmt.Sprintf("%s (record of %q)", op, keys[i]), err)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // A watch is one SSUBSCRIBE to a key's release channel, shared by every
@@ -13,7 +13,7 @@ import (
 type watch struct {
 	ch      string
 	subs    map[chan struct{}]struct{} // guarded by Store.mu
-	sub     *valkeystore.Subscription
+	sub     *valkeyplumbing.Subscription
 	ready   bool // the server confirmed the subscription; guarded by Store.mu
 	closing bool // no subscriber is left; guarded by Store.mu
 }
@@ -130,7 +130,7 @@ func (s *Store) startWatch(ch string) *watch {
 		}
 		s.mu.Unlock()
 	}
-	w.sub = valkeystore.Subscribe(s.client, ch, valkeystore.Handlers{Ready: confirmed, Message: wake, Interrupted: interrupted, End: ended})
+	w.sub = valkeyplumbing.Subscribe(s.client, ch, valkeyplumbing.Handlers{Ready: confirmed, Message: wake, Interrupted: interrupted, End: ended})
 	return w
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/applied"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -537,13 +537,13 @@ func refusal(ctx context.Context, db Querier, table, resource string, snap lease
 	return &fence.ConflictError{Resources: []string{resource}, Err: errors.New("the row changed while the write ran; nothing written")}
 }
 
-// columnError explains an error of a column write; pgstore.Classify says
+// columnError explains an error of a column write; pgplumbing.Classify says
 // whether the statement may have been applied.
 func columnError(resource string, err error) error {
 	switch {
-	case pgstore.IsConflict(err):
+	case pgplumbing.IsConflict(err):
 		return &fence.ConflictError{Resources: []string{resource}, Err: err}
-	case pgstore.Classify(err) == applied.Unknown:
+	case pgplumbing.Classify(err) == applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
 	}
 	return fmt.Errorf("fence: resource %q: %w", resource, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -62,7 +62,7 @@ func (t *Table) Sweep(ctx context.Context, db TxBeginner, o lease.SweepOptions) 
 		return lease.SweepPage{}, t.sweepError("set lock_timeout", err)
 	}
 	if _, err := tx.Exec(ctx, t.lock); err != nil {
-		if pgstore.Code(err) == pgstore.LockNotAvailable && ctx.Err() == nil {
+		if pgplumbing.Code(err) == pgplumbing.LockNotAvailable && ctx.Err() == nil {
 			_ = tx.Rollback(ctx)
 			return t.duePage(ctx, db, o, true)
 		}
@@ -127,9 +127,9 @@ func readPage(rows pgx.Rows, limit int) (removed []string, next string, err erro
 // sweepError explains an error of a sweep's step.
 func (t *Table) sweepError(step string, err error) error {
 	switch {
-	case pgstore.IsMissingTable(err):
+	case pgplumbing.IsMissingTable(err):
 		return fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", t.qualified, step, t.floors, err)
-	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
+	case pgplumbing.Code(err) == pgplumbing.InsufficientPrivilege:
 		return fmt.Errorf("fence: sweep %s: %s: permission denied (grant SELECT, DELETE on the fences table, SELECT, INSERT, UPDATE on %s): %w", t.qualified, step, t.floors, err)
 	}
 	return fmt.Errorf("fence: sweep %s: %s: %w", t.qualified, step, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/pgmigrate"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -157,10 +157,10 @@ func NewTable(o TableOptions) (*Table, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
-	if err := pgstore.CheckIdent(o.Schema); err != nil {
+	if err := pgplumbing.CheckIdent(o.Schema); err != nil {
 		return nil, invalid("TableOptions.Schema %w", err)
 	}
-	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
+	if err := pgplumbing.CheckIdent(o.Table + "_migrations"); err != nil {
 		return nil, invalid("TableOptions.Table + \"_migrations\" %w", err)
 	}
 	retention, err := checkRetention(o.Retention)
@@ -176,9 +176,9 @@ func NewTable(o TableOptions) (*Table, error) {
 	t := &Table{
 		schema:      o.Schema,
 		table:       o.Table,
-		qualified:   pgstore.Quote(o.Schema, o.Table),
-		floors:      pgstore.Quote(o.Schema, o.Table+floorsSuffix),
-		versions:    pgstore.Quote(o.Schema, o.Table+"_migrations"),
+		qualified:   pgplumbing.Quote(o.Schema, o.Table),
+		floors:      pgplumbing.Quote(o.Schema, o.Table+floorsSuffix),
+		versions:    pgplumbing.Quote(o.Schema, o.Table+"_migrations"),
 		retention:   retention,
 		lockTimeout: o.RetireLockTimeout,
 	}
@@ -257,7 +257,7 @@ func (t *Table) Tx(ctx context.Context, db Beginner, snap lease.Snapshot, resour
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		if pgstore.IsConflict(err) {
+		if pgplumbing.IsConflict(err) {
 			return &fence.ConflictError{Resources: rs, Err: err}
 		}
 		return fmt.Errorf("fence: resources %q: begin: %w", rs, err)
@@ -270,7 +270,7 @@ func (t *Table) Tx(ctx context.Context, db Beginner, snap lease.Snapshot, resour
 	}
 	if fn != nil {
 		if err := fn(tx); err != nil {
-			if pgstore.IsConflict(err) {
+			if pgplumbing.IsConflict(err) {
 				return &fence.ConflictError{Resources: rs, Err: err}
 			}
 			return err
@@ -359,13 +359,13 @@ func (t *Table) check(ctx context.Context, tx pgx.Tx, snap lease.Snapshot, rs []
 
 // statementError explains an error of the fence statement.
 func (t *Table) statementError(rs []string, err error) error {
-	if pgstore.IsConflict(err) {
+	if pgplumbing.IsConflict(err) {
 		return &fence.ConflictError{Resources: rs, Err: err}
 	}
 	switch {
-	case pgstore.IsMissingTable(err):
+	case pgplumbing.IsMissingTable(err):
 		return fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", rs, t.qualified, t.floors, err)
-	case pgstore.Code(err) == pgstore.InsufficientPrivilege:
+	case pgplumbing.Code(err) == pgplumbing.InsufficientPrivilege:
 		return fmt.Errorf("fence: resources %q: permission denied on fences table %s or its floors table %s (grant SELECT, INSERT, UPDATE on the first, SELECT, INSERT on the second): %w", rs, t.qualified, t.floors, err)
 	}
 	// Whatever the outcome of the statement, the transaction it ran in is
@@ -373,17 +373,17 @@ func (t *Table) statementError(rs []string, err error) error {
 	return fmt.Errorf("fence: resources %q: fence statement failed, nothing written: %w", rs, err)
 }
 
-// commitError explains a failed COMMIT; pgstore.Classify says whether it
+// commitError explains a failed COMMIT; pgplumbing.Classify says whether it
 // may have committed.
 func commitError(rs []string, err error) error {
 	switch {
-	case pgstore.IsConflict(err):
+	case pgplumbing.IsConflict(err):
 		return &fence.ConflictError{Resources: rs, Err: err}
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return fmt.Errorf("fence: resources %q: the transaction had failed (a statement in fn failed and fn went on), rolled back, nothing written: %w", rs, err)
-	case pgstore.Classify(err) == applied.No && pgconn.SafeToRetry(err):
+	case pgplumbing.Classify(err) == applied.No && pgconn.SafeToRetry(err):
 		return fmt.Errorf("fence: resources %q: commit not sent, nothing written: %w", rs, err)
-	case pgstore.Classify(err) == applied.No:
+	case pgplumbing.Classify(err) == applied.No:
 		return fmt.Errorf("fence: resources %q: commit refused, nothing written: %w", rs, err)
 	}
 	return lease.Indeterminate(fmt.Errorf("fence: resources %q: commit: %w", rs, err))

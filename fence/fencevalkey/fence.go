@@ -14,7 +14,7 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/applied"
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -25,9 +25,9 @@ const DefaultPrefix = "fence:"
 //go:embed lua/fence.lua
 var fenceLua string
 
-// fenceSource is lua/fence.lua behind the token helpers of valkeystore,
+// fenceSource is lua/fence.lua behind the token helpers of valkeyplumbing,
 // which bound tokens by MaxTokenLead.
-var fenceSource = valkeystore.TokenScript(fenceLua, maxLeadMicros)
+var fenceSource = valkeyplumbing.TokenScript(fenceLua, maxLeadMicros)
 
 // fenceScript is loaded with SCRIPT LOAD, so the server computes its hash,
 // then run with EVALSHA (falling back to EVAL once after the server forgot
@@ -342,16 +342,16 @@ func outcome(resource string, snap lease.Snapshot, msg valkey.ValkeyMessage) ([]
 	return nil, lease.Indeterminate(fmt.Errorf("fence: resource %q: unexpected reply %v", resource, msg))
 }
 
-// classify explains an error from valkey-go, by valkeystore.Classify: a
+// classify explains an error from valkey-go, by valkeyplumbing.Classify: a
 // reply error from the server means the script refused the write (or never
 // ran) and wrote nothing; a connection that could not be opened means
 // nothing was sent; anything else may have been applied.
 func classify(resource string, err error) error {
-	switch valkeystore.Classify(err) {
+	switch valkeyplumbing.Classify(err) {
 	case applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
 	case applied.No:
-		if valkeystore.Refused(err) {
+		if valkeyplumbing.Refused(err) {
 			return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
 		}
 		return fmt.Errorf("fence: resource %q: could not connect, not sent: %w", resource, err)

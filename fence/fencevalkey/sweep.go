@@ -10,7 +10,7 @@ import (
 
 	valkey "github.com/valkey-io/valkey-go"
 
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -19,7 +19,7 @@ var retireLua string
 
 // retireScript is lua/retire.lua behind the token helpers; like
 // fenceScript it is never retried by valkey-go on its own.
-var retireScript = valkey.NewLuaScript(valkeystore.TokenScript(retireLua, maxLeadMicros), valkey.WithLoadSHA1(true))
+var retireScript = valkey.NewLuaScript(valkeyplumbing.TokenScript(retireLua, maxLeadMicros), valkey.WithLoadSHA1(true))
 
 // Sweep retires one page of the fences that have not advanced for the
 // retention (Options.Retention), on the server's clock: for each, one
@@ -54,8 +54,8 @@ func (v *Fence) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPag
 	if v.retention == lease.KeepForever {
 		return lease.SweepPage{}, nil
 	}
-	match := valkeystore.GlobEscape(v.prefix) + "{*}"
-	names, next, err := valkeystore.ScanPrimaries(ctx, v.client, o.Cursor, match, "hash", o.Limit)
+	match := valkeyplumbing.GlobEscape(v.prefix) + "{*}"
+	names, next, err := valkeyplumbing.ScanPrimaries(ctx, v.client, o.Cursor, match, "hash", o.Limit)
 	if err != nil {
 		return lease.SweepPage{}, v.sweepError(err)
 	}

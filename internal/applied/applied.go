@@ -1,7 +1,7 @@
 // Package applied names the three answers to the question every safety
 // claim of this module rests on: was a request applied, not applied, or is
-// its outcome unknown? Each store's home (internal/pgstore,
-// internal/valkeystore) answers it for its own errors with Classify.
+// its outcome unknown? Each store's home (internal/pgplumbing,
+// internal/valkeyplumbing) answers it for its own errors with Classify.
 package applied
 
 import "github.com/golib/lease/lease"

@@ -3,9 +3,9 @@ package applied_test
 import (
 	"testing"
 
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/internal/testkit/faults"
-	"github.com/golib/lease/internal/pgstore"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // TestClassifyRealFaults drives both stores' classifiers through the same
@@ -15,16 +15,16 @@ import (
 func TestClassifyRealFaults(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		faults.Drive(t, faults.Postgres(t), func(t *testing.T, f faults.Fault, err error) {
-			if got := pgstore.Classify(err); got != f.Want {
-				t.Fatalf("pgstore.Classify(%v) = %v, want %v", err, got, f.Want)
+			if got := pgplumbing.Classify(err); got != f.Want {
+				t.Fatalf("pgplumbing.Classify(%v) = %v, want %v", err, got, f.Want)
 			}
 			t.Logf("%v: %v", f.Want, err)
 		})
 	})
 	t.Run("valkey", func(t *testing.T) {
 		faults.Drive(t, faults.Valkey(t), func(t *testing.T, f faults.Fault, err error) {
-			if got := valkeystore.Classify(err); got != f.Want {
-				t.Fatalf("valkeystore.Classify(%v) = %v, want %v", err, got, f.Want)
+			if got := valkeyplumbing.Classify(err); got != f.Want {
+				t.Fatalf("valkeyplumbing.Classify(%v) = %v, want %v", err, got, f.Want)
 			}
 			t.Logf("%v: %v", f.Want, err)
 		})

@@ -2,7 +2,7 @@
 // PostgreSQL under the schema and table names its caller chose. It is the
 // runner behind leasepostgres.Migrate, fencepostgres.Migrate and
 // leasequeue.MigratePostgres; each of them checks and quotes its names
-// with package pgstore, renders its own SQL and wraps the errors with its
+// with package pgplumbing, renders its own SQL and wraps the errors with its
 // own prefix.
 //
 // The migrations are the files NNN_name.up.sql of golang-migrate's layout,

@@ -26,7 +26,7 @@
 -- in the due set, so that it is looked at again when its claim ends.
 --
 -- Tokens are decimal strings, compared and added by the helpers of the
--- table tokens (valkeystore.TokenScript, in front of this script), never
+-- table tokens (valkeyplumbing.TokenScript, in front of this script), never
 -- as Lua numbers, which are exact only up to 2^53. An item is claimed
 -- only if its new token is plausible: at most the server's clock in
 -- microseconds plus fence.MaxTokenLead (tokens.largest), that is if its

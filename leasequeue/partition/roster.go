@@ -13,8 +13,8 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/keyspace"
-	"github.com/golib/lease/internal/pgstore"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/pgplumbing"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/leasequeue"
 )
 
@@ -104,13 +104,13 @@ func NewPostgresRoster(db leasequeue.PostgresDB, o leasequeue.PostgresOptions) (
 	if o.Table == "" {
 		o.Table = leasequeue.DefaultPostgresTable
 	}
-	if err := pgstore.CheckIdent(o.Schema); err != nil {
+	if err := pgplumbing.CheckIdent(o.Schema); err != nil {
 		return nil, fmt.Errorf("partition: PostgresOptions.Schema %w", err)
 	}
-	if err := pgstore.CheckIdent(o.Table + "_migrations"); err != nil {
+	if err := pgplumbing.CheckIdent(o.Table + "_migrations"); err != nil {
 		return nil, fmt.Errorf("partition: PostgresOptions.Table + \"_migrations\" %w", err)
 	}
-	table := pgstore.Quote(o.Schema, o.Table+"_members")
+	table := pgplumbing.Quote(o.Schema, o.Table+"_members")
 	query := func(name string) string {
 		b, err := queryFiles.ReadFile("queries/" + name + ".sql")
 		if err != nil {
@@ -158,10 +158,10 @@ func (r *PostgresRoster) Leave(ctx context.Context, group, worker string) error 
 	return nil
 }
 
-// pgError explains an error of a statement: pgstore.Classify says whether
+// pgError explains an error of a statement: pgplumbing.Classify says whether
 // it may have been applied.
 func pgError(op, name string, err error) error {
-	return pgstore.Classify(err).Mark(fmt.Errorf("partition: postgres: %s %q: %w", op, name, err))
+	return pgplumbing.Classify(err).Mark(fmt.Errorf("partition: postgres: %s %q: %w", op, name, err))
 }
 
 // ValkeyRoster is a Roster in Valkey: the workers of group g are the set
@@ -221,8 +221,8 @@ func (r *ValkeyRoster) Leave(ctx context.Context, group, worker string) error {
 	return nil
 }
 
-// valkeyError explains an error from valkey-go: valkeystore.Classify says
+// valkeyError explains an error from valkey-go: valkeyplumbing.Classify says
 // whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
-	return valkeystore.Classify(err).Mark(fmt.Errorf("partition: valkey: %s %q: %w", op, name, err))
+	return valkeyplumbing.Classify(err).Mark(fmt.Errorf("partition: valkey: %s %q: %w", op, name, err))
 }

@@ -69,7 +69,7 @@
 --
 -- Tokens are compared as decimal strings (length, then digits), never as Lua
 -- numbers, so every uint64 compares exactly: the helpers of the table tokens
--- (internal/valkeystore/lua/tokens.lua) are in front of this script.
+-- (internal/valkeyplumbing/lua/tokens.lua) are in front of this script.
 
 local MAX_EX = 3153600000          -- 100 years in seconds
 local MAX_PX = MAX_EX * 1000

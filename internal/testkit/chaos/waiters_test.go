@@ -29,7 +29,7 @@ import (
 
 // wakeBound is how long after a release, or after a restart that freed
 // the key, a probe waiter may take to be granted: a round trip and a new
-// subscription (valkeystore backs off up to 1s between attempts) take far
+// subscription (valkeyplumbing backs off up to 1s between attempts) take far
 // less, and without a wake the waiter would sleep for its Retry of 10
 // minutes.
 const wakeBound = 10 * time.Second

@@ -3,7 +3,7 @@
 // errors: each [Fault] is one request under one fault and the outcome
 // (applied, not applied, unknown) that the store's classifier, and every
 // package wrapping it, must report for the error it returned. The same
-// faults run through internal/pgstore and internal/valkeystore and through
+// faults run through internal/pgplumbing and internal/valkeyplumbing and through
 // the error wrappers of backends/postgres, backends/valkey, fence, cache
 // and leasequeue, so no wrapper can drift from the store's answer.
 //
@@ -38,10 +38,10 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/applied"
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/internal/testkit/tcpproxy"
 	"github.com/golib/lease/internal/testkit/testserver"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -207,7 +207,7 @@ func wantPgError(code, sev, translated string) func(t *testing.T, err error) {
 // untranslated severity, where pgx's default reads the translated one.
 func closeOnUnlocalizedFatal(cfg *pgx.ConnConfig) {
 	cfg.OnPgError = func(_ *pgconn.PgConn, pgErr *pgconn.PgError) bool {
-		return !pgstore.SessionEnded(pgErr)
+		return !pgplumbing.SessionEnded(pgErr)
 	}
 }
 
@@ -507,8 +507,8 @@ func Valkey(t *testing.T) []Fault {
 			}
 			return c.Do(ctx, c.B().Hset().Key(key(t)).FieldValue().FieldValue("f", "v").Build()).Error()
 		}, Check: func(t *testing.T, err error) {
-			if !valkeystore.WrongType(err) || valkeystore.NoPermission(err) {
-				t.Fatalf("%v: WrongType %v, NoPermission %v", err, valkeystore.WrongType(err), valkeystore.NoPermission(err))
+			if !valkeyplumbing.WrongType(err) || valkeyplumbing.NoPermission(err) {
+				t.Fatalf("%v: WrongType %v, NoPermission %v", err, valkeyplumbing.WrongType(err), valkeyplumbing.NoPermission(err))
 			}
 		}},
 		{Name: "refused: a script's error before its first write", Want: applied.No, Run: func(t *testing.T) error {
@@ -560,7 +560,7 @@ func withLimitedUser(t *testing.T, fn func(valkey.Client) error) error {
 
 func wantNoPermission(t *testing.T, err error) {
 	t.Helper()
-	if !valkeystore.NoPermission(err) {
+	if !valkeyplumbing.NoPermission(err) {
 		t.Fatalf("%v: NoPermission false", err)
 	}
 }

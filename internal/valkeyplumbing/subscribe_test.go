@@ -1,4 +1,4 @@
-package valkeystore_test
+package valkeyplumbing_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/golib/lease/internal/testkit/faults"
 	"github.com/golib/lease/internal/testkit/testserver"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // TestSubscribe: Handlers.Ready has run when Wait returns; a message
@@ -22,10 +22,10 @@ func TestSubscribe(t *testing.T) {
 	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch := fmt.Sprintf("valkeystore-test:{%d}", time.Now().UnixNano())
+	ch := fmt.Sprintf("valkeyplumbing-test:{%d}", time.Now().UnixNano())
 	got := make(chan struct{}, 1)
 	ready, ended := make(chan struct{}), make(chan struct{})
-	sub := valkeystore.Subscribe(c, ch, valkeystore.Handlers{
+	sub := valkeyplumbing.Subscribe(c, ch, valkeyplumbing.Handlers{
 		Ready:   func() { close(ready) },
 		Message: func() { got <- struct{}{} },
 		End:     func() { close(ended) },
@@ -69,7 +69,7 @@ func TestSubscribeWaitEndsWithContext(t *testing.T) {
 	cause := errors.New("gave up waiting")
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, cause)
 	defer cancel()
-	sub := valkeystore.Subscribe(c, "valkeystore-test:down", valkeystore.Handlers{})
+	sub := valkeyplumbing.Subscribe(c, "valkeyplumbing-test:down", valkeyplumbing.Handlers{})
 	if err := sub.Wait(ctx); !errors.Is(err, cause) {
 		t.Fatalf("Wait on a stopped server = %v, want the context's cause", err)
 	}
@@ -82,10 +82,10 @@ func TestSubscribeWaitEndsWithContext(t *testing.T) {
 
 // subscribeCounting subscribes to ch on c, counting confirmations and
 // interruptions, with every message sent to got.
-func subscribeCounting(t *testing.T, c valkey.Client, ch string) (s *valkeystore.Subscription, ready, interrupted *atomic.Int64, got chan struct{}) {
+func subscribeCounting(t *testing.T, c valkey.Client, ch string) (s *valkeyplumbing.Subscription, ready, interrupted *atomic.Int64, got chan struct{}) {
 	t.Helper()
 	ready, interrupted, got = new(atomic.Int64), new(atomic.Int64), make(chan struct{}, 16)
-	s = valkeystore.Subscribe(c, ch, valkeystore.Handlers{
+	s = valkeyplumbing.Subscribe(c, ch, valkeyplumbing.Handlers{
 		Ready:       func() { ready.Add(1) },
 		Message:     func() { got <- struct{}{} },
 		Interrupted: func() { interrupted.Add(1) },
@@ -129,7 +129,7 @@ func TestSubscribeReadyAgainAfterRestart(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
 	c := faults.ValkeyClient(t, srv.Addr())
-	ch := "valkeystore-test:{restart}"
+	ch := "valkeyplumbing-test:{restart}"
 	_, ready, _, got := subscribeCounting(t, c, ch)
 	srv.Kill()
 	srv.Restart()
@@ -153,7 +153,7 @@ func TestSubscribeSurvivesSlotMoves(t *testing.T) {
 	// A channel whose slot the first primary serves.
 	ch := ""
 	for i := 0; ch == ""; i++ {
-		name := fmt.Sprintf("valkeystore-test:{%d}", i)
+		name := fmt.Sprintf("valkeyplumbing-test:{%d}", i)
 		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(name).Build()).AsInt64()
 		if err != nil {
 			t.Fatal(err)

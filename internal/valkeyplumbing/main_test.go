@@ -1,4 +1,4 @@
-package valkeystore_test
+package valkeyplumbing_test
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-// Package pgstore is the one home of what every package of this module that
+// Package pgplumbing is the one home of what every package of this module that
 // talks to PostgreSQL needs to agree on: whether a request was applied, not
 // applied, or has an unknown outcome ([Classify]), and which names are valid
 // identifiers and how they are quoted ([CheckIdent], [Quote]).
@@ -12,4 +12,4 @@
 // (SeverityUnlocalized, sent by PostgreSQL 9.6 and later) and
 // pgconn.SafeToRetry. It never reads a message or the translated Severity,
 // which follow the server's lc_messages.
-package pgstore
+package pgplumbing

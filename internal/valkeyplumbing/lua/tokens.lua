@@ -1,5 +1,5 @@
 -- tokens: exact arithmetic on fencing tokens, for the scripts of this
--- module that compare or advance them (valkeystore.TokenScript puts it at
+-- module that compare or advance them (valkeyplumbing.TokenScript puts it at
 -- the top of a script, after a line that sets tokens.LEAD).
 --
 -- A Lua number is a double, exact only up to 2^53, and a token may be any

@@ -1,25 +1,25 @@
-package pgstore_test
+package pgplumbing_test
 
 import (
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/golib/lease/internal/pgstore"
+	"github.com/golib/lease/internal/pgplumbing"
 )
 
 func TestCheckIdent(t *testing.T) {
 	valid := map[string]bool{
-		"leases":                                 true,
-		`we"ird. name`:                           true,
-		"":                                       false,
-		"bad\xff":                                false,
-		"nul\x00":                                false,
-		strings.Repeat("a", pgstore.MaxIdentLen): true,
-		strings.Repeat("a", pgstore.MaxIdentLen+1): false,
+		"leases":       true,
+		`we"ird. name`: true,
+		"":             false,
+		"bad\xff":      false,
+		"nul\x00":      false,
+		strings.Repeat("a", pgplumbing.MaxIdentLen):   true,
+		strings.Repeat("a", pgplumbing.MaxIdentLen+1): false,
 	}
 	for name, want := range valid {
-		if err := pgstore.CheckIdent(name); (err == nil) != want {
+		if err := pgplumbing.CheckIdent(name); (err == nil) != want {
 			t.Errorf("CheckIdent(%q) = %v, want valid %v", name, err, want)
 		}
 	}
@@ -32,15 +32,15 @@ func FuzzCheckIdent(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		err := pgstore.CheckIdent(name)
-		valid := name != "" && len(name) <= pgstore.MaxIdentLen && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
+		err := pgplumbing.CheckIdent(name)
+		valid := name != "" && len(name) <= pgplumbing.MaxIdentLen && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
 		if (err == nil) != valid {
 			t.Fatalf("CheckIdent(%q) = %v, want valid %v", name, err, valid)
 		}
 		if err != nil {
 			return
 		}
-		q := pgstore.Quote(name)
+		q := pgplumbing.Quote(name)
 		inner, ok := strings.CutPrefix(q, `"`)
 		inner, ok2 := strings.CutSuffix(inner, `"`)
 		if !ok || !ok2 || strings.ReplaceAll(inner, `""`, `"`) != name || strings.Count(strings.ReplaceAll(inner, `""`, ""), `"`) != 0 {

@@ -1,4 +1,4 @@
-// Package valkeystore is the one home of what every package of this module
+// Package valkeyplumbing is the one home of what every package of this module
 // that talks to Valkey needs to agree on: whether a request was applied, not
 // applied, or has an unknown outcome ([Classify] and the reasons a server
 // refused it, [NoPermission] and [WrongType]), the shard-channel
@@ -10,4 +10,4 @@
 //
 // backends/valkey, fence, cache and leasequeue use it and keep no copy of
 // their own; they only choose the words of their errors.
-package valkeystore
+package valkeyplumbing

@@ -1,4 +1,4 @@
-package valkeystore_test
+package valkeyplumbing_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/internal/testkit/testserver"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // TestScanPrimaries walks the keys under a prefix on every primary of a
@@ -40,14 +40,14 @@ func TestScanPrimaries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	primaries, err := valkeystore.Primaries(ctx, c)
+	primaries, err := valkeyplumbing.Primaries(ctx, c)
 	if err != nil || len(primaries) < 2 {
 		t.Fatalf("Primaries = %v, %v; want the cluster's primaries", primaries, err)
 	}
 	var got []string
 	cursor := ""
 	for pages := 0; pages == 0 || cursor != ""; pages++ {
-		keys, next, err := valkeystore.ScanPrimaries(ctx, c, cursor, valkeystore.GlobEscape(prefix)+"{*}", "hash", 5)
+		keys, next, err := valkeyplumbing.ScanPrimaries(ctx, c, cursor, valkeyplumbing.GlobEscape(prefix)+"{*}", "hash", 5)
 		if err != nil || pages > 10000 {
 			t.Fatalf("ScanPrimaries(%q): %v (page %d)", cursor, err, pages)
 		}
@@ -64,7 +64,7 @@ func TestScanPrimaries(t *testing.T) {
 		t.Fatalf("the walk found %d keys %q; want %d", len(got), got, len(want))
 	}
 	for _, bad := range []string{"x", "1@nowhere:1", "-1@" + primaries[0]} {
-		if _, _, err := valkeystore.ScanPrimaries(ctx, c, bad, "*", "", 1); err == nil {
+		if _, _, err := valkeyplumbing.ScanPrimaries(ctx, c, bad, "*", "", 1); err == nil {
 			t.Errorf("cursor %q accepted", bad)
 		}
 	}

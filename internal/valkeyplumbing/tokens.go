@@ -1,4 +1,4 @@
-package valkeystore
+package valkeyplumbing
 
 import (
 	_ "embed"
@@ -39,7 +39,7 @@ func TokenScript(src string, leadMicros int64) string {
 func NoWrites(src string) string {
 	body, ok := strings.CutPrefix(src, "#!lua\n")
 	if !ok {
-		panic("valkeystore: a script to flag no-writes does not start with #!lua")
+		panic("valkeyplumbing: a script to flag no-writes does not start with #!lua")
 	}
 	return "#!lua flags=no-writes\n" + body
 }

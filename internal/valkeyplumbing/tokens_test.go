@@ -1,4 +1,4 @@
-package valkeystore_test
+package valkeyplumbing_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/golib/lease/internal/testkit/faults"
 	"github.com/golib/lease/internal/testkit/testserver"
-	"github.com/golib/lease/internal/valkeystore"
+	"github.com/golib/lease/internal/valkeyplumbing"
 )
 
 // probeLua applies every helper to pairs of tokens a, b (ARGV in pairs)
@@ -61,7 +61,7 @@ func TestTokenHelpersAreExact(t *testing.T) {
 	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	probe := valkeystore.TokenScript(probeLua, 3_600_000_000)
+	probe := valkeyplumbing.TokenScript(probeLua, 3_600_000_000)
 	rapid.Check(t, func(rt *rapid.T) {
 		pairs := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) [2]uint64 {
 			return [2]uint64{token().Draw(t, "a"), token().Draw(t, "b")}
@@ -102,7 +102,7 @@ func TestTokenValidity(t *testing.T) {
 	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	script := valkeystore.TokenScript(`return tokens.valid(ARGV[1]) and 1 or 0`, 3_600_000_000)
+	script := valkeyplumbing.TokenScript(`return tokens.valid(ARGV[1]) and 1 or 0`, 3_600_000_000)
 	for s, want := range map[string]bool{
 		"1": true, "18446744073709551615": true, "99999999999999999999": true,
 		"": false, "0": false, "01": false, "-1": false, "+1": false, "1.0": false, "1e3": false, " 1": false,
@@ -126,7 +126,7 @@ func TestTokenLargest(t *testing.T) {
 		sec := rapid.Uint64Range(1, 1<<44).Draw(rt, "seconds")
 		usec := rapid.Uint64Range(0, 999_999).Draw(rt, "microseconds")
 		lead := rapid.OneOf(rapid.Int64Range(0, math.MaxInt64), rapid.SampledFrom([]int64{0, 86_400_000_000, math.MaxInt64})).Draw(rt, "lead")
-		script := valkeystore.TokenScript(largestLua, lead)
+		script := valkeyplumbing.TokenScript(largestLua, lead)
 		got, err := c.Do(ctx, c.B().Eval().Script(script).Numkeys(0).
 			Arg(strconv.FormatUint(sec, 10), strconv.FormatUint(usec, 10)).Build()).AsStrSlice()
 		if err != nil || len(got) != 2 {
@@ -147,7 +147,7 @@ func TestTokenLargest(t *testing.T) {
 // script without one gets the helpers too.
 func TestTokenScriptKeepsTheShebang(t *testing.T) {
 	src := "#!lua flags=no-writes\nreturn tokens.LEAD\n"
-	got := valkeystore.TokenScript(src, 1_000_000)
+	got := valkeyplumbing.TokenScript(src, 1_000_000)
 	if !strings.HasPrefix(got, "#!lua flags=no-writes\nlocal tokens = {LEAD = '1000000'}\n") || !strings.HasSuffix(got, "\nreturn tokens.LEAD\n") {
 		t.Fatalf("TokenScript(%q) =\n%s", src, got)
 	}
@@ -157,7 +157,7 @@ func TestTokenScriptKeepsTheShebang(t *testing.T) {
 	if v, err := c.Do(ctx, c.B().EvalRo().Script(got).Numkeys(0).Build()).ToString(); err != nil || v != "1000000" {
 		t.Fatalf("EVAL_RO of the script = %q, %v; want the lead", v, err)
 	}
-	if v, err := c.Do(ctx, c.B().Eval().Script(valkeystore.TokenScript("return tokens.LEAD", 1_000_000)).Numkeys(0).Build()).ToString(); err != nil || v != "1000000" {
+	if v, err := c.Do(ctx, c.B().Eval().Script(valkeyplumbing.TokenScript("return tokens.LEAD", 1_000_000)).Numkeys(0).Build()).ToString(); err != nil || v != "1000000" {
 		t.Fatalf("EVAL of a script without a shebang = %q, %v; want the lead", v, err)
 	}
 }

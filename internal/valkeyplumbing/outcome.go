@@ -1,4 +1,4 @@
-package valkeystore
+package valkeyplumbing
 
 import (
 	"errors"
