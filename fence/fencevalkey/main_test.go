@@ -3,62 +3,28 @@ package fencevalkey_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencevalkey"
+	"github.com/golib/lease/internal/testkit/fenceenv"
 	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// newValkey returns a valkey-go client for the servers at addrs, closed
-// when t ends.
-func newValkey(t testing.TB, addrs ...string) valkey.Client {
-	t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
-		t.Fatalf("valkey.NewClient(%v): %v", addrs, err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-func standalone(t testing.TB) valkey.Client {
-	t.Helper()
-	return newValkey(t, testserver.Valkey(t).Addr())
-}
-
-func cluster(t testing.TB) valkey.Client {
-	t.Helper()
-	return newValkey(t, testserver.ValkeyCluster(t).Addrs()...)
-}
-
-var prefixes atomic.Int64
-
-// newFence returns a Valkey fence on c with a prefix of its own.
-func newFence(t testing.TB, c valkey.Client) *fencevalkey.Fence {
-	t.Helper()
-	v, err := fencevalkey.New(c, fencevalkey.Options{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1))})
-	if err != nil {
-		t.Fatalf("NewValkey: %v", err)
-	}
-	return v
-}
+// The environment the fence packages share (internal/testkit/fenceenv).
+var (
+	ctxT       = fenceenv.Ctx
+	newValkey  = fenceenv.Valkey
+	standalone = fenceenv.Standalone
+	cluster    = fenceenv.Cluster
+	newFence   = fenceenv.Fence
+	snap       = fenceenv.Snap
+)
 
 // dataKey returns a data key named name in the hash slot of resource,
 // under v's own prefix, so that a test run twice in one process (go test
@@ -66,11 +32,6 @@ func newFence(t testing.TB, c valkey.Client) *fencevalkey.Fence {
 func dataKey(v *fencevalkey.Fence, name, resource string) string {
 	tag := "{" + resource + "}"
 	return strings.TrimSuffix(v.FenceKey(resource), tag) + name + ":" + tag
-}
-
-// snap returns a snapshot of lease key with token.
-func snap(key string, token lease.Token) lease.Snapshot {
-	return lease.Snapshot{Key: key, Owner: "owner-of-" + token.String(), Token: token}
 }
 
 func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencevalkey"
+	"github.com/golib/lease/internal/testkit/fenceenv"
 	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
@@ -23,7 +24,7 @@ import (
 // and a retention of an hour.
 func newRetiringFence(t *testing.T, c valkey.Client, retention time.Duration) *fencevalkey.Fence {
 	t.Helper()
-	v, err := fencevalkey.New(c, fencevalkey.Options{Prefix: fmt.Sprintf("t%d-%d:", time.Now().UnixNano()%1e6, prefixes.Add(1)), Retention: retention})
+	v, err := fencevalkey.New(c, fencevalkey.Options{Prefix: fenceenv.Prefix(), Retention: retention})
 	if err != nil {
 		t.Fatalf("NewValkey: %v", err)
 	}
