@@ -59,12 +59,12 @@ func ExampleHandle_StartManaged() {
 	if err != nil {
 		panic(err)
 	}
+	defer h.Release(context.WithoutCancel(ctx)) // runs last: free the key
 	m, err := h.StartManaged(ctx)
 	if err != nil {
 		panic(err)
 	}
-	defer m.Stop(context.WithoutCancel(ctx))
-	defer h.Release(context.WithoutCancel(ctx))
+	defer m.Stop(context.WithoutCancel(ctx)) // runs first: stop renewing
 
 	// The protected work runs under m.Context(): it is cancelled the moment
 	// the lease is lost.

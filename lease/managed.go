@@ -159,8 +159,11 @@ func (m *Managed) Err() error {
 func (m *Managed) Handle() *Handle { return m.h }
 
 // Stop stops renewing and waits, bounded by ctx, for an in-flight renewal
-// to finish. It does not release the lease: call Handle.Release for that
-// (before or after Stop; both orders work). It returns ctx's error if the
+// to finish. It does not release the lease: call Handle.Release for that.
+// Both orders are safe; the documentation uses one, Stop then Release
+// (defer Release right after the acquisition, defer Stop after
+// StartManaged), because Stop's error says whether the lease held while
+// the work ran. It returns ctx's error if the
 // wait was cut short, the loss error if the lease was lost before Stop, and
 // nil otherwise. Stop may be called more than once.
 //

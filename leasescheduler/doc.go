@@ -6,16 +6,35 @@
 // # Locker
 //
 // A Locker is a gocron.Locker, built in one call from the application's
-// lease.Client; zero Options are valid. A job that uses its lease (a
-// context cancelled on loss, the fencing token) is built with Locker.Job,
-// which returns the job's task and a locker of the job's own, and names
-// the lease once:
+// lease.Client. What it promises depends on Options.Slots:
 //
-//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{})
-//	s, err := gocron.NewScheduler()
+//   - With Slots (Every builds one), each scheduled run runs on at most one
+//     replica, once (within the limits under "One run per slot"): the
+//     run's slot is leased and never released, so a replica whose timer
+//     fires a little later finds the slot taken.
+//   - Without Slots (Options{}), the only promise is that a job never runs
+//     on two replicas at the same time. A job that is faster than the
+//     spread of the replicas' timers runs once on each replica in turn:
+//     three replicas may run a one-second job three times per tick.
+//
+// Most scheduled jobs want the first, so set Slots to the job's schedule
+// grid. A job that uses its lease (a context cancelled on loss, the
+// fencing token) is built with Locker.Job, which returns the job's task
+// and a locker of the job's own, and names the lease once:
+//
+//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
+//		Slots: leasescheduler.Every(time.Minute), // one run per minute, on the minute
+//	})
+//	s, err := gocron.NewScheduler(gocron.WithLocation(time.UTC))
 //	task, jobLocker := locker.Job("report", report)
-//	_, err = s.NewJob(gocron.DurationJob(time.Minute), task,
+//	_, err = s.NewJob(gocron.CronJob("* * * * *", false), task,
 //		gocron.WithDistributedJobLocker(jobLocker))
+//
+// gocron reads cron expressions in the scheduler's location, which is the
+// process's local time zone unless gocron.WithLocation says otherwise;
+// replicas in different zones (or a zone's daylight-saving change) then
+// disagree about when "0 2 * * *" is. Give every replica the same
+// location, UTC for preference.
 //
 // Lock never blocks: it makes one attempt to acquire the job's lease
 // (bounded by the policy's OperationTimeout) and fails at once if another

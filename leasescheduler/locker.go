@@ -39,8 +39,9 @@ type Options struct {
 	Prefix string
 
 	// Slots, if set, runs each job at most once per scheduled slot (see the
-	// package documentation); Every builds one. Default nil: the only promise is
-	// that a job never runs on two replicas at once.
+	// package documentation); Every builds one. Default nil: the only promise
+	// is that a job never runs on two replicas at once, so a job faster than
+	// the spread of the replicas' timers runs once per replica per tick.
 	Slots SlotFunc
 
 	// Clock tells the time that Slots maps to a slot. Default the

@@ -127,7 +127,8 @@ func newScheduler(client *lease.Client, report leasescheduler.JobFunc) (gocron.S
 	if err != nil {
 		return nil, err
 	}
-	s, err := gocron.NewScheduler()
+	// Every replica reads the schedule in UTC, whatever its local zone.
+	s, err := gocron.NewScheduler(gocron.WithLocation(time.UTC))
 	if err != nil {
 		return nil, err
 	}

@@ -121,15 +121,16 @@ func writeReport(ctx context.Context, client valkey.Client, snap lease.Snapshot,
 	return err
 }
 
-// shutdown releases the lease, so that the next replica can start at
-// once, and stops renewing it.
+// shutdown stops renewing the lease, which says whether it held while the
+// work ran, then releases it, so that the next replica can start at once.
 func shutdown(ctx context.Context, h *lease.Handle, m *lease.Managed, out io.Writer) error {
+	if err := m.Stop(context.WithoutCancel(ctx)); err != nil {
+		// The deferred Release still frees the key if the backend holds it.
+		return fmt.Errorf("the lease was lost while writing: %w", err)
+	}
 	// Release now rather than in the deferred call, to see the outcome.
 	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("release: %w", err) // the lease ends by itself when its TTL passes
-	}
-	if err := m.Stop(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("the lease was lost while writing: %w", err)
 	}
 	fmt.Fprintln(out, "released; shutting down")
 	return nil

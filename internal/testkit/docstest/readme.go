@@ -35,12 +35,12 @@ func nightlyBilling(ctx context.Context, pool *pgxpool.Pool, hostname string) er
 	} else if err != nil {
 		return err
 	}
-	m, err := h.StartManaged(ctx) // renew in the background
+	defer h.Release(context.WithoutCancel(ctx)) // runs last: free the key at once
+	m, err := h.StartManaged(ctx)               // renew in the background
 	if err != nil {
 		return err
 	}
-	defer m.Stop(context.WithoutCancel(ctx))    // runs second: stop renewing
-	defer h.Release(context.WithoutCancel(ctx)) // runs first: free the key at once
+	defer m.Stop(context.WithoutCancel(ctx)) // runs first: stop renewing
 
 	// Work under m.Context(): it is cancelled the moment the lease is lost.
 	// Every protected write goes through a fence: it commits only if no
