@@ -187,15 +187,19 @@ func TestSweepReleasedRow(t *testing.T) {
 		if a.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		ended := time.Now() // before the release statement ran
+		// The server's release time lies between before and after: the
+		// record may not go before before+retention, and must be gone
+		// after after+retention, however slow the statement was.
+		before := time.Now()
 		if err := s.Release(ctx, a); err != nil {
 			t.Fatal(err)
 		}
+		after := time.Now()
 		removed, _ := sweepAll(t, s, 10, false)
-		if time.Since(ended) < retention && len(removed) != 0 {
+		if time.Since(before) < retention && len(removed) != 0 {
 			t.Fatalf("Sweep within the retention removed %q", removed)
 		}
-		time.Sleep(time.Until(ended.Add(retention + 10*time.Millisecond)))
+		time.Sleep(time.Until(after.Add(retention + 10*time.Millisecond)))
 		if removed, _ := sweepAll(t, s, 10, false); !slices.Equal(removed, []string{"k"}) {
 			t.Fatalf("Sweep after the retention removed %q, want [k]", removed)
 		}
@@ -273,20 +277,21 @@ func TestSweepForceReleasedRow(t *testing.T) {
 		}
 		// Held for longer than the retention before an operator ends it.
 		time.Sleep(2 * retention)
-		ended := time.Now()
+		before := time.Now() // the server's release time lies between before and after
 		if prev, err := s.ForceRelease(ctx, a.Key, 0); err != nil || !prev.Held || prev.Token != a.Token {
 			t.Fatalf("ForceRelease = %+v, %v", prev, err)
 		}
+		after := time.Now()
 		removed, _ := sweepAll(t, s, 10, false)
-		if time.Since(ended) < retention && len(removed) != 0 {
+		if time.Since(before) < retention && len(removed) != 0 {
 			t.Fatalf("Sweep within the retention of the forced release removed %q", removed)
 		}
-		if time.Since(ended) < retention {
+		if time.Since(before) < retention {
 			if err := s.Renew(ctx, a, time.Minute); !isLost(err, lease.ForceReleased) {
 				t.Fatalf("the holder's Renew within the retention = %v, want force released", err)
 			}
 		}
-		time.Sleep(time.Until(ended.Add(retention + 10*time.Millisecond)))
+		time.Sleep(time.Until(after.Add(retention + 10*time.Millisecond)))
 		if removed, _ := sweepAll(t, s, 10, false); !slices.Equal(removed, []string{a.Key}) {
 			t.Fatalf("Sweep after the retention removed %q, want [%s]", removed, a.Key)
 		}
