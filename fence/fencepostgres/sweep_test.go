@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,6 +281,9 @@ func TestTableSweepLockTimeout(t *testing.T) {
 // lock.
 func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
+	// Not a timing assertion: a minute is far beyond any wait seen, and
+	// only turns a hang into a failure that shows the sessions.
+	deadline := time.Now().Add(time.Minute)
 	for {
 		var waiting int
 		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
@@ -289,6 +293,19 @@ func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 		}
 		if waiting >= n {
 			return
+		}
+		if time.Now().After(deadline) {
+			rows, _ := pool.Query(t.Context(), `SELECT pid, state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), query
+				FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			var sessions []string
+			for rows.Next() {
+				var pid int
+				var state, wt, w, q string
+				_ = rows.Scan(&pid, &state, &wt, &w, &q)
+				sessions = append(sessions, fmt.Sprintf("%d %s %s/%s: %s", pid, state, wt, w, q))
+			}
+			rows.Close()
+			t.Fatalf("%d sessions waiting for a lock after a minute, want %d; sessions:\n%s", waiting, n, strings.Join(sessions, "\n"))
 		}
 		time.Sleep(time.Millisecond) // poll gently; no timing is asserted
 	}
