@@ -191,7 +191,7 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
 	}
 	if err != nil {
-		return nil, "", classify(op, err)
+		return nil, "", walkError(op, err)
 	}
 	for _, name := range names {
 		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, keyPrefix) && !slices.Contains(keys, k) {
@@ -200,6 +200,25 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 	}
 	return keys, next, nil
 }
+
+// walkError is classify for the errors of the walk of scanRecords: a
+// refused ROLE or SCAN names the command and the grant it needs, which the
+// lease scripts' rule does not give.
+func walkError(op string, err error) error {
+	var ce *valkeyplumbing.CommandError
+	if !valkeyplumbing.NoPermission(err) || !errors.As(err, &ce) {
+		return classify(op, err)
+	}
+	grant := "+scan +role"
+	if op == "sweep" {
+		grant += " +del"
+	}
+	return fmt.Errorf("leasevalkey: %s: the Valkey user may not run %s, which %s needs besides the commands of the lease scripts: "+
+		"add %q to its ACL rule (SECURITY.md, \"Valkey ACL rules\"): %w", op, ce.Command, opName[op], grant, err)
+}
+
+// opName names the Store method of an operation of scanRecords in errors.
+var opName = map[string]string{"list": "Store.List", "sweep": "Store.Sweep"}
 
 // inspectReply reads the reply of inspect.lua for key.
 func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {

@@ -20,15 +20,20 @@ func TestListACL(t *testing.T) {
 	ctx := ctxT(t)
 	s, _, _ := aclStore(t, "leases", aclRule)
 	a := acquire(t, s, "acl/listed", "o", time.Minute)
-	if _, _, err := s.List(ctx, "", "", 10); err == nil || !strings.Contains(err.Error(), "ROLE") {
-		t.Fatalf("List with the documented rule = %v, want a ROLE permission error", err)
+	_, _, err := s.List(ctx, "", "", 10)
+	if err == nil || !strings.Contains(err.Error(), "may not run ROLE") || !strings.Contains(err.Error(), `add "+scan +role" to its ACL rule`) ||
+		strings.Contains(err.Error(), "lease scripts need") {
+		t.Fatalf("List with the documented rule = %v, want a ROLE permission error that names the grant", err)
+	}
+	if _, err := s.Sweep(ctx, lease.SweepOptions{Limit: 10}); err == nil || !strings.Contains(err.Error(), `add "+scan +role +del"`) {
+		t.Fatalf("Sweep with the documented rule = %v, want a ROLE permission error that names the grant", err)
 	}
 	if prev, err := s.ForceRelease(ctx, a.Key, a.Token); err != nil || !prev.Held {
 		t.Fatalf("ForceRelease with the documented rule = %+v, %v", prev, err)
 	}
 	noScan, _, _ := aclStore(t, "leases", aclRule+" +role")
 	acquire(t, noScan, "acl/listed", "o", time.Minute)
-	if _, _, err := noScan.List(ctx, "", "", 10); err == nil || !strings.Contains(err.Error(), "SCAN") {
+	if _, _, err := noScan.List(ctx, "", "", 10); err == nil || !strings.Contains(err.Error(), "may not run SCAN") {
 		t.Fatalf("List without +scan = %v, want a SCAN permission error", err)
 	}
 	op, _, _ := aclStore(t, "leases", aclRule+" +scan +role")
