@@ -402,3 +402,34 @@ func TestValkeyConnectTimeout(t *testing.T) {
 		t.Fatalf("error object %+v", e)
 	}
 }
+
+// TestDocsListEveryCommand checks that the runbook's table and the package
+// documentation name every command that leasectl --help lists.
+func TestDocsListEveryCommand(t *testing.T) {
+	t.Parallel()
+	help := run(t, nil, "--help")
+	_, list, _ := strings.Cut(help.stdout, "commands:\n")
+	list, _, _ = strings.Cut(list, "\n\n")
+	runbook, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgdoc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(list) {
+		verb := strings.Fields(line)[0]
+		n++
+		if !strings.Contains(string(runbook), "| `leasectl "+verb) {
+			t.Errorf("docs/operations.md has no row for leasectl %s", verb)
+		}
+		if !strings.Contains(string(pkgdoc), "//\t"+verb) {
+			t.Errorf("doc.go does not list %s", verb)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("leasectl --help lists no command:\n%s", help.stdout)
+	}
+}
