@@ -14,11 +14,15 @@ type Lister interface {
 	// otherwise refused with an error.
 	//
 	// Records are those Inspect would return, free keys included (Held
-	// false, Token the last token issued). limit (at least 1) is a hint,
-	// as the COUNT of Valkey's SCAN: a page may hold more or fewer records,
-	// even none while the cursor is not "". A key that exists during the
-	// whole listing is returned at least once, and may be returned more
-	// than once; keys created or changed meanwhile may or may not appear.
+	// false, Token the last token issued). limit (at least 1) bounds the
+	// page: it holds at most limit records, and may hold fewer, even none
+	// while the cursor is not "", so a caller that wants n records asks
+	// for n minus what it has until it has them or the cursor is "". A
+	// backend whose own walk returns more at once (Valkey's SCAN treats
+	// COUNT as a hint) keeps the rest for the next page, in the cursor.
+	// A key that exists during the whole listing is returned at least
+	// once, and may be returned more than once; keys created or changed
+	// meanwhile may or may not appear.
 	// The order is unspecified. Every record is as the backend saw it when
 	// it read that key: a page is not a snapshot taken at one instant.
 	//

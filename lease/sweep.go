@@ -45,8 +45,9 @@ type Sweeper interface {
 	// Sweep visits one page of the store's records, from o.Cursor ("" to
 	// begin), removes those past their retention (unless o.DryRun), and
 	// returns their keys and the cursor of the next page, "" once the walk
-	// is complete. Like Lister.List, o.Limit (at least 1) is a hint for the
-	// page's size, and a page may remove nothing while Next is not "".
+	// is complete. o.Limit (at least 1) is a hint for the page's size, as
+	// the COUNT of Valkey's SCAN (unlike Lister.List's limit, which is a
+	// bound), and a page may remove nothing while Next is not "".
 	// ctx bounds one page.
 	Sweep(ctx context.Context, o SweepOptions) (SweepPage, error)
 }

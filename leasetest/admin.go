@@ -44,6 +44,40 @@ func adminCases() []testCase {
 				e.t.Fatalf("List record of released %q = %+v, want free with token %d", freed.Key, r, freed.Token)
 			}
 		}},
+		{"Lister/LimitBoundsThePage", func(e *env) {
+			l := e.lister()
+			prefix := e.key("")
+			const n = 7
+			for i := range n {
+				e.acquire(fmt.Sprintf("%s%d", prefix, i), "owner")
+			}
+			for _, limit := range []int{1, 2, 5} {
+				seen := map[string]bool{}
+				cursor := ""
+				for pages := 0; ; pages++ {
+					if pages > 10000 {
+						e.t.Fatalf("List(%q, limit %d) did not end after %d pages", prefix, limit, pages)
+					}
+					recs, next, err := l.List(e.ctx(), prefix, cursor, limit)
+					if err != nil {
+						e.t.Fatalf("List(%q, cursor %q, limit %d): %v", prefix, cursor, limit, err)
+					}
+					if len(recs) > limit {
+						e.t.Fatalf("List(%q, cursor %q, limit %d) returned a page of %d records; limit bounds the page", prefix, cursor, limit, len(recs))
+					}
+					for _, r := range recs {
+						seen[r.Key] = true
+					}
+					if next == "" {
+						break
+					}
+					cursor = next
+				}
+				if len(seen) != n {
+					e.t.Fatalf("List(%q) in pages of at most %d returned %d distinct keys, want %d", prefix, limit, len(seen), n)
+				}
+			}
+		}},
 		{"Lister/PrefixIsLiteral", func(e *env) {
 			l := e.lister()
 			base := e.key("")

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/golib/lease/lease"
@@ -16,7 +17,8 @@ var (
 // List implements lease.Lister with one statement per page
 // (queries/list.sql): the table's rows whose key starts with prefix, in
 // the order of the key column's collation, at most limit per page. The
-// cursor is the last key of the page.
+// cursor is the last key of the page, "" when no row follows it (the
+// statement reads one row more than it returns to know).
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]lease.Record, string, error) {
 	if limit < 1 {
 		return nil, "", fmt.Errorf("leasepostgres: list: limit %d is not positive", limit)
@@ -33,7 +35,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 		defer c.Release()
 		db = c
 	}
-	rows, err := db.Query(ctx, loadQuery("list", s.names.qualified), prefix, cursor, int64(limit))
+	rows, err := db.Query(ctx, loadQuery("list", s.names.qualified), prefix, cursor, min(int64(limit), math.MaxInt64-1)+1)
 	if err != nil {
 		return nil, "", classify(err, s.names.qualified)
 	}
@@ -60,8 +62,9 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 		return nil, "", classify(err, s.names.qualified)
 	}
 	next := ""
-	if len(recs) == limit {
-		next = recs[len(recs)-1].Key
+	if len(recs) > limit {
+		recs = recs[:limit]
+		next = recs[limit-1].Key
 	}
 	return recs, next, nil
 }

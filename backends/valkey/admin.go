@@ -3,6 +3,7 @@ package valkey
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -88,7 +89,10 @@ func parseRecordKey(prefix, name string) (string, bool) {
 // primary the client knows; standalone or with a sentinel, the one
 // primary. A page is one SCAN call, with COUNT limit and MATCH on the
 // records' names, on one primary, followed by one Inspect of each record
-// found, pipelined. Pages may be empty.
+// found, pipelined. Pages may be empty. SCAN may find more records than
+// limit: List inspects and returns limit of them, and the cursor carries
+// the keys of the others, which the next page inspects and returns before
+// it scans on, so no page holds more than limit records.
 //
 // The cursor names the primary and its SCAN cursor. If that primary is no
 // longer one when the next page is asked for (a failover, a resharding),
@@ -98,9 +102,24 @@ func parseRecordKey(prefix, name string) (string, bool) {
 // besides those the package documentation lists.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]lease.Record, string, error) {
 	const op = "list"
-	keys, next, err := s.scanRecords(ctx, op, prefix, cursor, limit)
-	if err != nil || len(keys) == 0 {
-		return nil, next, err
+	if limit < 1 {
+		return nil, "", fmt.Errorf("leasevalkey: %s: limit %d is not positive", op, limit)
+	}
+	scan, keys, err := splitListCursor(cursor, prefix)
+	if err != nil {
+		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
+	}
+	next := scan
+	if len(keys) == 0 {
+		if keys, next, err = s.scanRecords(ctx, op, prefix, scan, limit); err != nil {
+			return nil, "", err
+		}
+	}
+	if len(keys) > limit {
+		keys, next = keys[:limit], joinListCursor(next, keys[limit:])
+	}
+	if len(keys) == 0 {
+		return nil, next, nil
 	}
 	execs := make([]valkey.LuaExec, len(keys))
 	for i, k := range keys {
@@ -117,6 +136,40 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 		}
 	}
 	return recs, next, nil
+}
+
+// listPending separates, in a cursor of List, the walk's own cursor from
+// the keys that SCAN found and the previous page left for the next. The
+// walk's cursor ("cursor@address") never holds it.
+const listPending = "+"
+
+// joinListCursor returns the cursor of List that continues the walk at
+// scan after returning the records of keys, encoded so that the cursor is
+// one shell word: base64url of the keys, one a line (a key holds no
+// control character).
+func joinListCursor(scan string, keys []string) string {
+	return scan + listPending + base64.RawURLEncoding.EncodeToString([]byte(strings.Join(keys, "\n")))
+}
+
+// splitListCursor is the inverse of joinListCursor. A cursor without
+// pending keys is the walk's own; every pending key must start with
+// prefix, as those of a listing of prefix do.
+func splitListCursor(cursor, prefix string) (scan string, keys []string, err error) {
+	scan, enc, ok := strings.Cut(cursor, listPending)
+	if !ok {
+		return cursor, nil, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(raw) == 0 {
+		return "", nil, fmt.Errorf("cursor %q is not one List returned", cursor)
+	}
+	keys = strings.Split(string(raw), "\n")
+	for _, k := range keys {
+		if lease.ValidateKey(k) != nil || !strings.HasPrefix(k, prefix) {
+			return "", nil, fmt.Errorf("cursor %q does not belong to a listing of prefix %q", cursor, prefix)
+		}
+	}
+	return scan, keys, nil
 }
 
 // scanRecords is one page of a walk over the records of the lease keys
@@ -138,7 +191,7 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
 	}
 	if err != nil {
-		return nil, "", classify(op, err)
+		return nil, "", walkError(op, err)
 	}
 	for _, name := range names {
 		if k, ok := parseRecordKey(s.prefix, name); ok && strings.HasPrefix(k, keyPrefix) && !slices.Contains(keys, k) {
@@ -147,6 +200,25 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 	}
 	return keys, next, nil
 }
+
+// walkError is classify for the errors of the walk of scanRecords: a
+// refused ROLE or SCAN names the command and the grant it needs, which the
+// lease scripts' rule does not give.
+func walkError(op string, err error) error {
+	var ce *valkeyplumbing.CommandError
+	if !valkeyplumbing.NoPermission(err) || !errors.As(err, &ce) {
+		return classify(op, err)
+	}
+	grant := "+scan +role"
+	if op == "sweep" {
+		grant += " +del"
+	}
+	return fmt.Errorf("leasevalkey: %s: the Valkey user may not run %s, which %s needs besides the commands of the lease scripts: "+
+		"add %q to its ACL rule (SECURITY.md, \"Valkey ACL rules\"): %w", op, ce.Command, opName[op], grant, err)
+}
+
+// opName names the Store method of an operation of scanRecords in errors.
+var opName = map[string]string{"list": "Store.List", "sweep": "Store.Sweep"}
 
 // inspectReply reads the reply of inspect.lua for key.
 func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/golib/lease/fence"
 	"github.com/golib/lease/lease"
 )
 
@@ -71,8 +72,14 @@ func (c *cli) list(ctx context.Context, t *target, prefix, cursor string, heldOn
 		seen = map[string]bool{}
 	)
 	for {
+		// Lister.List's limit bounds a page: asking for what is missing
+		// makes --limit a hard limit, and the cursor continues after it.
+		n := pageSize
+		if limit > 0 {
+			n = min(n, limit-len(recs))
+		}
 		octx, cancel := c.op(ctx)
-		page, next, err := t.lister.List(octx, prefix, cursor, pageSize)
+		page, next, err := t.lister.List(octx, prefix, cursor, n)
 		cancel()
 		if err != nil {
 			return err
@@ -143,11 +150,15 @@ func (c *cli) inspect(ctx context.Context, t *target, key string) error {
 
 // watchEvent is one line of watch's output.
 type watchEvent struct {
-	Time  time.Time `json:"time"`
-	Event string    `json:"event"` // held, free, acquired, released, expired, error
+	Time time.Time `json:"time"`
+	// Event is held, free, acquired, released, expired, lost, token_down
+	// or error.
+	Event string `json:"event"`
 	record
 	Previous *record `json:"previous,omitempty"`
-	Error    string  `json:"error,omitempty"`
+	// HighestToken is, for token_down, the highest token seen before.
+	HighestToken lease.Token `json:"highest_token,omitempty"`
+	Error        string      `json:"error,omitempty"`
 }
 
 func (c *cli) emit(e watchEvent) {
@@ -156,22 +167,42 @@ func (c *cli) emit(e watchEvent) {
 		return
 	}
 	ts := e.Time.UTC().Format("2006-01-02T15:04:05.000Z")
+	var line string
 	switch e.Event {
 	case "error":
-		fmt.Fprintf(c.out, "%s  error     %s\n", ts, e.Error)
+		line = fmt.Sprintf("%-10s  %s", e.Event, e.Error)
 	case "held", "acquired":
-		fmt.Fprintf(c.out, "%s  %-8s  owner=%q token=%d remaining=%v\n", ts, e.Event, e.Owner, e.Token, time.Duration(e.RemainingMS)*time.Millisecond)
+		line = fmt.Sprintf("%-10s  owner=%q token=%d remaining=%v", e.Event, e.Owner, e.Token, time.Duration(e.RemainingMS)*time.Millisecond)
+	case "lost":
+		line = fmt.Sprintf("%-10s  record lost (was", e.Event)
+		if e.Previous.State == "held" {
+			line += fmt.Sprintf(" owner=%q", e.Previous.Owner)
+		}
+		line += fmt.Sprintf(" token=%d): the backend has no record of the key", e.Previous.Token)
+		if e.Previous.State == "held" {
+			line += " while it was held: it lost data (a restart without persistence, a failover, an eviction); the holder learns it at its next renewal"
+		} else {
+			line += ": removed after its retention, or lost by the backend"
+		}
+	case "token_down":
+		line = fmt.Sprintf("%-10s  token went DOWN from %d to %d", "token-down", e.HighestToken, e.Token)
+		if e.State == "held" {
+			line += fmt.Sprintf(" (owner=%q)", e.Owner)
+		}
+		line += ": the backend lost data and issued a lower token (a restored backup, a clock that stepped back); fences refuse its holder's writes until a token of at least " + e.HighestToken.String()
 	default:
-		line := fmt.Sprintf("%s  %-8s  token=%d", ts, e.Event, e.Token)
+		line = fmt.Sprintf("%-10s  token=%d", e.Event, e.Token)
 		if e.Previous != nil && e.Previous.Owner != "" {
 			line += fmt.Sprintf(" (was owner=%q token=%d)", e.Previous.Owner, e.Previous.Token)
 		}
-		fmt.Fprintln(c.out, line)
 	}
+	fmt.Fprintf(c.out, "%s  %s\n", ts, line)
 }
 
 // watch reads key every interval and prints each change of holder until
-// ctx ends (Ctrl-C), which is a normal end.
+// ctx ends (Ctrl-C), which is a normal end. The first read must succeed:
+// its error is watch's (a bad start); later errors are printed once each,
+// and watching goes on.
 //
 // A key seen held and then free was "expired" if its remaining time had
 // run out by then, and "released" (by its holder or by force) otherwise.
@@ -182,6 +213,7 @@ func (c *cli) watch(ctx context.Context, t *target, key string, interval time.Du
 	var (
 		last   *lease.Record
 		seenAt time.Time
+		high   lease.Token // the highest token seen
 		failed bool
 	)
 	tick := time.NewTicker(interval)
@@ -192,6 +224,8 @@ func (c *cli) watch(ctx context.Context, t *target, key string, interval time.Du
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case err != nil && last == nil:
+			return fmt.Errorf("watch %q: %w", key, err)
 		case err != nil:
 			if !failed {
 				c.emit(watchEvent{Time: now, Event: "error", Error: err.Error()})
@@ -199,15 +233,18 @@ func (c *cli) watch(ctx context.Context, t *target, key string, interval time.Du
 			failed = true
 		default:
 			failed = false
-			if ev, changed := change(last, r, now.Sub(seenAt)); changed {
+			if ev, changed := change(last, r, now.Sub(seenAt), high); changed {
 				e := watchEvent{Time: now, Event: ev, record: toRecord(r)}
 				if last != nil {
 					p := toRecord(*last)
 					e.Previous = &p
 				}
+				if ev == "token_down" {
+					e.HighestToken = high
+				}
 				c.emit(e)
 			}
-			last, seenAt = &r, now
+			last, seenAt, high = &r, now, max(high, r.Token)
 		}
 		select {
 		case <-ctx.Done():
@@ -218,13 +255,19 @@ func (c *cli) watch(ctx context.Context, t *target, key string, interval time.Du
 }
 
 // change names the change from prev (nil at first) to r, seen elapsed
-// after prev.
-func change(prev *lease.Record, r lease.Record, elapsed time.Duration) (string, bool) {
+// after prev; high is the highest token seen before r.
+func change(prev *lease.Record, r lease.Record, elapsed time.Duration, high lease.Token) (string, bool) {
 	switch {
 	case prev == nil && r.Held:
 		return "held", true
 	case prev == nil:
 		return "free", true
+	case r.Token == 0 && prev.Token != 0:
+		// A key's record never loses its token while it exists: the
+		// record is gone.
+		return "lost", true
+	case r.Token != 0 && r.Token != prev.Token && r.Token < high:
+		return "token_down", true
 	case r.Held && (!prev.Held || prev.Token != r.Token || prev.Owner != r.Owner):
 		return "acquired", true
 	case !r.Held && prev.Held && elapsed >= prev.Remaining:
@@ -240,16 +283,7 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 		return err
 	}
 	if !yes {
-		r, err := c.inspectOnce(ctx, t, key)
-		if err != nil {
-			return err
-		}
-		if r.Held {
-			fmt.Fprintf(c.errOut, "would expire the lease on %q held by %q (token %d, %v left)\n", key, r.Owner, r.Token, remaining(r))
-		} else {
-			fmt.Fprintf(c.errOut, "%q is not held now (last token %d)\n", key, r.Token)
-		}
-		return usagef("release --force changes the lease for everyone: add --yes to confirm (and --token %d to release only this holder)", r.Token)
+		return c.releaseDryRun(ctx, t, key, token)
 	}
 	octx, cancel := c.op(ctx)
 	prev, err := t.forcer.ForceRelease(octx, key, token)
@@ -283,6 +317,47 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 	return nil
 }
 
+// releaseDryRun says what release --force would do, changing nothing: it
+// succeeds if release would release, and is negative otherwise, as
+// release would be.
+func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token lease.Token) error {
+	r, err := c.inspectOnce(ctx, t, key)
+	if err != nil {
+		return err
+	}
+	would := r.Held && (token == 0 || r.Token == token)
+	reason := ""
+	switch {
+	case would:
+	case r.Held:
+		reason = fmt.Sprintf("nothing would change: %q is held by %q with token %d, not %d", key, r.Owner, r.Token, token)
+	case token != 0 && r.Token == token:
+		reason = fmt.Sprintf("nothing would change: the acquisition with token %d of %q has already ended", token, key)
+	default:
+		reason = fmt.Sprintf("nothing would change: %q is not held (last token %d)", key, r.Token)
+	}
+	if c.cfg.json {
+		if err := c.printJSON(struct {
+			Key          string `json:"key"`
+			DryRun       bool   `json:"dry_run"`
+			WouldRelease bool   `json:"would_release"`
+			Current      record `json:"current"`
+			Reason       string `json:"reason,omitempty"`
+		}{key, true, would, toRecord(r), reason}); err != nil {
+			return err
+		}
+	} else if would {
+		fmt.Fprintf(c.out, "dry run: would expire the lease on %q held by %q (token %d, %v left); nothing changed.\n", key, r.Owner, r.Token, remaining(r))
+		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
+	} else {
+		fmt.Fprintf(c.out, "dry run: %s.\n", reason)
+	}
+	if !would {
+		return &negative{reason}
+	}
+	return nil
+}
+
 func notReleased(key string, token lease.Token, prev lease.Record, lost *lease.LostError) string {
 	switch {
 	case lost != nil && prev.Held:
@@ -293,29 +368,47 @@ func notReleased(key string, token lease.Token, prev lease.Record, lost *lease.L
 	return fmt.Sprintf("nothing changed: %q is not held (last token %d)", key, prev.Token)
 }
 
-func (c *cli) fenceShow(ctx context.Context, t *target, resource string) error {
+// fenceShow prints the fence of resource next to the record of the lease
+// it is fenced by; leaseKey, if not "", names that lease for when the
+// fence is missing.
+func (c *cli) fenceShow(ctx context.Context, t *target, resource, leaseKey string) error {
+	if leaseKey != "" {
+		if err := lease.ValidateKey(leaseKey); err != nil {
+			return err
+		}
+	}
 	octx, cancel := c.op(ctx)
 	m, err := t.mark(octx, resource)
 	cancel()
 	if err != nil {
 		return err
 	}
+	key := m.Key
+	if m.IsZero() {
+		key = leaseKey
+	}
 	var cur *lease.Record
-	if !m.IsZero() {
-		r, err := c.inspectOnce(ctx, t, m.Key)
+	if key != "" {
+		r, err := c.inspectOnce(ctx, t, key)
 		if err != nil {
 			return err
 		}
-		cur = &r
+		if r.Held || r.Token != 0 {
+			cur = &r
+		}
 	}
+	note := fenceNote(t, resource, key, m, cur)
 	if c.cfg.json {
 		out := struct {
-			Resource string      `json:"resource"`
-			Fenced   bool        `json:"fenced"`
-			LeaseKey string      `json:"lease_key,omitempty"`
-			Token    lease.Token `json:"token"`
-			Lease    *record     `json:"lease,omitempty"`
-		}{Resource: resource, Fenced: !m.IsZero(), LeaseKey: m.Key, Token: m.Token}
+			Resource   string      `json:"resource"`
+			Fenced     bool        `json:"fenced"`
+			LeaseKey   string      `json:"lease_key,omitempty"`
+			Token      lease.Token `json:"token"`
+			Lease      *record     `json:"lease,omitempty"`
+			Note       string      `json:"note"`
+			FenceStore string      `json:"fence_store"`
+			LeaseStore string      `json:"lease_store"`
+		}{Resource: resource, Fenced: !m.IsZero(), LeaseKey: key, Token: m.Token, Note: note, FenceStore: t.fenceWhere, LeaseStore: t.where}
 		if cur != nil {
 			r := toRecord(*cur)
 			out.Lease = &r
@@ -323,24 +416,48 @@ func (c *cli) fenceShow(ctx context.Context, t *target, resource string) error {
 		if err := c.printJSON(out); err != nil {
 			return err
 		}
-	} else if cur != nil {
+	} else if !m.IsZero() {
+		state, owner, token := "no record", "-", "-"
+		if cur != nil {
+			state, owner, token = toRecord(*cur).State, orDash(cur.Owner), cur.Token.String()
+		}
 		if err := c.table("RESOURCE\tFENCED BY\tTOKEN\tLEASE STATE\tLEASE OWNER\tLEASE TOKEN",
-			[][]string{{resource, m.Key, m.Token.String(), toRecord(*cur).State, orDash(cur.Owner), cur.Token.String()}}); err != nil {
+			[][]string{{resource, m.Key, m.Token.String(), state, owner, token}}); err != nil {
 			return err
 		}
-		switch {
-		case cur.Token > m.Token:
-			fmt.Fprintf(c.out, "the lease's token %d is above the fence's %d: its holder's next fenced write advances the fence, and writes with tokens below it are refused then\n", cur.Token, m.Token)
-		case cur.Token == m.Token:
-			fmt.Fprintf(c.out, "the fence holds the lease's current token: writes with any older token are refused\n")
-		default:
-			fmt.Fprintf(c.out, "the fence's token is above the lease's (the backend lost lease data?): writes under the lease are refused until a holder gets a token of at least %d\n", m.Token)
-		}
+		fmt.Fprintln(c.out, note)
 	}
 	if m.IsZero() {
-		return &negative{fmt.Sprintf("resource %q has no fence: no fenced write has touched it", resource)}
+		return &negative{note}
 	}
 	return nil
+}
+
+// fenceNote explains the fence m of resource next to the record cur (nil
+// if none) of the lease key: the fence's own, or the one --lease named.
+func fenceNote(t *target, resource, key string, m fence.Mark, cur *lease.Record) string {
+	switch {
+	case m.IsZero() && key == "":
+		return fmt.Sprintf("resource %q has no fence in %s: no fenced write has touched it, its fence retired after its retention, "+
+			"or the store lost it (an eviction, a restart without persistence); --lease KEY compares it with its lease", resource, t.fenceWhere)
+	case m.IsZero() && cur != nil:
+		return fmt.Sprintf("resource %q has no fence in %s, though lease %q has issued tokens (the last %d): if a fenced write under it "+
+			"touched the resource, its fence record is gone: retired after its retention (its lease key's floor still refuses older tokens), "+
+			"or lost by the store (evicted under an allkeys-* policy, a restart without persistence, a restore); leasectl check shows the store's risks",
+			resource, t.fenceWhere, key, cur.Token)
+	case m.IsZero():
+		return fmt.Sprintf("resource %q has no fence in %s, and lease %q has no record in %s either: no fenced write under it touched the resource, "+
+			"or both records are gone", resource, t.fenceWhere, key, t.where)
+	case cur == nil:
+		return fmt.Sprintf("the lease store (%s) has no record of %q: the lease lives in another store (point --valkey or --postgres at it, "+
+			"or --fence-valkey or --fence-postgres at the fences' store), or its record was removed after its retention or lost; "+
+			"the fence refuses writes with tokens below %d", t.where, key, m.Token)
+	case cur.Token > m.Token:
+		return fmt.Sprintf("the lease's token %d is above the fence's %d: its holder's next fenced write advances the fence, and writes with tokens below it are refused then", cur.Token, m.Token)
+	case cur.Token == m.Token:
+		return "the fence holds the lease's current token: writes with any older token are refused"
+	}
+	return fmt.Sprintf("the fence's token is above the lease's (the lease store lost data?): writes under the lease are refused until a holder gets a token of at least %d", m.Token)
 }
 
 func (c *cli) check(ctx context.Context, t *target) error {

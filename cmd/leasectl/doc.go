@@ -8,23 +8,36 @@
 // # Usage
 //
 //	leasectl [connection flags] command [flags] [arguments]
+//	leasectl COMMAND --help     (or leasectl help COMMAND)
+//	leasectl --version          the module version, "(devel)" when unknown
 //
 // Commands:
 //
-//	list [--prefix P] [--held] [--limit N] [--cursor C]
-//	                     keys with their holder, token, remaining time and state
+//	list [--prefix P] [--held] [--limit N [--cursor C]]
+//	                     keys with their holder, token, remaining time and
+//	                     state; --limit N prints at most N, and the cursor
+//	                     that continues the listing
 //	inspect KEY          one key
-//	watch KEY [--interval D]
-//	                     follow one key (acquisitions, releases, expiries)
-//	                     until interrupted (Ctrl-C ends it with status 0)
-//	release --force --yes [--token T] KEY
-//	                     expire the lease on KEY now, keeping its token
-//	fence show RESOURCE  a resource's fence, and the lease it is fenced by
+//	watch [--interval D] KEY
+//	                     follow one key until interrupted: held or free,
+//	                     then acquired, released, expired; lost when the
+//	                     record is gone (lost data, or removed after its
+//	                     retention); token-down when a token lower than
+//	                     one seen before appears
+//	release --force [--yes] [--token T] KEY
+//	                     expire the lease on KEY now, keeping its token;
+//	                     without --yes a dry run that changes nothing
+//	fence show [--lease KEY] RESOURCE
+//	                     a resource's fence, and the lease it is fenced by;
+//	                     --lease names that lease for a missing fence
 //	gc [--dry-run]       remove the records past their retention (lease
 //	                     records, and the fences of the fence flags), as
 //	                     the services' clients do every hour; --dry-run
 //	                     lists them and removes nothing
 //	check                the backend's Check: problems and advice
+//
+// Each command's help gives its flags with their defaults and its exit
+// statuses.
 //
 // Connection flags may come before the command or among its flags:
 //
@@ -35,7 +48,7 @@
 //	                            password missing from the URL is taken from
 //	                            $VALKEYCLI_AUTH or $REDISCLI_AUTH.
 //	--valkey-prefix P           the Store's Options.Prefix (default "lease:")
-//	--fence-prefix P            the fence's ValkeyOptions.Prefix (default "fence:")
+//	--fence-prefix P            the fence's Options.Prefix (default "fence:")
 //	--postgres DSN              a PostgreSQL URL or keyword/value string.
 //	                            Default $DATABASE_URL; what it leaves out
 //	                            comes from the PG* variables (PGHOST,
@@ -44,31 +57,67 @@
 //	--schema S, --table T       the lease table (default public.leases)
 //	--fence-schema S, --fence-table T
 //	                            the fences table (default public.lease_fences)
+//	--fence-valkey URL|ADDR     read the fences (fence show, gc) from this
+//	--fence-postgres DSN        Valkey or PostgreSQL, not from the lease's
+//	                            store: a lease in Valkey may fence rows in
+//	                            PostgreSQL, and the other way round
 //	--disable-notify            the application sets Options.DisableNotify
 //	                            (check then judges a pooler accordingly)
 //	--backend valkey|postgres   which one, when both are configured
-//	--timeout D                 bound on each operation (default 10s)
+//	--timeout D                 bound on connecting (valkey-go's dial
+//	                            timeout, PostgreSQL's first ping) and on
+//	                            each operation (default 10s)
 //	--retention D               the stores' Options.Retention, which gc
 //	                            sweeps by: give the services' value (default
 //	                            24h, lease.DefaultRetention). A shorter one
 //	                            removes records sooner than the services
 //	                            would, which only shortens how far back the
 //	                            store's clock may step without harm
-//	--json                      JSON instead of tables (watch: one object a line)
+//	--json                      JSON instead of tables (watch: one object a
+//	                            line), errors included (below)
 //
 // leasectl never prints a connection string or a password: an error about
-// one says which setting failed to parse, not its value.
+// one says which setting failed to parse, not its value. The grants each
+// command needs (Valkey ACL rules, PostgreSQL privileges) are in the
+// runbook, docs/operations.md; a refused command points there.
 //
 // # Exit status
 //
 //	0  done
-//	1  an error: the backend could not be reached, refused, or failed
+//	1  an error: the backend could not be reached or did not answer
+//	   within --timeout, refused, or failed; watch whose first read
+//	   failed (a bad start)
 //	2  usage: an unknown command or flag, a missing argument, an invalid
-//	   key, or release without --force or --yes
+//	   key, release without --force
 //	3  the answer is "no": inspect of a key with no record, fence show of
-//	   a resource with no fence, release that found nothing to release
-//	   (or another holder than --token), check that found problems, gc
-//	   while another process sweeps
+//	   a resource with no fence, release (or its dry run) that found
+//	   nothing to release or another holder than --token, check that
+//	   found problems, gc while another process sweeps
+//
+// # JSON
+//
+// With --json, stdout holds one JSON document (watch: one object a line):
+// the command's answer, also for a "no" that has one (inspect of a key
+// without a record, check with problems, release that changed nothing).
+// When a command fails before it has an answer, stdout holds an error
+// object instead, and stderr the same message as text:
+//
+//	{"error": "…", "kind": "usage", "exit": 2}
+//
+// kind is "usage" (exit 2), "error" (exit 1), "indeterminate" (exit 1,
+// the outcome of a change is unknown, as after a timeout mid-release) or
+// "negative" (exit 3).
+//
+// # Data loss
+//
+// A record that disappears is not a release: watch prints "lost" (the
+// backend lost data: a Valkey restart without persistence, a failover, an
+// eviction; or the record was removed after its retention), and
+// "token-down" when a key's token is lower than one seen before (a
+// restored backup, a clock that stepped back), since fences refuse the
+// writes of that holder. fence show of a resource without a fence cannot
+// tell an untouched resource from an evicted fence key by itself: --lease
+// KEY compares it with the lease it is fenced by.
 //
 // # Forced release
 //
@@ -84,9 +133,10 @@
 // # Why the standard flag package
 //
 // leasectl parses its arguments with the standard library's flag package,
-// not cobra or kong: it has six commands and about twenty flags, which flag
-// handles with a FlagSet per command, and the lease module's dependency
-// set stays as it is (cobra and kong would enter every user's go.sum).
-// The price is small: leasectl lets flags follow arguments itself, and
-// writes its own usage text.
+// not cobra or kong: it has a few commands and about twenty flags, which
+// flag handles with a FlagSet per command, and the lease module's
+// dependency set stays as it is (cobra and kong would enter every user's
+// go.sum). The price is small: leasectl lets flags follow arguments
+// itself, and writes its help from one table of commands (verbs.go),
+// where adding a command is one entry.
 package main

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/golib/lease/lease"
 )
@@ -28,71 +31,123 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
-// usageError is an error in the command line.
-type usageError struct{ msg string }
+// usageError is an error in the command line. verb is the command whose
+// help explains it, "" for the global help.
+type usageError struct {
+	verb string
+	msg  string
+}
 
 func (e *usageError) Error() string { return e.msg }
 
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
 // negative is a "no" answer: exit status 3 with a message.
 type negative struct{ msg string }
 
 func (e *negative) Error() string { return e.msg }
 
+// helpRequest asks for the help of verb ("" for the global help).
+type helpRequest struct{ verb string }
+
+func (h *helpRequest) Error() string { return "help requested" }
+
+// countingWriter is an io.Writer that remembers whether anything was
+// written, so that run prints a JSON error object only on an empty stdout.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
+}
+
 // cli is one run of the command.
 type cli struct {
 	cfg    config
-	out    io.Writer
+	out    *countingWriter
 	errOut io.Writer
 	getenv func(string) string
 }
 
-const usage = `usage: leasectl [connection flags] command [flags] [arguments]
-
-commands:
-  list [--prefix P] [--held] [--limit N] [--cursor C]
-  inspect KEY
-  watch KEY [--interval D]
-  release --force --yes [--token T] KEY
-  fence show RESOURCE
-  gc [--dry-run]
-  check
-
-connection flags (before the command or among its flags):
-  --valkey URL|ADDR[,ADDR...]  (default $VALKEY_URL, $REDIS_URL)
-  --valkey-prefix P  --fence-prefix P
-  --postgres DSN               (default $DATABASE_URL, then the PG* variables)
-  --schema S  --table T  --fence-schema S  --fence-table T  --disable-notify
-  --backend valkey|postgres  --timeout D  --retention D  --json
-
-exit status: 0 done, 1 error, 2 usage, 3 not found / nothing done / check failed
-`
-
 // run runs leasectl with args and returns its exit status.
 func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) int {
-	c := &cli{out: out, errOut: errOut, getenv: getenv}
+	c := &cli{out: &countingWriter{w: out}, errOut: errOut, getenv: getenv}
 	err := c.dispatch(ctx, args)
-	var ue *usageError
-	var neg *negative
+	if err == nil {
+		return exitOK
+	}
+	var (
+		help *helpRequest
+		ue   *usageError
+		neg  *negative
+	)
+	if errors.As(err, &help) {
+		c.help(help.verb)
+		return exitOK
+	}
+	code, kind := exitError, "error"
 	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(out, usage)
-		return exitOK
 	case errors.As(err, &ue), errors.Is(err, lease.ErrInvalidKey):
-		fmt.Fprintf(errOut, "leasectl: %v\n", err)
-		if ue != nil {
-			fmt.Fprint(errOut, "run 'leasectl help' for usage\n")
-		}
-		return exitUsage
+		code, kind = exitUsage, "usage"
 	case errors.As(err, &neg):
-		fmt.Fprintf(errOut, "leasectl: %v\n", err)
-		return exitNegative
+		code, kind = exitNegative, "negative"
+	case errors.Is(err, lease.ErrIndeterminate):
+		kind = "indeterminate"
 	}
 	fmt.Fprintf(errOut, "leasectl: %v\n", err)
-	return exitError
+	if ue != nil {
+		if ue.verb != "" {
+			fmt.Fprintf(errOut, "run 'leasectl %s --help' for its usage\n", ue.verb)
+		} else {
+			fmt.Fprint(errOut, "run 'leasectl --help' for usage\n")
+		}
+	}
+	// With --json, stdout always holds a JSON document: the command's
+	// answer, or, when it has none, this error object.
+	if (c.cfg.json || jsonRequested(args)) && c.out.n == 0 {
+		enc := json.NewEncoder(c.out)
+		enc.SetEscapeHTML(false)
+		enc.Encode(struct {
+			Error string `json:"error"`
+			Kind  string `json:"kind"`
+			Exit  int    `json:"exit"`
+		}{err.Error(), kind, code})
+	}
+	return code
+}
+
+// jsonRequested reports whether args ask for --json, for the errors that
+// end the run before the flags are parsed (an unknown flag, say).
+func jsonRequested(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		on = true
+		if hasVal {
+			on, _ = strconv.ParseBool(val)
+		}
+	}
+	return on
+}
+
+// version returns the module version leasectl was built from, "(devel)"
+// when the build does not say (go build in a checkout, go run).
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok || info.Main.Version == "" {
+		return "(devel)"
+	}
+	return info.Main.Version
 }
 
 // newFlags returns a flag set for the command name with the connection
@@ -105,15 +160,16 @@ func (c *cli) newFlags(name string) *flag.FlagSet {
 }
 
 // parse parses args with fs, letting flags and arguments come in any order
-// ("--" ends the flags), and returns the arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// ("--" ends the flags), and returns the arguments. verb names the command
+// in errors.
+func parse(fs *flag.FlagSet, verb string, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, &helpRequest{verb: verb}
 			}
-			return nil, usagef("%s: %v", fs.Name(), err)
+			return nil, &usageError{verb: verb, msg: fmt.Sprintf("%s: %v", verb, err)}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -131,33 +187,23 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	// Every flag set is created before any is parsed: registering a flag
 	// resets its variable to the default.
 	global := c.newFlags("leasectl")
-	cmds := map[string]*flag.FlagSet{}
-	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check"} {
-		cmds[name] = c.newFlags(name)
+	showVersion := global.Bool("version", false, "print leasectl's version and exit")
+	runs := make(map[string]func(context.Context, *cli, []string) error, len(verbs))
+	sets := make(map[string]*flag.FlagSet, len(verbs))
+	for _, v := range verbs {
+		fs := c.newFlags(v.name)
+		runs[v.name], sets[v.name] = v.flags(fs), fs
 	}
-	var (
-		prefix, cursor string
-		held, force    bool
-		yes, dryRun    bool
-		limit          int
-		interval       time.Duration
-		token          uint64
-	)
-	cmds["list"].StringVar(&prefix, "prefix", "", "list only keys that start with `P`")
-	cmds["list"].BoolVar(&held, "held", false, "list only keys that are held now")
-	cmds["list"].IntVar(&limit, "limit", 0, "stop after the page that brings the count to `N` (0: list everything)")
-	cmds["list"].StringVar(&cursor, "cursor", "", "continue a listing from the cursor `C` an earlier --limit printed")
-	cmds["watch"].DurationVar(&interval, "interval", 250*time.Millisecond, "how often to read the key")
-	cmds["release"].BoolVar(&force, "force", false, "expire the lease now (required)")
-	cmds["release"].BoolVar(&yes, "yes", false, "confirm")
-	cmds["release"].Uint64Var(&token, "token", 0, "release only the acquisition with token `T`")
-	cmds["gc"].BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return &helpRequest{}
 		}
 		return usagef("%v", err)
+	}
+	if *showVersion {
+		fmt.Fprintf(c.out, "leasectl %s\n", version())
+		return nil
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
@@ -165,72 +211,54 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	}
 	name, rest := rest[0], rest[1:]
 	if name == "help" {
-		return flag.ErrHelp
+		if len(rest) > 0 {
+			if _, ok := sets[rest[0]]; !ok {
+				return usagef("help: unknown command %q", rest[0])
+			}
+			return &helpRequest{verb: rest[0]}
+		}
+		return &helpRequest{}
 	}
-	fs, ok := cmds[name]
+	fs, ok := sets[name]
 	if !ok {
 		return usagef("unknown command %q", name)
 	}
-	pos, err := parse(fs, rest)
+	pos, err := parse(fs, name, rest)
 	if err != nil {
 		return err
 	}
-	one := func(what string) (string, error) {
-		if len(pos) != 1 {
-			return "", usagef("%s takes one %s, got %d arguments", name, what, len(pos))
-		}
-		return pos[0], nil
+	err = runs[name](ctx, c, pos)
+	var ue *usageError
+	if errors.As(err, &ue) && ue.verb == "" {
+		ue.verb = name
 	}
-	switch name {
-	case "list":
-		if len(pos) != 0 {
-			return usagef("list takes no arguments (use --prefix)")
-		}
-		if limit < 0 {
-			return usagef("list: --limit %d is negative", limit)
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.list(ctx, t, prefix, cursor, held, limit) })
-	case "inspect":
-		key, err := one("key")
-		if err != nil {
-			return err
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.inspect(ctx, t, key) })
-	case "watch":
-		key, err := one("key")
-		if err != nil {
-			return err
-		}
-		if interval <= 0 {
-			return usagef("watch: --interval %v is not positive", interval)
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.watch(ctx, t, key, interval) })
-	case "release":
-		key, err := one("key")
-		if err != nil {
-			return err
-		}
-		if !force {
-			return usagef("release needs --force: a lease is released by its holder; --force expires it for whoever holds it")
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.release(ctx, t, key, lease.Token(token), yes) })
-	case "fence":
-		if len(pos) != 2 || pos[0] != "show" {
-			return usagef("usage: leasectl fence show RESOURCE")
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.fenceShow(ctx, t, pos[1]) })
-	case "gc":
-		if len(pos) != 0 {
-			return usagef("gc takes no arguments")
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.gc(ctx, t, dryRun) })
-	case "check":
-		if len(pos) != 0 {
-			return usagef("check takes no arguments")
-		}
-		return c.withTarget(ctx, func(t *target) error { return c.check(ctx, t) })
+	return err
+}
+
+// one returns the one positional argument of verb, what it is.
+func one(verb, what string, pos []string) (string, error) {
+	if len(pos) != 1 {
+		return "", usagef("%s takes one %s, got %d arguments", verb, what, len(pos))
 	}
-	return usagef("unknown command %q", name)
+	return pos[0], nil
+}
+
+// oneKey returns the one positional argument of verb, a lease key,
+// checked before any I/O.
+func oneKey(verb string, pos []string) (string, error) {
+	key, err := one(verb, "key", pos)
+	if err != nil {
+		return "", err
+	}
+	return key, lease.ValidateKey(key)
+}
+
+// none fails unless verb got no positional argument.
+func none(verb string, pos []string) error {
+	if len(pos) != 0 {
+		return usagef("%s takes no arguments, got %q", verb, pos)
+	}
+	return nil
 }
 
 // withTarget connects, runs f and disconnects.
@@ -240,7 +268,7 @@ func (c *cli) withTarget(ctx context.Context, f func(*target) error) error {
 		return err
 	}
 	defer t.close()
-	return f(t)
+	return grantHint(f(t))
 }
 
 // op returns a context bounding one operation by --timeout.

@@ -69,20 +69,34 @@ func TestPostgres(t *testing.T) {
 			}
 		}
 		ctl("list", "--prefix", "billing/1").want(t, 0, "billing/10", "billing/11", "billing-worker/1")
-		seen := 0
-		for cursor, pages := "", 0; ; pages++ {
-			args := []string{"list", "--json", "--limit", "1"}
-			if cursor != "" {
-				args = append(args, "--cursor", cursor)
+		// --limit is a hard limit with a cursor to continue.
+		for _, limit := range []int{1, 5} {
+			seen := 0
+			for cursor, pages := "", 0; ; pages++ {
+				args := []string{"list", "--json", "--limit", fmt.Sprint(limit)}
+				if cursor != "" {
+					args = append(args, "--cursor", cursor)
+				}
+				l := decode[listing](t, ctl(args...))
+				if len(l.Leases) > limit || len(l.Leases) < limit && l.NextCursor != "" {
+					t.Fatalf("list --limit %d printed %d keys and cursor %q", limit, len(l.Leases), l.NextCursor)
+				}
+				seen += len(l.Leases)
+				if cursor = l.NextCursor; cursor == "" || pages > n {
+					break
+				}
 			}
-			l := decode[listing](t, ctl(args...))
-			seen += len(l.Leases)
-			if cursor = l.NextCursor; cursor == "" || pages > n {
-				break
+			if seen != n {
+				t.Fatalf("pages of %d listed %d keys, want %d", limit, seen, n)
 			}
 		}
-		if seen != n {
-			t.Fatalf("pages listed %d keys, want %d", seen, n)
+		r := ctl("list", "--limit", "1")
+		r.want(t, 0, "billing/00", "more: continue with --cursor \"billing/00\"")
+		if strings.Contains(r.stdout, "billing/01") {
+			t.Fatalf("list --limit 1 printed more than one key:\n%s", r.stdout)
+		}
+		if l := decode[listing](t, ctl("list", "--json", "--limit", fmt.Sprint(n))); len(l.Leases) != n || l.NextCursor != "" {
+			t.Fatalf("list --limit %d of %d keys: %d keys, cursor %q; want all and no cursor", n, n, len(l.Leases), l.NextCursor)
 		}
 	})
 
@@ -195,4 +209,25 @@ func TestPostgres(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPostgresWatchBadStart watches a key in a database without the lease
+// table: watch exits 1 at once with the error (JSON too), instead of
+// printing it and waiting for Ctrl-C.
+func TestPostgresWatchBadStart(t *testing.T) {
+	t.Parallel()
+	url := testserver.Postgres(t).NewDatabase(t)
+	start := time.Now()
+	r := runFor(t, 20*time.Second, nil, "--postgres", url, "watch", "k")
+	r.want(t, 1, "watch \"k\"", "leases")
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("watch took %v to fail", took)
+	}
+	if r.stdout != "" {
+		t.Fatalf("watch printed on stdout: %s", r.stdout)
+	}
+	e := decode[jsonError](t, runFor(t, 20*time.Second, nil, "--postgres", url, "watch", "--json", "k"))
+	if e.Exit != 1 || e.Kind != "error" || !strings.Contains(e.Error, "watch") {
+		t.Fatalf("watch --json without the table: %+v", e)
+	}
 }

@@ -19,6 +19,23 @@ import (
 // during the walk. Nothing was sent for them.
 var ErrWalk = errors.New("SCAN walk")
 
+// CommandError is the error of ScanPrimaries when the server refused or
+// failed one of the walk's own commands, ROLE or SCAN: Command names it,
+// so that a caller can name the grant a refusal (NoPermission) asks for.
+type CommandError struct {
+	// Command is "ROLE" or "SCAN".
+	Command string
+	// Addr is the node's address.
+	Addr string
+	// Err is valkey-go's error.
+	Err error
+}
+
+func (e *CommandError) Error() string { return e.Command + " on " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *CommandError) Unwrap() error { return e.Err }
+
 // globEscaper quotes the bytes that are special in a SCAN MATCH pattern.
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
@@ -29,13 +46,13 @@ func GlobEscape(s string) string { return globEscaper.Replace(s) }
 // Primaries returns the addresses of the primaries behind client, sorted,
 // asking each node the client knows for its ROLE: on a cluster, every
 // primary the client knows; standalone or with a sentinel, the one
-// primary.
+// primary. The server's error to ROLE is a *CommandError.
 func Primaries(ctx context.Context, client valkey.Client) ([]string, error) {
 	var out []string
 	for addr, c := range client.Nodes() {
 		vals, err := c.Do(ctx, c.B().Role().Build()).ToArray()
 		if err != nil {
-			return nil, fmt.Errorf("ROLE on %s: %w", addr, err)
+			return nil, &CommandError{Command: "ROLE", Addr: addr, Err: err}
 		}
 		if len(vals) > 0 {
 			if role, _ := vals[0].ToString(); role == "master" {
@@ -59,7 +76,8 @@ func Primaries(ctx context.Context, client valkey.Client) ([]string, error) {
 // If the primary a cursor names is no longer one (a failover, a
 // resharding), ScanPrimaries fails and the walk must start again: SCAN's
 // own promise (every key present throughout the walk is returned) holds
-// only within one primary's slots. The user needs SCAN and ROLE.
+// only within one primary's slots. The user needs SCAN and ROLE; the
+// server's errors to them are *CommandError.
 func ScanPrimaries(ctx context.Context, client valkey.Client, cursor, match, typ string, count int) (keys []string, next string, err error) {
 	primaries, err := Primaries(ctx, client)
 	if err != nil {
@@ -93,7 +111,7 @@ func ScanPrimaries(ctx context.Context, client valkey.Client, cursor, match, typ
 	}
 	entry, err := node.Do(ctx, cmd).AsScanEntry()
 	if err != nil {
-		return nil, "", fmt.Errorf("SCAN on %s: %w", addr, err)
+		return nil, "", &CommandError{Command: "SCAN", Addr: addr, Err: err}
 	}
 	switch i := slices.Index(primaries, addr); {
 	case entry.Cursor != 0:

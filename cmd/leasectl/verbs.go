@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/golib/lease/lease"
+)
+
+// verb is one command of leasectl: its help and how it runs. Adding a
+// command is adding one entry to verbs; the help, the dispatch and the
+// exit statuses follow from it.
+type verb struct {
+	name string
+	// args is the usage line after the name, flags included.
+	args string
+	// summary is one line for the list of commands.
+	summary string
+	// about says what the command does, for its help.
+	about string
+	// exits are the exit statuses 0 and 3 of the command and what they
+	// mean; 1 (an error) and 2 (usage) are every command's.
+	exits []exitStatus
+	// flags registers the command's own flags on fs and returns the
+	// function that runs the command with its positional arguments.
+	flags func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
+}
+
+// exitStatus is an exit status of a command and what it means.
+type exitStatus struct {
+	code  int
+	means string
+}
+
+// commonExits are every command's exit statuses besides its own.
+var commonExits = []exitStatus{
+	{exitError, "an error: the backend could not be reached, refused, or failed"},
+	{exitUsage, "usage: an unknown command or flag, a missing argument, an invalid key"},
+}
+
+// verbs are leasectl's commands, in the order of the help.
+var verbs = []verb{
+	{
+		name:    "list",
+		args:    "[--prefix P] [--held] [--limit N [--cursor C]]",
+		summary: "keys with their holder, token, remaining time and state",
+		about: `Lists the keys the backend keeps a record of, sorted by key: free keys too,
+with their last token, unless --held. On a Valkey cluster it walks every
+primary with SCAN. With --limit N it prints at most N keys and, if the
+listing goes on, the cursor to pass as --cursor for the next N.`,
+		exits: []exitStatus{{exitOK, "listed (also when no key matched)"}},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			prefix := fs.String("prefix", "", "list only keys that start with `P`")
+			held := fs.Bool("held", false, "list only keys that are held now")
+			limit := fs.Int("limit", 0, "print at most `N` keys, and the cursor that continues the listing (0: every key)")
+			cursor := fs.String("cursor", "", "continue the listing from the cursor `C` that an earlier --limit printed")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if len(pos) != 0 {
+					return usagef("list takes no arguments (use --prefix)")
+				}
+				if *limit < 0 {
+					return usagef("list: --limit %d is negative", *limit)
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.list(ctx, t, *prefix, *cursor, *held, *limit) })
+			}
+		},
+	},
+	{
+		name:    "inspect",
+		args:    "KEY",
+		summary: "one key",
+		about:   `Prints the record of one key: its state, holder, token and remaining time.`,
+		exits: []exitStatus{
+			{exitOK, "the key has a record"},
+			{exitNegative, "the key has no record: never acquired, removed a retention after its last lease ended, or lost by the backend"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			return func(ctx context.Context, c *cli, pos []string) error {
+				key, err := oneKey("inspect", pos)
+				if err != nil {
+					return err
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.inspect(ctx, t, key) })
+			}
+		},
+	},
+	{
+		name:    "watch",
+		args:    "[--interval D] KEY",
+		summary: "follow one key until interrupted",
+		about: `Reads KEY every --interval and prints one line per change: held or free
+first, then acquired, released, expired; lost when the backend's record of
+the key is gone (lost data: a restart without persistence, a failover, an
+eviction; or removed after its retention), and token-down when a token
+lower than one seen before appears (lost data, a restored backup, a clock
+that stepped back: fences refuse that holder's writes). An error after the
+start is printed as a line, once, and watching goes on; the first read
+must succeed. Ctrl-C (SIGINT) or SIGTERM ends it.`,
+		exits: []exitStatus{
+			{exitOK, "ended by Ctrl-C or SIGTERM"},
+			{exitError, "a bad start: the first read failed (backend unreachable, the lease table missing, refused)"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			interval := fs.Duration("interval", 250*time.Millisecond, "how often to read the key")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				key, err := oneKey("watch", pos)
+				if err != nil {
+					return err
+				}
+				if *interval <= 0 {
+					return usagef("watch: --interval %v is not positive", *interval)
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.watch(ctx, t, key, *interval) })
+			}
+		},
+	},
+	{
+		name:    "release",
+		args:    "--force [--yes] [--token T] KEY",
+		summary: "expire the lease on KEY now, keeping its token (a dry run without --yes)",
+		about: `Ends the current acquisition of KEY as if its holder had released it: the
+key is free at once, waiters wake, and the key keeps its token, so the next
+holder's token is higher and fences refuse the old holder's writes once the
+new holder has written. The old holder is not stopped: it learns of the
+loss at its next renewal. Without --yes it is a dry run: it prints what it
+would do and changes nothing. --token T releases only the acquisition with
+token T, leaving alone a holder that changed since you looked.`,
+		exits: []exitStatus{
+			{exitOK, "released; or, in a dry run, would release"},
+			{exitNegative, "nothing to release, or another holder than --token (also in a dry run)"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			force := fs.Bool("force", false, "expire the lease for whoever holds it (required)")
+			yes := fs.Bool("yes", false, "do it; without --yes, a dry run")
+			token := fs.Uint64("token", 0, "release only the acquisition with token `T`")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				key, err := oneKey("release", pos)
+				if err != nil {
+					return err
+				}
+				if !*force {
+					return usagef("release needs --force: a lease is released by its holder; --force expires it for whoever holds it")
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.release(ctx, t, key, lease.Token(*token), *yes) })
+			}
+		},
+	},
+	{
+		name:    "fence",
+		args:    "show [--lease KEY] RESOURCE",
+		summary: "a resource's fence, and the lease it is fenced by",
+		about: `Prints the fence of RESOURCE (the lease key it is fenced by and the highest
+token it accepted) next to that lease's record. Fences are read from the
+lease's store, or from the one --fence-valkey or --fence-postgres names
+when they live apart. --lease KEY names the lease the resource is fenced
+by, so that a missing fence is compared with it: a lease that has issued
+tokens suggests a fence record that was retired or lost, not one that no
+write has touched.`,
+		exits: []exitStatus{
+			{exitOK, "the resource has a fence"},
+			{exitNegative, "the resource has no fence"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			leaseKey := fs.String("lease", "", "the lease `KEY` the resource is fenced by, to compare with when its fence is missing")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if len(pos) != 2 || pos[0] != "show" {
+					return usagef("usage: leasectl fence show RESOURCE")
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.fenceShow(ctx, t, pos[1], *leaseKey) })
+			}
+		},
+	},
+	{
+		name:    "gc",
+		args:    "[--dry-run] [--retention D]",
+		summary: "remove the records past their retention (lease records and fences)",
+		about: `Removes the lease records and fences past their retention, as the services'
+clients do about every hour, under the lease lease/sweep so that one
+process sweeps at a time. --retention must be the services' value. With
+--dry-run it lists them (lease or fence, then the name) and removes
+nothing.`,
+		exits: []exitStatus{
+			{exitOK, "swept, or listed with --dry-run"},
+			{exitNegative, "another process is sweeping"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			dryRun := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if err := none("gc", pos); err != nil {
+					return err
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.gc(ctx, t, *dryRun) })
+			}
+		},
+	},
+	{
+		name:    "check",
+		args:    "",
+		summary: "the backend's Check: problems and advice",
+		about: `Runs the backend's Diagnose and prints its problems and advice: a Valkey
+eviction policy that drops lease records, a missing or outdated lease
+table, missing privileges, a pooler that breaks release notifications.`,
+		exits: []exitStatus{
+			{exitOK, "no problem found"},
+			{exitNegative, "problems found"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if err := none("check", pos); err != nil {
+					return err
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.check(ctx, t) })
+			}
+		},
+	},
+}
+
+// help prints the help of the command name, or the global help.
+func (c *cli) help(name string) {
+	i := slices.IndexFunc(verbs, func(v verb) bool { return v.name == name })
+	if i < 0 {
+		c.globalHelp()
+		return
+	}
+	v := verbs[i]
+	fmt.Fprintf(c.out, "usage: leasectl [connection flags] %s %s\n\n%s\n", v.name, v.args, v.about)
+	own := flag.NewFlagSet(v.name, flag.ContinueOnError)
+	v.flags(own)
+	if hasFlags(own) {
+		fmt.Fprint(c.out, "\nflags:\n")
+		printFlags(c.out, own)
+	}
+	fmt.Fprint(c.out, "\nconnection flags (before the command or among its flags):\n")
+	printFlags(c.out, connectionFlags())
+	fmt.Fprint(c.out, "\nexit status:\n")
+	exits := append(slices.Clone(v.exits), commonExits...)
+	slices.SortStableFunc(exits, func(a, b exitStatus) int { return a.code - b.code })
+	for _, e := range exits {
+		fmt.Fprintf(c.out, "  %d  %s\n", e.code, e.means)
+	}
+}
+
+func (c *cli) globalHelp() {
+	fmt.Fprint(c.out, "usage: leasectl [connection flags] command [flags] [arguments]\n       leasectl --version\n\ncommands:\n")
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	for _, v := range verbs {
+		fmt.Fprintf(w, "  %s\t%s\n", v.name, v.summary)
+	}
+	w.Flush()
+	fmt.Fprint(c.out, "\n'leasectl COMMAND --help' (or 'leasectl help COMMAND') shows a command's flags and exit statuses.\n")
+	fmt.Fprint(c.out, "\nconnection flags (before the command or among its flags):\n")
+	printFlags(c.out, connectionFlags())
+	fmt.Fprint(c.out, `
+exit status:
+  0  done
+  1  an error: the backend could not be reached, refused, or failed
+  2  usage: an unknown command or flag, a missing argument, an invalid key
+  3  the answer is "no" (each command's help says when)
+
+With --json, stdout holds JSON (watch: one object a line); when a command
+fails before it has an answer, an error object {"error", "kind", "exit"}.
+`)
+}
+
+// connectionFlags returns a flag set with only the connection flags.
+func connectionFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("leasectl", flag.ContinueOnError)
+	new(config).register(fs)
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// printFlags prints the flags of fs, sorted, with their usage and their
+// default when it is not the zero value.
+func printFlags(out io.Writer, fs *flag.FlagSet) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if arg != "" {
+			name += " " + arg
+		}
+		switch f.DefValue {
+		case "", "0", "false", "0s":
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %s\t%s\n", name, usage)
+	})
+	w.Flush()
+}
