@@ -58,6 +58,7 @@ commands:
   fence show RESOURCE
   gc [--dry-run]
   check
+  run [--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]
 
 connection flags (before the command or among its flags):
   --valkey URL|ADDR[,ADDR...]  (default $VALKEY_URL, $REDIS_URL)
@@ -67,6 +68,8 @@ connection flags (before the command or among its flags):
   --backend valkey|postgres  --timeout D  --retention D  --json
 
 exit status: 0 done, 1 error, 2 usage, 3 not found / nothing done / check failed
+run: the command's status; 123 lease lost (command stopped), 124 lease held,
+     125 leasectl's own error, 126 cannot run, 127 not found
 `
 
 // run runs leasectl with args and returns its exit status.
@@ -75,9 +78,15 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(
 	err := c.dispatch(ctx, args)
 	var ue *usageError
 	var neg *negative
+	var st *exitStatus
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &st):
+		if st.msg != "" {
+			fmt.Fprintf(errOut, "leasectl: %s\n", st.msg)
+		}
+		return st.code
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(out, usage)
 		return exitOK
@@ -132,7 +141,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	// resets its variable to the default.
 	global := c.newFlags("leasectl")
 	cmds := map[string]*flag.FlagSet{}
-	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check"} {
+	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check", "run"} {
 		cmds[name] = c.newFlags(name)
 	}
 	var (
@@ -152,6 +161,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	cmds["release"].BoolVar(&yes, "yes", false, "confirm")
 	cmds["release"].Uint64Var(&token, "token", 0, "release only the acquisition with token `T`")
 	cmds["gc"].BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
+	runOpts := registerRun(cmds["run"])
 
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -170,6 +180,9 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	fs, ok := cmds[name]
 	if !ok {
 		return usagef("unknown command %q", name)
+	}
+	if name == "run" {
+		return c.runCommand(ctx, fs, runOpts, rest)
 	}
 	pos, err := parse(fs, rest)
 	if err != nil {
