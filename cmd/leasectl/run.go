@@ -193,7 +193,10 @@ func (r *runner) run(ctx context.Context, client *lease.Client, policy lease.Pol
 	}
 
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.cli.out, r.cli.errOut
+	// The command writes to leasectl's own standard output, not through
+	// it: given an *os.File, os/exec hands the file itself to the command,
+	// which so keeps it when leasectl dies.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.cli.out.w, r.cli.errOut
 	cmd.Env = append(os.Environ(), envKey+"="+h.Key(), envToken+"="+h.Token().String(), envOwner+"="+h.Owner())
 	setProcAttr(cmd)
 	if err := cmd.Start(); err != nil {

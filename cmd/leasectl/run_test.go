@@ -79,7 +79,8 @@ func (r *running) line(t *testing.T) string {
 	select {
 	case l, ok := <-r.lines:
 		if !ok {
-			t.Fatalf("leasectl run ended early\nstderr: %s", r.stderr.String())
+			<-r.exited // stderr is complete, and no longer written, once Wait returned
+			t.Fatalf("leasectl run ended early (status %d)\nstderr: %s", r.code, r.stderr.String())
 		}
 		t.Logf("run: %s", l)
 		return l
