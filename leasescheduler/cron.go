@@ -31,6 +31,7 @@ func (l *Locker) CronJob(job string, fn JobFunc, logger cron.Logger) cron.Job {
 			return
 		}
 		err = call(ctx, k.Context(), k.Run(), fn)
+		k.report(err, true)
 		if uerr := k.Unlock(ctx); uerr != nil {
 			logger.Error(uerr, "lease release failed", "job", job)
 		}

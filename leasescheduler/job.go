@@ -62,9 +62,12 @@ func (j *jobLocker) Lock(ctx context.Context, _ string) (gocron.Lock, error) {
 func (j *jobLocker) run(ctx context.Context) error {
 	k, err := j.claim()
 	if err != nil {
+		j.l.o.Observer.Observe(notRun(j.name, err, j.l.o.Clock.Now()))
 		return err
 	}
-	return call(ctx, k.Context(), k.Run(), j.fn)
+	err = call(ctx, k.Context(), k.Run(), j.fn)
+	k.report(err, true)
+	return err
 }
 
 // claim returns the Lock taken for the run that is starting: the one Lock
