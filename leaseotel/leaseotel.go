@@ -73,6 +73,7 @@ package leaseotel
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -84,6 +85,7 @@ import (
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/queueevent"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -111,7 +113,7 @@ type Telemetry struct {
 	t      *telemetry.Translator
 	tracer trace.Tracer
 	counts [len(telemetry.Specs)]metric.Int64Counter
-	gauges [len(telemetry.Specs)]metric.Int64UpDownCounter
+	gauges [len(telemetry.Specs)]metric.Float64Gauge
 	histos [len(telemetry.Specs)]metric.Float64Histogram
 }
 
@@ -135,8 +137,13 @@ func New(o Options) (*Telemetry, error) {
 		switch spec.Kind {
 		case telemetry.Counter:
 			t.counts[i], err = meter.Int64Counter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+		case telemetry.Current:
+			// lease.held is counted at each collection, so that a lease
+			// that ended by expiry, which no event reports, has left it.
+			_, err = meter.Int64ObservableUpDownCounter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit),
+				metric.WithInt64Callback(t.observeHeld))
 		case telemetry.Gauge:
-			t.gauges[i], err = meter.Int64UpDownCounter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+			t.gauges[i], err = meter.Float64Gauge(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
 		case telemetry.Histogram:
 			opts := []metric.Float64HistogramOption{metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit)}
 			if spec.Unit == "s" {
@@ -148,7 +155,20 @@ func New(o Options) (*Telemetry, error) {
 			return nil, err
 		}
 	}
+	t.t.Zeros(t.record)
 	return t, nil
+}
+
+// observeHeld reports lease.held.
+func (t *Telemetry) observeHeld(_ context.Context, o metric.Int64Observer) error {
+	t.t.Held(func(key string, n int) {
+		if t.t.Keyed() {
+			o.Observe(int64(n), metric.WithAttributes(attribute.String("lease.key", key)))
+		} else {
+			o.Observe(int64(n))
+		}
+	})
+	return nil
 }
 
 // Lease returns the observer for lease.ClientOptions.Observer.
@@ -168,6 +188,12 @@ func (t *Telemetry) Queue() queueevent.Observer {
 	return queueevent.ObserverFunc(func(e queueevent.Event) { t.t.Queue(e, t.record, t.span) })
 }
 
+// Jobs returns the observer for the Observer of leasescheduler.Options and
+// leasescheduler.ElectorOptions.
+func (t *Telemetry) Jobs() jobevent.Observer {
+	return jobevent.ObserverFunc(func(e jobevent.Event) { t.t.Job(e, t.record, t.span) })
+}
+
 func (t *Telemetry) record(p telemetry.Point) {
 	attrs := make([]attribute.KeyValue, 0, 3)
 	for _, l := range telemetry.Specs[p.Metric].Labels {
@@ -182,6 +208,10 @@ func (t *Telemetry) record(p telemetry.Point) {
 			attrs = append(attrs, attribute.String("lease.lost.reason", p.Reason))
 		case telemetry.OperationLabel:
 			attrs = append(attrs, attribute.String("lease.operation", p.Operation))
+		case telemetry.JobLabel:
+			attrs = append(attrs, attribute.String("lease.job.name", p.Job))
+		case telemetry.ResultLabel:
+			attrs = append(attrs, attribute.String("lease.job.result", p.Result))
 		}
 	}
 	ctx, set := context.Background(), metric.WithAttributes(attrs...)
@@ -189,7 +219,7 @@ func (t *Telemetry) record(p telemetry.Point) {
 	case telemetry.Counter:
 		t.counts[p.Metric].Add(ctx, int64(p.Value), set)
 	case telemetry.Gauge:
-		t.gauges[p.Metric].Add(ctx, int64(p.Value), set)
+		t.gauges[p.Metric].Record(ctx, p.Value, set)
 	case telemetry.Histogram:
 		t.histos[p.Metric].Record(ctx, p.Value, set)
 	}
@@ -197,8 +227,12 @@ func (t *Telemetry) record(p telemetry.Point) {
 
 func (t *Telemetry) span(s telemetry.Span) {
 	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints)+len(s.Floats))
+	if strings.HasPrefix(s.Name, "lease.job.") {
+		attrs = append(attrs, attribute.String("lease.job.name", s.Job))
+	} else {
+		attrs = append(attrs, attribute.String("lease.key", s.Key))
+	}
 	attrs = append(attrs,
-		attribute.String("lease.key", s.Key),
 		attribute.Int64("lease.token", int64(s.Token)),
 		attribute.String("lease.outcome", s.Outcome))
 	for k, v := range s.Ints {

@@ -72,6 +72,7 @@ import (
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/queueevent"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // Options configures Metrics. The zero value is ready to use.
@@ -101,12 +102,13 @@ var (
 
 // Metrics turns events into Prometheus metrics. It is a
 // prometheus.Collector: register it once, and hand [Metrics.Lease],
-// [Metrics.Cache] and [Metrics.Queue] to the packages whose events it
-// should count. Safe for concurrent use.
+// [Metrics.Cache], [Metrics.Queue] and [Metrics.Jobs] to the packages whose
+// events it should count. Safe for concurrent use.
 type Metrics struct {
 	t     *telemetry.Translator
 	keyed bool
 	vecs  [len(telemetry.Specs)]prometheus.Collector
+	held  *prometheus.Desc // lease_held, computed at each collection
 }
 
 // New returns Metrics configured by o.
@@ -126,6 +128,8 @@ func New(o Options) *Metrics {
 		switch spec.Kind {
 		case telemetry.Counter:
 			m.vecs[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
+		case telemetry.Current:
+			m.held = prometheus.NewDesc(prometheus.BuildFQName(ns, "", spec.Prom), spec.Help, labels, o.ConstLabels)
 		case telemetry.Gauge:
 			m.vecs[i] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
 		case telemetry.Histogram:
@@ -136,20 +140,35 @@ func New(o Options) *Metrics {
 			m.vecs[i] = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels, Buckets: b}, labels)
 		}
 	}
+	t.Zeros(m.record)
 	return m
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.held
 	for _, c := range m.vecs {
-		c.Describe(ch)
+		if c != nil {
+			c.Describe(ch)
+		}
 	}
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. lease_held is counted at each
+// collection, so that a lease that ended by expiry, which no event
+// reports, has left it.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.t.Held(func(key string, n int) {
+		var labels []string
+		if m.keyed {
+			labels = []string{key}
+		}
+		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(n), labels...)
+	})
 	for _, c := range m.vecs {
-		c.Collect(ch)
+		if c != nil {
+			c.Collect(ch)
+		}
 	}
 }
 
@@ -170,13 +189,19 @@ func (m *Metrics) Queue() queueevent.Observer {
 	return queueevent.ObserverFunc(func(e queueevent.Event) { m.t.Queue(e, m.record, nil) })
 }
 
+// Jobs returns the observer for the Observer of leasescheduler.Options and
+// leasescheduler.ElectorOptions.
+func (m *Metrics) Jobs() jobevent.Observer {
+	return jobevent.ObserverFunc(func(e jobevent.Event) { m.t.Job(e, m.record, nil) })
+}
+
 func (m *Metrics) record(p telemetry.Point) {
 	vs := p.Values(m.keyed)
 	switch v := m.vecs[p.Metric].(type) {
 	case *prometheus.CounterVec:
 		v.WithLabelValues(vs...).Add(p.Value)
 	case *prometheus.GaugeVec:
-		v.WithLabelValues(vs...).Add(p.Value)
+		v.WithLabelValues(vs...).Set(p.Value)
 	case *prometheus.HistogramVec:
 		v.WithLabelValues(vs...).Observe(p.Value)
 	}
