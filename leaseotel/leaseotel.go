@@ -195,6 +195,9 @@ func (t *Telemetry) Jobs() jobevent.Observer {
 }
 
 func (t *Telemetry) record(p telemetry.Point) {
+	if p.Zero && telemetry.Specs[p.Metric].Kind == telemetry.Histogram {
+		return // OpenTelemetry makes no histogram point without a measurement
+	}
 	attrs := make([]attribute.KeyValue, 0, 3)
 	for _, l := range telemetry.Specs[p.Metric].Labels {
 		switch l {

@@ -203,6 +203,9 @@ func (m *Metrics) record(p telemetry.Point) {
 	case *prometheus.GaugeVec:
 		v.WithLabelValues(vs...).Set(p.Value)
 	case *prometheus.HistogramVec:
-		v.WithLabelValues(vs...).Observe(p.Value)
+		h := v.WithLabelValues(vs...)
+		if !p.Zero {
+			h.Observe(p.Value)
+		}
 	}
 }

@@ -391,9 +391,10 @@ func TestSlotLeasesLeaveHeld(t *testing.T) {
 	}
 }
 
-// TestCountersStartAtZero: the counters whose label values are known in
-// advance exist at 0 before their first event, so that rate() and
-// increase() see that event; the keyed ones once their key label is seen.
+// TestCountersStartAtZero: the counters (and histograms) whose label
+// values are known in advance exist at 0 before their first event, so that
+// rate() and increase() see that event; the keyed ones once their key
+// label is seen.
 func TestCountersStartAtZero(t *testing.T) {
 	fams := gather(t, leaseprom.New(leaseprom.Options{}))
 	for _, s := range []struct {
@@ -411,6 +412,9 @@ func TestCountersStartAtZero(t *testing.T) {
 		{"lease_queue_retries_total", nil},
 		{"lease_queue_losses_total", []string{"reason=expired"}},
 		{"lease_queue_prunes_total", []string{"outcome=error"}},
+		// Histograms too, where a rate() of their buckets is alerted on.
+		{"lease_backend_request_duration_seconds", []string{"operation=renew", "outcome=ok"}},
+		{"lease_queue_claim_age_seconds", nil},
 	} {
 		if !present(fams, s.name, s.labels...) {
 			t.Errorf("%s%v: no series before any event", s.name, s.labels)

@@ -128,17 +128,19 @@ var Reasons = []string{"expired", "superseded", "deadline_passed", "force_releas
 // Operations are the values of the operation label.
 var Operations = []string{"acquire", "renew", "release"}
 
-// zeros lists the counters whose label values are known in advance, with
-// those values (of their one label other than the key or job label): the
-// adapters create these series at 0, so that rate() and increase() see
-// their first event. A counter without labels (other than the key or job
-// label) starts at 0 without an entry.
+// zeros lists the counters and histograms whose label values are known in
+// advance, with those values (of their one label other than the key or
+// job label): the adapters create these series at 0, so that rate() and
+// increase() see their first event. A counter or histogram without labels
+// (other than the key or job label) starts at 0 without an entry; one with
+// labels and no entry is created at its first event.
 var zeros = map[Metric][]string{
 	Acquisitions:      {OK, NotAcquired, Unknown, Canceled, Error},
 	Renewals:          {OK, Lost, Unknown, Canceled, Error},
 	Releases:          {OK, Lost, Unknown, Canceled, Error},
 	Losses:            Reasons,
 	UnknownOutcomes:   Operations,
+	BackendRequest:    Operations, // with outcome ok
 	CachePublications: {OK, NotCurrent, Invalidated, Unknown, Error},
 	QueueCompletions:  {OK, Stale, Lost, Unknown, Error},
 	QueueLosses:       Reasons,
@@ -164,16 +166,17 @@ func has(m Metric, l Label) bool {
 	return false
 }
 
-// zeroPoints reports, to point, the series created at 0: those of the
-// counters keyed by key label when key is not nil (for that label), those
-// of the job counters when job is not nil, and the rest otherwise.
+// zeroPoints reports, to point, the series created at 0 (Points with
+// Zero set): those of the metrics keyed by key label when key is not nil
+// (for that label), those of the job metrics when job is not nil, and the
+// rest otherwise.
 func zeroPoints(point func(Point), key, job *string) {
 	for m := range numMetrics {
 		spec := Specs[m]
-		if spec.Kind != Counter || has(m, KeyLabel) != (key != nil) || has(m, JobLabel) != (job != nil) {
+		if spec.Kind != Counter && spec.Kind != Histogram || has(m, KeyLabel) != (key != nil) || has(m, JobLabel) != (job != nil) {
 			continue
 		}
-		p := Point{Metric: m}
+		p := Point{Metric: m, Zero: true}
 		if key != nil {
 			p.Key = *key
 		}
@@ -194,15 +197,21 @@ func zeroPoints(point func(Point), key, job *string) {
 		}
 		for _, v := range values {
 			p.Outcome, p.Reason, p.Operation, p.Result = v, v, v, v
+			if m == BackendRequest {
+				p.Outcome = OK
+			}
 			point(p)
 		}
 	}
 }
 
-// Point is one measurement: add Value to a counter or gauge, or observe it
-// in a histogram. Labels the metric does not carry are empty.
+// Point is one measurement: add Value to a counter, set a gauge to it, or
+// observe it in a histogram. Labels the metric does not carry are empty.
 type Point struct {
-	Metric    Metric
+	Metric Metric
+	// Zero marks a series to create at 0, before its first event: an
+	// adapter creates it and counts or observes nothing.
+	Zero      bool
 	Value     float64
 	Key       string // the bounded key label; "" when key labels are off
 	Outcome   string
