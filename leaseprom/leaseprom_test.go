@@ -176,12 +176,12 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_queue_pruned_items_total", nil, 7},
 		}},
 		{name: "jobs", jobs: []jobevent.Event{
-			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.OK}, End: time.Unix(1_800_000_000, 0)},
-			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.Failed, Err: errors.New("disk full")}, End: time.Unix(1_800_000_100, 0)},
-			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.Lost, Err: errLost}},
-			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "cleanup", Result: jobevent.Unchecked}},
-			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.Skipped, Err: &lease.NotAcquiredError{Key: "k"}}},
-			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.Error, Err: errUnknown}},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly"}, Result: jobevent.OK, End: time.Unix(1_800_000_000, 0)},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errors.New("disk full")}, Result: jobevent.Failed, End: time.Unix(1_800_000_100, 0)},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errLost}, Result: jobevent.Lost},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "cleanup"}, Result: jobevent.Unchecked},
+			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Err: &lease.NotAcquiredError{Key: "k"}}, Result: jobevent.Skipped},
+			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errUnknown}, Result: jobevent.Error},
 		}, checks: []check{
 			{"lease_job_runs_total", []string{"job_name=nightly", "result=ok"}, 1},
 			{"lease_job_runs_total", []string{"job_name=nightly", "result=failed"}, 1},
@@ -437,8 +437,8 @@ func TestCountersStartAtZero(t *testing.T) {
 			t.Errorf("%s%v: no series after the key was seen", s[0], s[1:])
 		}
 	}
-	// Jobs: a job's runs by result, once it is seen.
-	m.Jobs().Observe(&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Result: jobevent.Skipped}})
+	// Jobs: a job's runs by result, once it is added.
+	m.Jobs().Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: "nightly"}})
 	fams = gather(t, m)
 	for _, r := range jobevent.Results {
 		if !present(fams, "lease_job_runs_total", "job_name=nightly", "result="+r.String()) {

@@ -116,6 +116,9 @@ func (e *Elector) Task(fn JobFunc) gocron.Task {
 // Run's Job and the job of the Observer's events (and so of the metrics
 // adapters' job_name label): give each job of the scheduler its own name.
 func (e *Elector) Job(name string, fn JobFunc) gocron.Task {
+	if name != "" {
+		e.obs.Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: name}})
+	}
 	return gocron.NewTask(electorTask{e, name, fn}.run)
 }
 

@@ -34,10 +34,16 @@ func (e *events) take() []jobevent.Event {
 	return es
 }
 
-// one returns the only event so far, failing unless there is exactly one.
+// one returns the only event so far other than Added, failing unless
+// there is exactly one.
 func (e *events) one(t *testing.T) jobevent.Event {
 	t.Helper()
-	es := e.take()
+	var es []jobevent.Event
+	for _, ev := range e.take() {
+		if _, ok := ev.(*jobevent.Added); !ok {
+			es = append(es, ev)
+		}
+	}
 	if len(es) != 1 {
 		t.Fatalf("%d events %v, want 1", len(es), es)
 	}
@@ -63,6 +69,15 @@ func TestJobEvents(t *testing.T) {
 	var obs events
 	l := newLocker(t, newClient(t, b, "a", nil), leasescheduler.Options{Policy: p, Observer: &obs})
 	other := newLocker(t, newClient(t, b, "b", nil), leasescheduler.Options{Policy: p})
+
+	// Building a job adds it, before any run.
+	l.CronJob("added", func(context.Context, leasescheduler.Run) error { return nil }, nil)
+	l.Job("added too", func(context.Context, leasescheduler.Run) error { return nil })
+	if es := obs.take(); len(es) != 2 || es[0].Info().Job != "added" || es[1].Info().Job != "added too" {
+		t.Fatalf("events of building two jobs: %v, want two Added", es)
+	} else if _, ok := es[0].(*jobevent.Added); !ok {
+		t.Fatalf("event of building a job: %T, want *jobevent.Added", es[0])
+	}
 
 	// robfig/cron: ok, failed.
 	l.CronJob("report", func(context.Context, leasescheduler.Run) error { return nil }, nil).Run()
@@ -164,6 +179,10 @@ func TestElectorJobEvents(t *testing.T) {
 			return errors.New("run without the job's name")
 		}
 		return nil
+	}
+	e.Job("nightly", job)
+	if ev, ok := obs.take()[0].(*jobevent.Added); !ok || ev.Job != "nightly" {
+		t.Fatalf("Elector.Job's event: %+v, want Added", ev)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := leasescheduler.RunElectorJob(ctx, e, "nightly", job); !errors.Is(err, leasescheduler.ErrNotLeader) {

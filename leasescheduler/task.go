@@ -44,16 +44,16 @@ type JobFunc func(ctx context.Context, run Run) error
 // at end: lost is the lease's loss during the run, if any, and err the
 // job's error, if checked (a plain gocron task's result is not seen).
 func ran(job string, token lease.Token, lost, err error, checked bool, start, end time.Time) *jobevent.Ran {
-	i := jobevent.EventInfo{Job: job, Token: token, Result: jobevent.OK}
+	e := &jobevent.Ran{EventInfo: jobevent.EventInfo{Job: job, Token: token}, Result: jobevent.OK, Start: start, End: end}
 	switch {
 	case lost != nil:
-		i.Result, i.Err = jobevent.Lost, lost
+		e.Result, e.Err = jobevent.Lost, lost
 	case !checked:
-		i.Result = jobevent.Unchecked
+		e.Result = jobevent.Unchecked
 	case err != nil:
-		i.Result, i.Err = jobevent.Failed, err
+		e.Result, e.Err = jobevent.Failed, err
 	}
-	return &jobevent.Ran{EventInfo: i, Start: start, End: end}
+	return e
 }
 
 // notRun is the event of a run of job that did not start at at because
@@ -63,7 +63,7 @@ func notRun(job string, err error, at time.Time) *jobevent.NotRun {
 	if errors.Is(err, lease.ErrNotAcquired) || errors.Is(err, ErrNotLeader) {
 		r = jobevent.Skipped
 	}
-	return &jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: job, Result: r, Err: err}, At: at}
+	return &jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: job, Err: err}, Result: r, At: at}
 }
 
 // call runs fn with a context that ends when ctx or leaseCtx does, with

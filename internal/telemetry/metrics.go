@@ -464,25 +464,26 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 }
 
 // Job reports e's measurements to point and, if span is not nil, its
-// span: one lease.job.run span per run that started.
+// span: one lease.job.run span per run that started. A job's runs are
+// reported at 0 the first time it is seen (Added, or its first run).
 func (t *Translator) Job(e jobevent.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	job, fresh := t.jobs.Fresh(i.Job)
 	if fresh {
 		zeroPoints(point, nil, &job)
 	}
-	result := i.Result.String()
 	switch e := e.(type) {
 	case *jobevent.Ran:
+		result := e.Result.String()
 		point(Point{Metric: JobRuns, Value: 1, Job: job, Result: result})
-		if i.Result == jobevent.OK {
+		if e.Result == jobevent.OK {
 			point(Point{Metric: JobLastSuccess, Value: float64(e.End.UnixNano()) / 1e9, Job: job})
 		}
 		if span != nil {
 			span(Span{Name: "lease.job.run", Start: e.Start, End: e.End, Job: i.Job, Token: i.Token, Err: i.Err, Outcome: result})
 		}
 	case *jobevent.NotRun:
-		point(Point{Metric: JobRuns, Value: 1, Job: job, Result: result})
+		point(Point{Metric: JobRuns, Value: 1, Job: job, Result: e.Result.String()})
 	}
 }
 

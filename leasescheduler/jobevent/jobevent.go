@@ -44,8 +44,9 @@ func MultiObserver(observers ...Observer) Observer {
 	return observe.NewMulti[Event](observers...)
 }
 
-// Event is one of *Ran and *NotRun. The set is closed to other packages so
-// that new kinds can be added; switch on the type and ignore the rest.
+// Event is one of *Added, *Ran and *NotRun. The set is closed to other
+// packages so that new kinds can be added; switch on the type and ignore
+// the rest.
 type Event interface {
 	// Info returns the fields every event has.
 	Info() EventInfo
@@ -61,14 +62,12 @@ type EventInfo struct {
 	// own jobs, a set it bounds, so the metrics adapters use Job as a
 	// label.
 	Job string
-	// Result says what the run came to.
-	Result Result
 	// Token is the fencing token of the run's lease (a Locker's) or of the
 	// leader's lease (an Elector's); 0 when the run took no lease.
 	Token lease.Token
 	// Err is the job's error (Failed), the loss (Lost, a *lease.LostError),
-	// or why the run did not start (Skipped, Error); nil for OK and
-	// Unchecked.
+	// or why the run did not start (Skipped, Error); nil for OK, Unchecked
+	// and Added.
 	Err error
 }
 
@@ -125,24 +124,33 @@ func (r Result) String() string {
 var Results = []Result{OK, Failed, Lost, Unchecked, Skipped, Error}
 
 type (
-	// Ran is emitted when a run of a job ended: Result is OK, Failed, Lost
-	// or Unchecked.
+	// Added is emitted when a job is given its leases, before its first
+	// run: by Locker.Job, Locker.CronJob, Locker.CronWrapper and
+	// Elector.Job (a job that gocron names to Locker.Lock is first seen at
+	// its first run). It lets the metrics adapters create the job's series
+	// at 0, so that a first run that fails is seen as an increase.
+	Added struct{ EventInfo }
+	// Ran is emitted when a run of a job ended.
 	Ran struct {
 		EventInfo
+		// Result is OK, Failed, Lost or Unchecked.
+		Result Result
 		// Start is when the run's lease was taken (a Locker's run) or the
 		// run started (an Elector's), and End when the run ended, both on
 		// the clock of the Locker (leasescheduler.Options.Clock) or of the
 		// Elector's client.
 		Start, End time.Time
 	}
-	// NotRun is emitted when a scheduled run did not start: Result is
-	// Skipped or Error.
+	// NotRun is emitted when a scheduled run did not start.
 	NotRun struct {
 		EventInfo
+		// Result is Skipped or Error.
+		Result Result
 		// At is when the run was refused, on the same clock as Ran's.
 		At time.Time
 	}
 )
 
+func (*Added) event()  {}
 func (*Ran) event()    {}
 func (*NotRun) event() {}
