@@ -1,10 +1,11 @@
-// Package leaseotel turns the events of packages lease, cache and
-// leasequeue into OpenTelemetry metrics and spans, on the
+// Package leaseotel turns the events of packages lease, cache, leasequeue
+// and leasescheduler into OpenTelemetry metrics and spans, on the
 // go.opentelemetry.io/otel metric and trace APIs. Only programs that import
 // it link those modules; the SDK and exporters are the program's choice. It
-// links no store's client: it reads the events of cache and leasequeue from
-// their leaves cacheevent and queueevent, so a program on PostgreSQL alone
-// links no valkey-go by importing it, and one on Valkey alone no pgx.
+// links no store's client and no scheduler: it reads the events of cache,
+// leasequeue and leasescheduler from their leaves cacheevent, queueevent
+// and jobevent, so a program on PostgreSQL alone links no valkey-go by
+// importing it, and one on Valkey alone no pgx.
 //
 //	tel, err := leaseotel.New(leaseotel.Options{}) // the global providers
 //	if err != nil {
@@ -19,7 +20,7 @@
 // lower case, units as UCUM: "s" for durations, "{lease}" for counts), and
 // attributes are namespaced "lease.*":
 //
-//	lease.held                      up-down counter  leases this process holds now [lease.key]
+//	lease.held                      up-down counter  leases this process holds now, observed at collection [lease.key]
 //	lease.acquisitions              counter          Acquire and TryAcquire calls [lease.key, lease.outcome]
 //	lease.acquire.attempts          counter          backend acquire attempts those calls made [lease.key]
 //	lease.acquire.wait.duration     histogram, s     from an Acquire call to its end, waiting included [lease.outcome]
@@ -44,17 +45,25 @@
 //	lease.queue.losses              counter          item and partition leases lost [lease.lost.reason]
 //	lease.queue.prunes              counter          background prunes of the source's finished items [lease.outcome]
 //	lease.queue.pruned_items        counter          finished items those prunes removed
+//	lease.job.runs                  counter          scheduled runs of a job [lease.job.name, lease.job.result]
+//	lease.job.last_success          gauge, s         when a run of the job last ended ok, Unix seconds [lease.job.name]
 //
 // They are the metrics of package leaseprom under OpenTelemetry names, with
-// the same outcome and reason values (see leaseprom's documentation), built
-// from one table so the two cannot drift.
+// the same outcome, reason and result values (see leaseprom's
+// documentation), built from one table so the two cannot drift. As there,
+// lease.held is counted at each collection, so a lease that ended by
+// expiry (its local deadline passed without a renewal, release or loss)
+// has left it, and counters whose label values are known in advance start
+// at 0.
 //
 // # Cardinality
 //
 // Metrics carry no lease.key attribute unless Options.KeyAttribute is set,
 // and then at most Options.MaxKeyValues distinct values (100 by default),
-// the rest reading "other". Spans always carry lease.key and lease.token:
-// spans are sampled one by one, not aggregated.
+// the rest reading "other". lease.job.name is the name of one of the
+// program's own jobs, a set the program bounds. Spans always carry
+// lease.token, and lease.key (lease.job.name for a job's run): spans are
+// sampled one by one, not aggregated.
 //
 // # Spans
 //
@@ -65,8 +74,10 @@
 // lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
 // lease.queue.claim (with lease.queue.attempt, and lease.queue.claim.age
 // in seconds when taken), lease.queue.complete, lease.queue.fail,
-// lease.queue.lost and lease.queue.prune (with lease.queue.removed, the
-// items it removed). A failed operation's span has status Error and records
+// lease.queue.lost, lease.queue.prune (with lease.queue.removed, the
+// items it removed) and lease.job.run (a scheduled run that started, from
+// its lease to its end, with lease.job.name and lease.token; lease.outcome
+// is its result). A failed operation's span has status Error and records
 // the error. Events carry no context, so these spans are roots of their
 // own traces: link them to a request through lease.key and lease.token.
 package leaseotel
@@ -107,8 +118,9 @@ type Options struct {
 }
 
 // Telemetry turns events into OpenTelemetry metrics and spans. Hand
-// [Telemetry.Lease], [Telemetry.Cache] and [Telemetry.Queue] to the
-// packages whose events it should record. Safe for concurrent use.
+// [Telemetry.Lease], [Telemetry.Cache], [Telemetry.Queue] and
+// [Telemetry.Jobs] to the packages whose events it should record. Safe for
+// concurrent use.
 type Telemetry struct {
 	t      *telemetry.Translator
 	tracer trace.Tracer
