@@ -385,7 +385,8 @@ func TestAlertsJobs(t *testing.T) {
 // TestAlertHeldByTwoQuietOnSlots: a lone replica runs a job once per
 // 100 ms slot; each slot's lease is never released and expires. With one
 // key label per key, LeaseHeldByTwo must not fire (it did while expired
-// slot leases stayed counted), and lease_held ends at 0.
+// slot leases stayed counted), and lease_held (and OpenTelemetry's
+// lease.held) ends at 0.
 func TestAlertHeldByTwoQuietOnSlots(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -415,5 +416,9 @@ func TestAlertHeldByTwoQuietOnSlots(t *testing.T) {
 	p.firedAndCleared(nil, "LeaseHeldByTwo")
 	if v := p.query("sum(lease_held)"); len(v) != 1 || v[0].F != 0 {
 		t.Errorf("sum(lease_held) = %v after the slots expired, want 0", v)
+	}
+	want(t, "lease.held after the slots expired", r.otel(t, "lease.held"), 0)
+	if got := r.otel(t, "lease.acquisitions", "lease.outcome=ok"); got < 24 {
+		t.Errorf("lease.acquisitions{ok} = %v, want a run and a slot lease for each of 12 runs", got)
 	}
 }
