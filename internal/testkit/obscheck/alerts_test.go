@@ -179,7 +179,7 @@ func TestAlertsOnPausedServer(t *testing.T) {
 	p.target("a", a.scrape.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pol := policy(t, lease.PolicyOptions{TTL: 10 * time.Second, OperationTimeout: 1500 * time.Millisecond})
+	pol := policy(t, lease.PolicyOptions{TTL: 12 * time.Second, OperationTimeout: 2500 * time.Millisecond})
 	h, err := a.client.TryAcquire(ctx, "reports/nightly", pol)
 	if err != nil {
 		t.Fatal(err)
