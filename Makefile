@@ -22,8 +22,9 @@
 #
 # internal/testkit/chaos, internal/testkit/obscheck, bench and examples/migrate are modules of
 # their own (with a replace of this module), so that what only they need
-# (toxiproxy, porcupine, peer libraries, goose, golang-migrate) never enters
-# the product's go.mod; test and lint run them separately.
+# (toxiproxy, porcupine, peer libraries, goose, golang-migrate, Prometheus'
+# PromQL engine) never enters the product's go.mod; test and lint run them
+# separately.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c

@@ -239,8 +239,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			}
 			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p, deadline: sent.Add(p.LocalLifetime())}
 			if !c.quiet {
+				now := c.clock.Now()
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
-					at.n, c.clock.Now().Sub(at.start)})
+					at.n, now.Sub(at.start), h.deadline.Sub(now)})
 			}
 			c.maybeSweep()
 			return h, nil
