@@ -259,8 +259,9 @@ func (c *Client) acquire(ctx context.Context, t *target, p Policy, once bool) (*
 				h.keys = t.keys
 			}
 			if !c.quiet {
+				now := c.clock.Now()
 				c.obs.Observe(&Acquired{EventInfo{Key: g.key, Owner: c.owner, Token: g.token, Latency: at.latency},
-					at.n, c.clock.Now().Sub(at.start)})
+					at.n, now.Sub(at.start), h.deadline.Sub(now)})
 			}
 			c.maybeSweep()
 			return h, nil

@@ -550,7 +550,8 @@ func TestAcquireEvents(t *testing.T) {
 	if err := holder.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryAcquire(context.Background(), "k", p); err != nil {
+	h, err := c.TryAcquire(context.Background(), "k", p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var got *lease.Acquired
@@ -563,6 +564,26 @@ func TestAcquireEvents(t *testing.T) {
 	obs.mu.Unlock()
 	if got == nil || got.Attempts != 1 || got.Latency != call || got.Waited != call || got.Token == 0 {
 		t.Fatalf("Acquired event %+v, want 1 attempt, Latency = Waited = %v, a token", got, call)
+	}
+	// Remaining runs to the local deadline: the local lifetime from the
+	// request's send time.
+	if want := p.LocalLifetime() - call; got.Remaining != want || h.Deadline().Sub(f.clock.Now()) != want {
+		t.Fatalf("Acquired.Remaining = %v, want %v (Deadline in %v)", got.Remaining, want, h.Deadline().Sub(f.clock.Now()))
+	}
+	f.clock.Advance(10 * time.Second)
+	if err := h.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *lease.Renewed
+	obs.mu.Lock()
+	for _, e := range obs.events {
+		if e, ok := e.(*lease.Renewed); ok {
+			renewed = e
+		}
+	}
+	obs.mu.Unlock()
+	if renewed == nil || renewed.Remaining != p.LocalLifetime() {
+		t.Fatalf("Renewed event %+v, want Remaining %v: the renewal moved the deadline", renewed, p.LocalLifetime())
 	}
 }
 

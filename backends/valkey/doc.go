@@ -112,7 +112,8 @@
 // of the ACL rule below). Persistence (appendonly yes
 // with appendfsync everysec or always) keeps leases across restarts;
 // without it a restart frees every lease at once, and tokens still never
-// go back.
+// go back. Store.Diagnose advises of a node with appendonly no (read from
+// INFO, so the user needs no CONFIG).
 //
 // ACL rules apply to the commands inside scripts too. The least a user
 // needs to do everything the Store does but List and Sweep, on the

@@ -35,6 +35,9 @@
 //	                     the services' clients do every hour; --dry-run
 //	                     lists them and removes nothing
 //	check                the backend's Check: problems and advice
+//	run [--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]
+//	                     run COMMAND while holding the lease on KEY (see
+//	                     "Running a command under a lease")
 //
 // Each command's help gives its flags with their defaults and its exit
 // statuses.
@@ -118,6 +121,52 @@
 // writes of that holder. fence show of a resource without a fence cannot
 // tell an untouched resource from an evicted fence key by itself: --lease
 // KEY compares it with the lease it is fenced by.
+//
+// run exits with its own statuses, listed below.
+//
+// # Running a command under a lease
+//
+// leasectl run is a command-line lock, as consul lock is. It acquires the
+// lease on KEY (waiting until it is free; --wait D gives up after D,
+// --try at once), starts COMMAND, renews the lease every TTL/3 while it
+// runs (--ttl, default 15s), releases the lease when it exits, and exits
+// with its status. The command starts after "--", or at the first
+// argument after KEY; its own flags are never read by leasectl. The owner
+// other holders see is --owner, by default hostname/pid.
+//
+// The command's environment is leasectl's, plus LEASE_KEY, LEASE_TOKEN
+// (the fencing token, in decimal) and LEASE_OWNER: the fields of the
+// acquisition's lease.Snapshot that a fenced write needs. Pass the token
+// to every write the lease protects (docs/operations.md shows a shell
+// script that does so with psql): the lease alone does not stop a command
+// that runs on after a loss.
+//
+// When a renewal finds the lease lost (force-released, expired, taken by
+// another, or its local deadline passed), run sends SIGTERM to the
+// command's process group, SIGKILL --kill-after later (default 10s) if any
+// of it still runs, and exits 123. SIGINT, SIGTERM and SIGHUP sent to
+// leasectl are passed on to the command's process group, and the lease is
+// held until the command has exited.
+//
+// The command runs in a process group of its own (Setpgid), so that
+// signals reach every process it starts; it is not the terminal's
+// foreground group, so it cannot read from the terminal. On Linux the
+// command gets SIGTERM if leasectl dies without stopping it (Pdeathsig);
+// on other Unix systems it then runs on without the lease. On Windows,
+// which has neither process groups nor SIGTERM, a lost lease kills the
+// command at once.
+//
+// Exit status of run, after timeout(1) and env(1):
+//
+//	N    the command's status (128+N if signal N killed it)
+//	123  the lease was lost while the command ran; the command was
+//	     stopped if it still ran
+//	124  the lease is held by someone else (--try, or --wait ran out);
+//	     the command did not run
+//	125  leasectl's own error, usage errors among run's arguments
+//	     included; the command did not run
+//	126  the command could not be started
+//	127  the command was not found
 //
 // # Forced release
 //
