@@ -27,7 +27,8 @@ import (
 //     connection lost after sending);
 //   - any other error: the backend provably did not apply the request (for
 //     example, the connection could not be opened), or a configuration
-//     problem such as a missing permission.
+//     problem such as a missing permission. Mark a refusal that no retry
+//     can cure with Misconfigured, so that Client.Acquire stops waiting.
 //
 // A context that ends before the reply arrives is reported as an
 // indeterminate error that wraps the context's error, unless the request
