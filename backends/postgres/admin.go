@@ -28,7 +28,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 	if s.pool != nil {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return nil, "", notSent(err)
+			return nil, "", s.notSent(err)
 		}
 		defer c.Release()
 		db = c

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -115,6 +116,7 @@ type Store struct {
 	q         queries
 	retention time.Duration // lease.KeepForever, or positive
 	channel   string        // release notifications, or "" when disabled
+	addr      string        // the server's host:port, for errors
 
 	lisPool pooled        // where the listener's connection comes from, or nil
 	idle    time.Duration // listenIdle, or shorter in tests
@@ -159,6 +161,10 @@ func New(db DB, o Options) (*Store, error) {
 	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), retention: retention, idle: listenIdle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
+	s.addr = "the database server"
+	if p, ok := db.(*pgxpool.Pool); ok {
+		s.addr = pgplumbing.Addr(&p.Config().ConnConfig.Config)
+	}
 	if !o.DisableNotify {
 		s.channel = channelName(n.qualified)
 		if o.ListenPool != nil {
@@ -201,7 +207,7 @@ func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...an
 	if s.pool != nil {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return false, notSent(err)
+			return false, s.notSent(err)
 		}
 		defer c.Release()
 		db = c
