@@ -158,6 +158,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 var leaseColumns = map[string]string{
 	"key": "text", "owner": "text", "nonce": "text", "token": "bigint",
 	"expires_at": "timestamp with time zone", "watched_until": "timestamp with time zone",
+	"acquired_at": "timestamp with time zone", "renewed_at": "timestamp with time zone", "transitions": "bigint",
 }
 
 func (s *Store) checkColumns(ctx context.Context, r *CheckReport) {

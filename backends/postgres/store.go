@@ -366,9 +366,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 		owner string
 		token int64
 		left  pgtype.Interval
+		h     history
 	)
 	rec := lease.Record{Key: key}
-	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left)
+	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions)
 	if err != nil || !ok {
 		return rec, err
 	}
@@ -376,7 +377,27 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	if held {
 		rec.Held, rec.Owner, rec.Remaining = true, owner, duration(left)
 	}
+	h.fill(&rec)
 	return rec, nil
+}
+
+// history holds the acquired_at, renewed_at and transitions columns of a
+// row, as the admin statements return them: the times are NULL in a row
+// that no acquire has written since migration 004 added them.
+type history struct {
+	acquired, renewed pgtype.Timestamptz
+	transitions       int64
+}
+
+// fill sets rec's history fields.
+func (h *history) fill(rec *lease.Record) {
+	if h.acquired.Valid {
+		rec.AcquiredAt = h.acquired.Time
+	}
+	if h.renewed.Valid {
+		rec.RenewedAt = h.renewed.Time
+	}
+	rec.Transitions = uint64(max(h.transitions, 0))
 }
 
 // Guard returns the coordinates of the acquisition snap in this Store's
