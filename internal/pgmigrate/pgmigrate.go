@@ -216,9 +216,10 @@ func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 	return nil
 }
 
-// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+// Querier runs a query that returns one row: a *pgxpool.Pool, a *pgx.Conn
+// or a pgx.Tx.
 type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // State is one migration of a set, and whether the versions table records
@@ -230,32 +231,28 @@ type State struct {
 }
 
 // Status returns the state of each migration of ms in the versions table
-// named versions (quoted, schema-qualified, as in Target), in ms's order.
-// Without a versions table every migration is pending: Run would apply
-// them all (adopting tables that a migration tool created from the same
-// files). It reads the catalog and the versions table, and changes
-// nothing.
-func Status(ctx context.Context, db Querier, ms []Migration, versions string) ([]State, error) {
-	rows, err := db.Query(ctx, "SELECT to_regclass($1::text) IS NOT NULL", Exec, versions)
-	if err != nil {
-		return nil, explain(err)
-	}
-	exists, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
-	if err != nil {
-		return nil, explain(err)
+// named versions (quoted, schema-qualified, as in Target), in ms's order,
+// and whether the versions table exists. Without one every migration is
+// pending: Run would apply them all (adopting tables that a migration tool
+// created from the same files). It reads the catalog and the versions
+// table, and changes nothing.
+func Status(ctx context.Context, db Querier, ms []Migration, versions string) ([]State, bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", Exec, versions).Scan(&exists); err != nil {
+		return nil, false, explain(err)
 	}
 	at := map[int]time.Time{}
 	if exists {
-		rows, err := db.Query(ctx, "SELECT version, applied_at FROM "+versions, Exec)
-		if err != nil {
-			return nil, explain(err)
-		}
 		var (
-			v int32
-			t time.Time
+			vs    []int32
+			times []time.Time
 		)
-		if _, err := pgx.ForEachRow(rows, []any{&v, &t}, func() error { at[int(v)] = t; return nil }); err != nil {
-			return nil, explain(err)
+		err := db.QueryRow(ctx, "SELECT coalesce(array_agg(version ORDER BY version), '{}'), coalesce(array_agg(applied_at ORDER BY version), '{}') FROM "+versions, Exec).Scan(&vs, &times)
+		if err != nil {
+			return nil, true, explain(err)
+		}
+		for i, v := range vs {
+			at[int(v)] = times[i]
 		}
 	}
 	states := make([]State, len(ms))
@@ -263,5 +260,5 @@ func Status(ctx context.Context, db Querier, ms []Migration, versions string) ([
 		t, ok := at[m.Version]
 		states[i] = State{Migration: m, Applied: ok, AppliedAt: t}
 	}
-	return states, nil
+	return states, exists, nil
 }
