@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -226,5 +227,53 @@ func TestContextDoneBeforeSending(t *testing.T) {
 	_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: secretNonce, TTL: time.Minute})
 	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire with a cancelled context: %v, want a plain error wrapping context.Canceled", err)
+	}
+}
+
+// TestUnreachableServerNamesTheAddress runs a Store on a pool whose server
+// never answers (a loopback port that accepts and stays silent) and on one
+// whose port is closed: the errors name the address, and say that nothing
+// was sent.
+func TestUnreachableServerNamesTheAddress(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		var held []net.Conn // open, never answered, until the listener closes
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	silent := l.Addr().String()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	for _, addr := range []string{silent, closedAddr} {
+		s, err := leasepostgres.New(newPool(t, "postgres://u@"+addr+"/db?sslmode=disable", nil), leasepostgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err = s.Inspect(ctx, "k")
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), addr) || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "not sent") {
+			t.Errorf("Inspect on a server at %s that does not answer = %v; want a plain error naming the address", addr, err)
+		}
 	}
 }

@@ -12,7 +12,11 @@
 // Commands:
 //
 //	list [--prefix P] [--held] [--limit N] [--cursor C]
-//	                     keys with their holder, token, remaining time and state
+//	                     keys with their holder, token, remaining time and
+//	                     state, when each was acquired and last renewed,
+//	                     and how many times its holder changed (as kubectl
+//	                     get lease shows acquireTime, renewTime and
+//	                     leaseTransitions)
 //	inspect KEY          one key
 //	watch KEY [--interval D]
 //	                     follow one key (acquisitions, releases, expiries)
@@ -24,7 +28,17 @@
 //	                     records, and the fences of the fence flags), as
 //	                     the services' clients do every hour; --dry-run
 //	                     lists them and removes nothing
-//	check                the backend's Check: problems and advice
+//	check                the backend's Check: problems and advice; on
+//	                     PostgreSQL also the fences table's and, where
+//	                     they exist, the leasequeue tables'
+//	migrate [--dry-run | --status] [--only lease,fence,queue]
+//	                     PostgreSQL: create or upgrade the lease table, the
+//	                     fences table and the leasequeue tables (their
+//	                     packages' Migrate functions, safe while services
+//	                     run); --dry-run lists the pending migrations and
+//	                     applies nothing, --status lists every migration
+//	                     and exits 3 if one is pending; --only names the
+//	                     table sets. An UNLOGGED lease table stays so
 //
 // Connection flags may come before the command or among its flags:
 //
@@ -44,6 +58,9 @@
 //	--schema S, --table T       the lease table (default public.leases)
 //	--fence-schema S, --fence-table T
 //	                            the fences table (default public.lease_fences)
+//	--queue-schema S, --queue-table T
+//	                            the leasequeue tables (default
+//	                            public.leasequeue_jobs and its _members)
 //	--disable-notify            the application sets Options.DisableNotify
 //	                            (check then judges a pooler accordingly)
 //	--backend valkey|postgres   which one, when both are configured
@@ -57,7 +74,19 @@
 //	--json                      JSON instead of tables (watch: one object a line)
 //
 // leasectl never prints a connection string or a password: an error about
-// one says which setting failed to parse, not its value.
+// one says which setting failed to parse, not its value. An error reaching
+// a server names its address.
+//
+// # PgBouncer
+//
+// leasectl runs its PostgreSQL statements in pgx's exec mode (the unnamed
+// statement, no named prepared statements), so it works through a
+// connection pooler in transaction mode, PgBouncer's included, whatever
+// the services' statements left on the pooler's sessions. A
+// default_query_exec_mode in the connection string overrides it. Pass
+// --disable-notify when the services set Options.DisableNotify, as they
+// must behind such a pooler without a ListenPool, so that check judges
+// the pooler as they use it.
 //
 // # Exit status
 //
@@ -68,7 +97,8 @@
 //	3  the answer is "no": inspect of a key with no record, fence show of
 //	   a resource with no fence, release that found nothing to release
 //	   (or another holder than --token), check that found problems, gc
-//	   while another process sweeps
+//	   while another process sweeps, migrate --status with a migration
+//	   pending
 //
 // # Forced release
 //

@@ -58,15 +58,17 @@ commands:
   fence show RESOURCE
   gc [--dry-run]
   check
+  migrate [--dry-run | --status] [--only lease,fence,queue]
 
 connection flags (before the command or among its flags):
   --valkey URL|ADDR[,ADDR...]  (default $VALKEY_URL, $REDIS_URL)
   --valkey-prefix P  --fence-prefix P
   --postgres DSN               (default $DATABASE_URL, then the PG* variables)
   --schema S  --table T  --fence-schema S  --fence-table T  --disable-notify
+  --queue-schema S  --queue-table T
   --backend valkey|postgres  --timeout D  --retention D  --json
 
-exit status: 0 done, 1 error, 2 usage, 3 not found / nothing done / check failed
+exit status: 0 done, 1 error, 2 usage, 3 not found / nothing done / check failed / migrations pending
 `
 
 // run runs leasectl with args and returns its exit status.
@@ -132,7 +134,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	// resets its variable to the default.
 	global := c.newFlags("leasectl")
 	cmds := map[string]*flag.FlagSet{}
-	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check"} {
+	for _, name := range []string{"list", "inspect", "watch", "release", "fence", "gc", "check", "migrate"} {
 		cmds[name] = c.newFlags(name)
 	}
 	var (
@@ -142,6 +144,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		limit          int
 		interval       time.Duration
 		token          uint64
+		status         bool
+		only           string
 	)
 	cmds["list"].StringVar(&prefix, "prefix", "", "list only keys that start with `P`")
 	cmds["list"].BoolVar(&held, "held", false, "list only keys that are held now")
@@ -152,6 +156,9 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	cmds["release"].BoolVar(&yes, "yes", false, "confirm")
 	cmds["release"].Uint64Var(&token, "token", 0, "release only the acquisition with token `T`")
 	cmds["gc"].BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
+	cmds["migrate"].BoolVar(&dryRun, "dry-run", false, "list the migrations that would be applied, apply nothing")
+	cmds["migrate"].BoolVar(&status, "status", false, "list every migration, applied or pending; exit 3 if one is pending")
+	cmds["migrate"].StringVar(&only, "only", "", "migrate only these table sets: a comma-separated `list` of lease, fence, queue")
 
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -229,6 +236,17 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 			return usagef("check takes no arguments")
 		}
 		return c.withTarget(ctx, func(t *target) error { return c.check(ctx, t) })
+	case "migrate":
+		if len(pos) != 0 {
+			return usagef("migrate takes no arguments")
+		}
+		if dryRun && status {
+			return usagef("migrate: pass --dry-run or --status, not both")
+		}
+		if _, err := c.tableSets(only); err != nil {
+			return err
+		}
+		return c.withTarget(ctx, func(t *target) error { return c.migrate(ctx, t, only, dryRun, status) })
 	}
 	return usagef("unknown command %q", name)
 }

@@ -110,3 +110,19 @@ func UnknownCommand(err error) bool {
 func Misconfigured(err error) bool {
 	return LoginRefused(err) || NoPermission(err) || WrongType(err) || UnknownCommand(err)
 }
+
+// NotRESP reports whether err is valkey-go failing to read a reply because
+// the peer does not speak RESP: the address is another service's (an HTTP
+// server, PostgreSQL, ...). valkey-go says so in plain text errors only.
+func NotRESP(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"received unknown message type: ", "received unexpected number byte: ", "received unexpected simple string message ending without CRLF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
