@@ -96,7 +96,7 @@ func (s *Store) notSent(err error) error {
 	case errors.As(err, &connErr):
 		return connectError(pgplumbing.NotSent(err))
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("leasepostgres: no connection to %s before the context ended (is a PostgreSQL server listening there?), request not sent: %w", s.addr, pgplumbing.NotSent(err))
+		return fmt.Errorf("leasepostgres: no connection to %s before the context ended (is a PostgreSQL server listening there?), request not sent: %w", s.addr(), pgplumbing.NotSent(err))
 	}
-	return fmt.Errorf("leasepostgres: no connection to %s, request not sent: %w", s.addr, pgplumbing.NotSent(err))
+	return fmt.Errorf("leasepostgres: no connection to %s, request not sent: %w", s.addr(), pgplumbing.NotSent(err))
 }

@@ -116,7 +116,6 @@ type Store struct {
 	q         queries
 	retention time.Duration // lease.KeepForever, or positive
 	channel   string        // release notifications, or "" when disabled
-	addr      string        // the server's host:port, for errors
 
 	lisPool pooled        // where the listener's connection comes from, or nil
 	idle    time.Duration // listenIdle, or shorter in tests
@@ -161,10 +160,6 @@ func New(db DB, o Options) (*Store, error) {
 	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), retention: retention, idle: listenIdle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
-	s.addr = "the database server"
-	if p, ok := db.(*pgxpool.Pool); ok {
-		s.addr = pgplumbing.Addr(&p.Config().ConnConfig.Config)
-	}
 	if !o.DisableNotify {
 		s.channel = channelName(n.qualified)
 		if o.ListenPool != nil {
@@ -182,6 +177,16 @@ func New(db DB, o Options) (*Store, error) {
 func channelName(qualified string) string {
 	sum := sha256.Sum256([]byte(qualified))
 	return "lease_released_" + hex.EncodeToString(sum[:8])
+}
+
+// addr returns where the Store's pool connects, for errors: host:port, or
+// "the database server" when db is not a *pgxpool.Pool. It is called only
+// once a connection failed, as reading a pool's configuration copies it.
+func (s *Store) addr() string {
+	if p, ok := s.db.(*pgxpool.Pool); ok {
+		return pgplumbing.Addr(&p.Config().ConnConfig.Config)
+	}
+	return "the database server"
 }
 
 // Table returns the quoted, schema-qualified name of the lease table, as
