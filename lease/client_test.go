@@ -827,3 +827,70 @@ func TestValidateReportsLostRecord(t *testing.T) {
 		t.Fatalf("error text %q, want %q", err, want)
 	}
 }
+
+// misconfigured is a backend whose every Acquire is refused for a reason
+// no retry cures, as a missing table is.
+type misconfigured struct {
+	lease.Backend
+	n atomic.Int32
+}
+
+var errNoTable = errors.New(`backend: relation "leases" does not exist`)
+
+func (m *misconfigured) Acquire(context.Context, lease.AcquireRequest) (lease.Token, error) {
+	m.n.Add(1)
+	return 0, lease.Misconfigured(errNoTable)
+}
+
+// TestAcquireStopsAtMisconfigured: a refusal that no retry cures ends
+// Acquire's wait at its first attempt, with the error TryAcquire gives,
+// however long the wait would have been.
+func TestAcquireStopsAtMisconfigured(t *testing.T) {
+	f := newFixture(t)
+	b := &misconfigured{Backend: f.store}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tryErr := c.TryAcquire(context.Background(), "k", p)
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+	// The fake clock never moves: an Acquire that waits never returns.
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire still waits after a misconfigured refusal")
+	}
+	if !errors.Is(err, lease.ErrMisconfigured) || !errors.Is(err, errNoTable) || errors.Is(err, lease.ErrIndeterminate) {
+		t.Fatalf("Acquire = %v, want ErrMisconfigured wrapping the backend's error", err)
+	}
+	if err.Error() != tryErr.Error() {
+		t.Fatalf("Acquire = %q, want TryAcquire's error %q", err, tryErr)
+	}
+	if n := b.n.Load(); n != 2 {
+		t.Fatalf("%d attempts (TryAcquire's and Acquire's), want 2", n)
+	}
+	if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts != 1 {
+		t.Fatalf("AcquireFailed event %+v, want 1 attempt", failed)
+	}
+}
+
+func TestMisconfigured(t *testing.T) {
+	err := lease.Misconfigured(errNoTable)
+	if !errors.Is(err, lease.ErrMisconfigured) || !errors.Is(err, errNoTable) || err.Error() != errNoTable.Error() {
+		t.Fatalf("Misconfigured(%v) = %v, want it to match both with the same text", errNoTable, err)
+	}
+	if lease.Misconfigured(nil) != nil {
+		t.Fatal("Misconfigured(nil) != nil")
+	}
+	if lease.Misconfigured(err) != err {
+		t.Fatal("Misconfigured wrapped twice")
+	}
+	if u := lease.Indeterminate(errNoTable); lease.Misconfigured(u) != u {
+		t.Fatal("Misconfigured marked an indeterminate error")
+	}
+}

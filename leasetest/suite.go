@@ -86,6 +86,7 @@ func cases() []testCase {
 	all = append(all, adminCases()...)
 	all = append(all, semaphoreCases()...)
 	all = append(all, setCases()...)
+	all = append(all, historyCases()...)
 	all = append(all, sweepCases()...)
 	return all
 }

@@ -58,6 +58,19 @@ type record struct {
 	forced       bool // ForceRelease ended the last acquisition
 	expires      time.Time
 	ended        time.Time // when Release or ForceRelease ended it
+	// acquired and renewed are when the last acquisition was granted and
+	// last extended; transitions counts the grants after the first.
+	acquired, renewed time.Time
+	transitions       uint64
+}
+
+// fill sets rec's token and history from r, and the holder if r is held
+// at now. s.mu must be held.
+func (r *record) fill(rec *lease.Record, now time.Time) {
+	rec.Token, rec.AcquiredAt, rec.RenewedAt, rec.Transitions = r.token, r.acquired.Round(0), r.renewed.Round(0), r.transitions
+	if r.held && now.Before(r.expires) {
+		rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
+	}
 }
 
 // end returns when r's last acquisition ended, and false if it has not
@@ -130,15 +143,18 @@ func (s *Store) grant(key string, req lease.AcquireRequest, tok lease.Token, now
 		s.forgetSome(now)
 		r = &record{}
 		s.recs[key] = r
+	} else {
+		r.transitions++
 	}
 	r.token = tok
 	r.owner, r.nonce, r.held, r.forced, r.expires = req.Owner, req.Nonce, true, false, now.Add(req.TTL)
+	r.acquired, r.renewed = now, now
 }
 
 // extend extends the live acquisition of r to ttl from now. s.mu must be
 // held.
 func (s *Store) extend(r *record, now time.Time, ttl time.Duration) {
-	r.expires = now.Add(ttl)
+	r.expires, r.renewed = now.Add(ttl), now
 }
 
 // check returns the live record of a, or the *lease.LostError saying why
@@ -244,10 +260,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	now := s.clock.Now()
 	rec := lease.Record{Key: key}
 	if r := s.recs[key]; r != nil {
-		rec.Token = r.token
-		if s.live(key, now) != nil {
-			rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
-		}
+		r.fill(&rec, now)
 	}
 	return rec, nil
 }

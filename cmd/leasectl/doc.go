@@ -15,8 +15,11 @@
 //
 //	list [--prefix P] [--held] [--limit N [--cursor C]]
 //	                     keys with their holder, token, remaining time and
-//	                     state; --limit N prints at most N, and the cursor
-//	                     that continues the listing
+//	                     state, when each was acquired and last renewed,
+//	                     and how many times its holder changed (as kubectl
+//	                     get lease shows acquireTime, renewTime and
+//	                     leaseTransitions); --limit N prints at most N, and
+//	                     the cursor that continues the listing
 //	inspect KEY          one key
 //	watch [--interval D] KEY
 //	                     follow one key until interrupted: held or free,
@@ -34,7 +37,17 @@
 //	                     records, and the fences of the fence flags), as
 //	                     the services' clients do every hour; --dry-run
 //	                     lists them and removes nothing
-//	check                the backend's Check: problems and advice
+//	check                the backend's Check: problems and advice; on
+//	                     PostgreSQL also the fences table's and, where
+//	                     they exist, the leasequeue tables'
+//	migrate [--dry-run | --status] [--only lease,fence,queue]
+//	                     PostgreSQL: create or upgrade the lease table, the
+//	                     fences table and the leasequeue tables (their
+//	                     packages' Migrate functions, safe while services
+//	                     run); --dry-run lists the pending migrations and
+//	                     applies nothing, --status lists every migration
+//	                     and exits 3 if one is pending; --only names the
+//	                     table sets. An UNLOGGED lease table stays so
 //	run [--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]
 //	                     run COMMAND while holding the lease on KEY (see
 //	                     "Running a command under a lease")
@@ -64,6 +77,9 @@
 //	--fence-postgres DSN        Valkey or PostgreSQL, not from the lease's
 //	                            store: a lease in Valkey may fence rows in
 //	                            PostgreSQL, and the other way round
+//	--queue-schema S, --queue-table T
+//	                            the leasequeue tables (default
+//	                            public.leasequeue_jobs and its _members)
 //	--disable-notify            the application sets Options.DisableNotify
 //	                            (check then judges a pooler accordingly)
 //	--backend valkey|postgres   which one, when both are configured
@@ -82,7 +98,19 @@
 // leasectl never prints a connection string or a password: an error about
 // one says which setting failed to parse, not its value. The grants each
 // command needs (Valkey ACL rules, PostgreSQL privileges) are in the
-// runbook, docs/operations.md; a refused command points there.
+// runbook, docs/operations.md; a refused command points there. An error
+// reaching a server names its address.
+//
+// # PgBouncer
+//
+// leasectl runs its PostgreSQL statements in pgx's exec mode (the unnamed
+// statement, no named prepared statements), so it works through a
+// connection pooler in transaction mode, PgBouncer's included, whatever
+// the services' statements left on the pooler's sessions. A
+// default_query_exec_mode in the connection string overrides it. Pass
+// --disable-notify when the services set Options.DisableNotify, as they
+// must behind such a pooler without a ListenPool, so that check judges
+// the pooler as they use it.
 //
 // # Exit status
 //
@@ -95,7 +123,8 @@
 //	3  the answer is "no": inspect of a key with no record, fence show of
 //	   a resource with no fence, release (or its dry run) that found
 //	   nothing to release or another holder than --token, check that
-//	   found problems, gc while another process sweeps
+//	   found problems, gc while another process sweeps, migrate --status
+//	   with a migration pending
 //
 // # JSON
 //

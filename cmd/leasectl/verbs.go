@@ -223,6 +223,39 @@ table, missing privileges, a pooler that breaks release notifications.`,
 		},
 	},
 	{
+		name:    "migrate",
+		args:    "[--dry-run | --status] [--only lease,fence,queue]",
+		summary: "create or update the PostgreSQL lease, fences and queue tables",
+		about: `Applies the pending migrations of the PostgreSQL tables the library uses:
+the lease table (--schema, --table), the fences table (--fence-schema,
+--fence-table) and the leasequeue tables (--queue-schema, --queue-table),
+or only the sets --only names. --dry-run lists what would be applied and
+applies nothing; --status lists every migration, applied or pending.
+Programs can do the same at start-up with leasepostgres.Migrate,
+fencepostgres.Migrate and leasequeue.MigratePostgres.`,
+		exits: []exitStatus{
+			{exitOK, "migrated, or nothing was pending (also a dry run)"},
+			{exitNegative, "--status found a pending migration"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			dryRun := fs.Bool("dry-run", false, "list the migrations that would be applied, apply nothing")
+			status := fs.Bool("status", false, "list every migration, applied or pending; exit 3 if one is pending")
+			only := fs.String("only", "", "migrate only these table sets: a comma-separated `list` of lease, fence, queue")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if err := none("migrate", pos); err != nil {
+					return err
+				}
+				if *dryRun && *status {
+					return usagef("migrate: pass --dry-run or --status, not both")
+				}
+				if _, err := c.tableSets(*only); err != nil {
+					return err
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.migrate(ctx, t, *only, *dryRun, *status) })
+			}
+		},
+	},
+	{
 		name:    "run",
 		args:    "[--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]",
 		summary: "run a command while holding the lease on KEY, renewed, with its token",
