@@ -34,19 +34,19 @@ func groupFixture(t *testing.T) (*memory.Store, *lease.Client, *recorder, lease.
 
 // TestGroupsNeedTheCapability: a backend without PermitAcquirer or
 // SetAcquirer is refused before any I/O, with an error that names its
-// type and matches errors.ErrUnsupported.
+// type and matches errors.ErrUnsupported and lease.ErrMisconfigured.
 func TestGroupsNeedTheCapability(t *testing.T) {
 	f := newFixture(t) // f.b wraps the store and has neither capability
 	ctx := context.Background()
 	_, err := f.c.TryAcquirePermit(ctx, "jobs", 3, f.p)
-	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "*lease_test.faulty does not implement lease.PermitAcquirer") {
+	if !errors.Is(err, errors.ErrUnsupported) || !errors.Is(err, lease.ErrMisconfigured) || !strings.Contains(err.Error(), "*lease_test.faulty does not implement lease.PermitAcquirer") {
 		t.Fatalf("TryAcquirePermit on a backend without the capability = %v, want ErrUnsupported naming the backend type", err)
 	}
 	if want := `lease: acquire permit "jobs": unsupported operation: backend *lease_test.faulty does not implement lease.PermitAcquirer (semaphores)`; err.Error() != want {
 		t.Fatalf("error text %q, want %q", err, want)
 	}
 	_, err = f.c.AcquireSet(ctx, []string{"b", "a"}, f.p)
-	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `acquire set "a,b"`) || !strings.Contains(err.Error(), "*lease_test.faulty does not implement lease.SetAcquirer") {
+	if !errors.Is(err, errors.ErrUnsupported) || !errors.Is(err, lease.ErrMisconfigured) || !strings.Contains(err.Error(), `acquire set "a,b"`) || !strings.Contains(err.Error(), "*lease_test.faulty does not implement lease.SetAcquirer") {
 		t.Fatalf("AcquireSet on a backend without the capability = %v, want ErrUnsupported naming the backend type", err)
 	}
 	if n := f.obs.count(func(lease.Event) bool { return true }); n != 0 {

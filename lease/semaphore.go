@@ -16,8 +16,8 @@ import (
 // finds the *NotAcquiredError naming the holder whose permit ends first.
 //
 // The backend must implement PermitAcquirer: otherwise AcquirePermit
-// fails before any I/O with an error matching errors.ErrUnsupported that
-// names the backend's type. An invalid key (also one whose
+// fails before any I/O with an error matching ErrMisconfigured and
+// errors.ErrUnsupported that names the backend's type. An invalid key (also one whose
 // permit keys PermitKey(key, permits−1) would be too long) matches
 // ErrInvalidKey; a number of permits out of range is refused before any
 // I/O too.
@@ -84,9 +84,10 @@ func (c *Client) permitTarget(key string, permits int) (target, error) {
 	return target{kind: permitKind, op: op, key: key, permits: permits, pa: pa}, nil
 }
 
-// unsupported is the error of a call that needs a capability b lacks.
+// unsupported is the error of a call that needs a capability b lacks: no
+// retry cures it, so it matches ErrMisconfigured, and errors.ErrUnsupported.
 func unsupported(b Backend, capability, what string) error {
-	return fmt.Errorf("%w: backend %T does not implement %s (%s)", errors.ErrUnsupported, b, capability, what)
+	return Misconfigured(fmt.Errorf("%w: backend %T does not implement %s (%s)", errors.ErrUnsupported, b, capability, what))
 }
 
 // permitsHeld returns err, a refusal of PermitAcquirer.AcquirePermit, as

@@ -24,8 +24,8 @@ import (
 // keys is a set: their order does not matter, and a key given twice is
 // taken once. There must be 1 to MaxSetKeys distinct keys, each valid
 // (otherwise the error matches ErrInvalidKey), and the backend must
-// implement SetAcquirer (otherwise the error matches
-// errors.ErrUnsupported and names the backend's type); all of this is
+// implement SetAcquirer (otherwise the error matches ErrMisconfigured and
+// errors.ErrUnsupported, and names the backend's type); all of this is
 // checked before any I/O. A Valkey cluster also needs every key in one
 // hash slot (see docs/semaphores-and-sets.md).
 //

@@ -274,6 +274,43 @@ func semaphoreCases() []testCase {
 				return err
 			})
 		}},
+		{"Semaphore/History", func(e *env) {
+			// A permit's record keeps its history as a lease's does.
+			pa := e.permitAcquirer()
+			sem := e.key("sem")
+			step := func() { e.wait(20 * time.Millisecond) }
+			before := e.clock().Now()
+			r := lease.AcquireRequest{Key: sem, Owner: "first", Nonce: e.nonce(), TTL: longTTL}
+			slot, tok, err := pa.AcquirePermit(e.ctx(), r, 2)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			key := lease.PermitKey(sem, slot)
+			first := e.inspect(key)
+			e.checkAcquiredAround(first, before)
+			if !first.RenewedAt.Equal(first.AcquiredAt) || first.Transitions != 0 {
+				e.t.Fatalf("after the first grant Inspect(%q) = %+v; want RenewedAt = AcquiredAt and 0 transitions", key, first)
+			}
+			step()
+			if _, _, err := pa.AcquirePermit(e.ctx(), r, 2); err != nil {
+				e.t.Fatal(err)
+			}
+			again := e.inspect(key)
+			if !again.AcquiredAt.Equal(first.AcquiredAt) || !again.RenewedAt.After(first.AcquiredAt) || again.Transitions != 0 {
+				e.t.Fatalf("after AcquirePermit retried with the holder's nonce Inspect(%q) = %+v; want AcquiredAt %v kept, RenewedAt after it, 0 transitions",
+					key, again, first.AcquiredAt)
+			}
+			if err := e.b.Release(e.ctx(), lease.Acquisition{Key: key, Owner: "first", Nonce: r.Nonce, Token: tok}); err != nil {
+				e.t.Fatal(err)
+			}
+			step()
+			if s, _ := e.acquirePermitTTL(pa, sem, "second", 2, longTTL); s != slot {
+				e.t.Fatalf("the next permit went to slot %d, want the released %d", s, slot)
+			}
+			if next := e.inspect(key); next.Transitions != 1 || !next.AcquiredAt.After(first.AcquiredAt) || !next.RenewedAt.Equal(next.AcquiredAt) {
+				e.t.Fatalf("after a new holder's grant Inspect(%q) = %+v; want 1 transition, AcquiredAt after %v, RenewedAt = AcquiredAt", key, next, first.AcquiredAt)
+			}
+		}},
 		{"Semaphore/Handle", func(e *env) {
 			e.permitAcquirer()
 			sem := e.key("sem")

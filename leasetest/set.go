@@ -283,6 +283,39 @@ func setCases() []testCase {
 				return err
 			})
 		}},
+		{"Set/History", func(e *env) {
+			// Each key of a set keeps its history as a lease's record does.
+			sa := e.setAcquirer()
+			keys := e.setKeys(2)
+			step := func() { e.wait(20 * time.Millisecond) }
+			if err := e.b.Release(e.ctx(), e.acquire(keys[0], "before")); err != nil {
+				e.t.Fatal(err)
+			}
+			before := e.clock().Now()
+			set := e.acquireSet(sa, keys, "set")
+			var acquired [2]lease.Record
+			for i, k := range keys {
+				acquired[i] = e.inspect(k)
+				e.checkAcquiredAround(acquired[i], before)
+				if !acquired[i].RenewedAt.Equal(acquired[i].AcquiredAt) {
+					e.t.Fatalf("after AcquireSet Inspect(%q) = %+v; want RenewedAt = AcquiredAt", k, acquired[i])
+				}
+			}
+			if acquired[0].Transitions != 1 || acquired[1].Transitions != 0 {
+				e.t.Fatalf("after AcquireSet the keys have %d and %d transitions, want 1 (a holder before) and 0 (a new record)",
+					acquired[0].Transitions, acquired[1].Transitions)
+			}
+			step()
+			if err := sa.RenewSet(e.ctx(), keys, set, longTTL); err != nil {
+				e.t.Fatal(err)
+			}
+			for i, k := range keys {
+				r := e.inspect(k)
+				if !r.AcquiredAt.Equal(acquired[i].AcquiredAt) || !r.RenewedAt.After(acquired[i].AcquiredAt) || r.Transitions != acquired[i].Transitions {
+					e.t.Fatalf("after RenewSet Inspect(%q) = %+v; want AcquiredAt %v kept, RenewedAt after it, transitions unchanged", k, r, acquired[i].AcquiredAt)
+				}
+			}
+		}},
 		{"Set/Handle", func(e *env) {
 			e.setAcquirer()
 			keys := e.setKeys(3)
