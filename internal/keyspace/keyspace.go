@@ -33,12 +33,13 @@
 // is named by [Record], in one of three forms:
 //
 //	prefix{Escape(key)}                a key without a hash tag, not a permit's
-//	prefix{Escape(t)}:Escape(key)      a key holding the hash tag {t}
+//	prefix{t}:Escape(key)              a key holding the hash tag {t}
 //	prefix{Escape(sem)}:permit:n       sem + "/permit/" + n, permit n of semaphore sem
 //
-// so that the records of keys an application tags alike ("{acct}/17",
-// "{acct}/42") share a hash slot, as its own keys with that tag do, and
-// the permits of one semaphore share one; other keys have the layout from
+// so that the record of a key with a hash tag is in the slot of the key
+// itself (the records of "{acct}/17" and "{acct}/42" share the slot of the
+// application's own keys tagged {acct}), and the permits of one semaphore
+// share one; other keys have the layout from
 // before there were either. A permit of a semaphore whose key holds a
 // hash tag holds it too, and takes the second form. [ParseRecord] reads a record's name back into
 // its key. The release channel of a record is its name and ":released".
@@ -126,8 +127,10 @@ func Tag(parts ...string) string {
 // Name returns prefix + "{" + tag + "}" + suffix, the name of a Valkey key
 // or channel in the hash slot of tag. Neither prefix nor tag may hold a
 // brace: prefixes are checked by their packages ([ValidPrefix]), tags come
-// from [Tag] or are resource names checked to hold none. suffix starts
-// with ':' by convention, or is empty.
+// from [Tag] or are resource names checked to hold none; the one
+// exception, a lease key's own hash tag in [Record], holds no '}', which
+// is enough for the name to be one to one. suffix starts with ':' by
+// convention, or is empty.
 func Name(prefix, tag, suffix string) string {
 	return prefix + "{" + tag + "}" + suffix
 }

@@ -1,6 +1,7 @@
 package keyspace_test
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,6 +60,9 @@ func TestRecordSlots(t *testing.T) {
 		p := recordPrefixes.Draw(t, "prefix")
 		k := leaseKeys.Draw(t, "key")
 		if tag := HashTag(k); tag != k {
+			if HashTag(keyspace.Record(p, k)) != tag {
+				t.Fatalf("Record(%q) = %q is not in the slot of the key's own tag %q", k, keyspace.Record(p, k), tag)
+			}
 			other := leaseKeys.Draw(t, "before") + "{" + tag + "}" + leaseKeys.Draw(t, "after")
 			if HashTag(other) == tag && HashTag(keyspace.Record(p, other)) != HashTag(keyspace.Record(p, k)) {
 				t.Fatalf("%q and %q, tagged alike, have records %q and %q in different slots",
@@ -125,13 +129,33 @@ func TestParseRecordAcceptsOnlyRecords(t *testing.T) {
 	}
 }
 
+// TestIsPermit: IsPermit splits nowhere in particular, and agrees with
+// the layout of Record.
+func TestIsPermit(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := leaseKeys.Draw(t, "key")
+		cut := rapid.IntRange(0, len(k)).Draw(t, "cut")
+		want := strings.Contains(keyspace.Record("p:", k), "}:permit:")
+		if HashTag(k) != k { // a tagged permit has the layout of tagged keys
+			want = regexp.MustCompile(`./permit/(0|[1-9][0-9]*)$`).MatchString(k)
+		}
+		if got := keyspace.IsPermit(k[:cut], k[cut:]); got != want {
+			t.Fatalf("IsPermit(%q, %q) = %v, want %v", k[:cut], k[cut:], got, want)
+		}
+	})
+	if n := testing.AllocsPerRun(100, func() { _ = keyspace.IsPermit("cache:", "exports/permit/12") }); n != 0 {
+		t.Errorf("IsPermit allocates %v times", n)
+	}
+}
+
 // TestRecordExamples pins the layout the package documentation shows.
 func TestRecordExamples(t *testing.T) {
 	for _, c := range []struct{ key, record string }{
 		{"billing/nightly", "lease:{billing%2Fnightly}"},
 		{"a{}b", "lease:{a%7B%7Db}"},
 		{"{acct}/17", "lease:{acct}:%7Bacct%7D%2F17"},
-		{"x{a{b}c}", "lease:{a%7Bb}:x%7Ba%7Bb%7Dc%7D"},
+		{"x{a{b}c}", "lease:{a{b}:x%7Ba%7Bb%7Dc%7D"},
+		{"{tenant/42}/job", "lease:{tenant/42}:%7Btenant%2F42%7D%2Fjob"},
 		{"exports/permit/3", "lease:{exports}:permit:3"},
 		{"exports/permit/03", "lease:{exports%2Fpermit%2F03}"},
 		{"/permit/3", "lease:{%2Fpermit%2F3}"},
