@@ -458,6 +458,7 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 			t.Fatalf("Check: %v", err)
 		}
 		renewWatchRelease(ctx, t, s, "acl")
+		permitsAndSets(ctx, t, s)
 		if _, err := s.Inspect(ctx, "acl"); err != nil {
 			t.Fatal(err)
 		}
@@ -536,10 +537,29 @@ func TestScriptCommandsRefused(t *testing.T) {
 				if p := pttl(t, admin, s.RecordKey("acl")); p != -2 {
 					t.Fatalf("record after the refused Acquire: PTTL %d, want -2 (none)", p)
 				}
+				_, err = acquireSet(t, s, []string{"acl/1", "acl/2"}, "o", time.Minute)
+				if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+					t.Fatalf("AcquireSet = %v, want a definite permission error", err)
+				}
+				if p := pttl(t, admin, s.RecordKey("acl/1")); p != -2 {
+					t.Fatalf("record after the refused AcquireSet: PTTL %d, want -2 (none)", p)
+				}
+			}
+			// A permit's grant is refused before its record is written.
+			_, err := acquirePermit(t, s, "acl/sem", "o", 2, time.Minute)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("AcquirePermit = %v, want a definite permission error", err)
+			}
+			for _, name := range []string{s.RecordKey(lease.PermitKey("acl/sem", 0)), keyspace.PermitTokens(s.Prefix(), "acl/sem")} {
+				if p := pttl(t, admin, name); p != -2 {
+					t.Fatalf("%q after the refused AcquirePermit: PTTL %d, want -2 (none)", name, p)
+				}
+			}
+			if cmd == "persist" {
 				return
 			}
 			a := acquire(t, s, "acl", "o", time.Minute)
-			err := s.Release(ctx, a)
+			err = s.Release(ctx, a)
 			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
 				t.Fatalf("Release = %v, want a definite permission error", err)
 			}
@@ -551,6 +571,20 @@ func TestScriptCommandsRefused(t *testing.T) {
 			}
 			if p := pttl(t, admin, s.RecordKey("acl")); p != -1 {
 				t.Fatalf("held record after the refused releases: PTTL %d, want -1", p)
+			}
+			keys := []string{"acl/1", "acl/2"}
+			set, err := acquireSet(t, s, keys, "o", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.ReleaseSet(ctx, keys, set)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("ReleaseSet = %v, want a definite permission error", err)
+			}
+			for _, k := range keys {
+				if r, err := s.Inspect(ctx, k); err != nil || !r.Held || r.Token != set.Token || pttl(t, admin, s.RecordKey(k)) != -1 {
+					t.Fatalf("after the refused ReleaseSet Inspect(%q) = %+v, %v; want it still held, without a TTL", k, r, err)
+				}
 			}
 		})
 	}
@@ -577,6 +611,27 @@ func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, 
 	case <-ch:
 	case <-ctx.Done():
 		t.Fatal("no release notification")
+	}
+}
+
+// permitsAndSets takes a permit of a semaphore and a set and ends them,
+// failing t unless every step works.
+func permitsAndSets(ctx context.Context, t *testing.T, s *leasevalkey.Store) {
+	t.Helper()
+	p := mustPermit(t, s, "acl/sem", "o", 3, time.Minute)
+	if err := s.Release(ctx, p.a); err != nil {
+		t.Fatal(err)
+	}
+	keys := tagged("acl", "/1", "/2")
+	set, err := acquireSet(t, s, keys, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewSet(ctx, keys, set, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseSet(ctx, keys, set); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -612,6 +667,7 @@ func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
 	for _, key := range []string{"a", "b/c", "{d}"} { // on several nodes
 		renewWatchRelease(ctx, t, s, key)
 	}
+	permitsAndSets(ctx, t, s)
 	for _, n := range cl.Nodes() {
 		user, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, Username: "leases", Password: "secret"})
 		if err != nil {
