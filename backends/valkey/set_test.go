@@ -321,3 +321,60 @@ func TestSetReleaseWakesWatchers(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupsKeepHistory: permits and sets keep the records' history as
+// Acquire and Renew do: when a key was acquired and last renewed, and how
+// often its holder changed.
+func TestGroupsKeepHistory(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s := newStore(t, standalone(t))
+	inspect := func(key string) lease.Record {
+		t.Helper()
+		r, err := s.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	p := mustPermit(t, s, "hist", "o", 2, time.Minute)
+	first := inspect(p.a.Key)
+	if first.Transitions != 0 || first.AcquiredAt.IsZero() || !first.RenewedAt.Equal(first.AcquiredAt) {
+		t.Fatalf("a first permit's record = %+v, want acquired and renewed at its grant, no transition", first)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if _, _, err := s.AcquirePermit(ctx, lease.AcquireRequest{Key: "hist", Owner: "o", Nonce: p.a.Nonce, TTL: time.Minute}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := inspect(p.a.Key); !r.RenewedAt.After(first.AcquiredAt) || !r.AcquiredAt.Equal(first.AcquiredAt) || r.Transitions != 0 {
+		t.Fatalf("after a retry the permit's record = %+v, want renewed later, acquired as before", r)
+	}
+	if err := s.Release(ctx, p.a); err != nil {
+		t.Fatal(err)
+	}
+	if r := inspect(mustPermit(t, s, "hist", "o2", 2, time.Minute).a.Key); r.Transitions != 1 || !r.AcquiredAt.After(first.AcquiredAt) {
+		t.Fatalf("a second permit in slot 0: %+v, want one transition", r)
+	}
+
+	keys := []string{"hist/a", "hist/b"}
+	if err := s.Release(ctx, acquire(t, s, keys[0], "o", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	set, err := acquireSet(t, s, keys, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := inspect(keys[0]), inspect(keys[1])
+	if a.Transitions != 1 || b.Transitions != 0 || !a.AcquiredAt.Equal(b.AcquiredAt) || a.AcquiredAt.IsZero() {
+		t.Fatalf("the set's records = %+v and %+v, want one grant time, 1 and 0 transitions", a, b)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if err := s.RenewSet(ctx, keys, set, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if r := inspect(k); !r.RenewedAt.After(a.AcquiredAt) || !r.AcquiredAt.Equal(a.AcquiredAt) {
+			t.Fatalf("after RenewSet %q = %+v, want renewed later", k, r)
+		}
+	}
+}

@@ -25,10 +25,10 @@ if record.left(r, now) > 0 then
   -- The same acquisition asks again (a retry after an unanswered attempt):
   -- extend it and return its token.
   redis.call('PERSIST', rec)
-  record.extend(rec, now + ARGV[3])
+  record.extend(rec, now, now + ARGV[3])
   return last
 end
 local token = record.next_token(last, now)
 redis.call('PERSIST', rec)
-record.grant(rec, token, ARGV[1], ARGV[2], now + ARGV[3])
+record.grant(rec, r, token, ARGV[1], ARGV[2], now, now + ARGV[3])
 return token

@@ -27,9 +27,10 @@ local now = record.now()
 local kept = redis.call('HMGET', tokens, 'token')[1]
 local hadTokens = kept ~= false
 local last = tonumber(kept) or 0
-local free, first, firstLeft
+local recs, free, first, firstLeft = {}, nil, nil, nil
 for i = 1, n do
   local r = record.read(KEYS[i])
+  recs[i] = r
   last = math.max(last, record.token(r))
   local left = record.left(r, now)
   if left > 0 then
@@ -37,7 +38,7 @@ for i = 1, n do
       -- The same acquisition asks again (a retry after an unanswered
       -- attempt): extend it and return its slot and token.
       redis.call('PERSIST', KEYS[i])
-      record.extend(KEYS[i], now + ARGV[3])
+      record.extend(KEYS[i], now, now + ARGV[3])
       return {i - 1, record.token(r)}
     end
     if not first or left < firstLeft then
@@ -69,5 +70,5 @@ redis.call('HSET', tokens, 'token', token)
 if not hadTokens then
   keep()
 end
-record.grant(rec, token, ARGV[1], ARGV[2], now + ARGV[3])
+record.grant(rec, recs[free], token, ARGV[1], ARGV[2], now, now + ARGV[3])
 return {free - 1, token}

@@ -17,9 +17,10 @@
 -- clock (record.next_token). A nonce that holds only some of the keys (one
 -- was force-released since) gets them all again with a new token.
 local now = record.now()
-local last, mine, token = 0, true, nil
+local recs, last, mine, token = {}, 0, true, nil
 for i, rec in ipairs(KEYS) do
   local r = record.read(rec)
+  recs[i] = r
   last = math.max(last, record.token(r))
   local left = record.left(r, now)
   if left > 0 and r[2] ~= ARGV[2] then
@@ -37,7 +38,7 @@ if mine then
     redis.call('PERSIST', rec)
   end
   for _, rec in ipairs(KEYS) do
-    record.extend(rec, now + ARGV[3])
+    record.extend(rec, now, now + ARGV[3])
   end
   return tonumber(token)
 end
@@ -45,7 +46,7 @@ token = record.next_token(last, now)
 for _, rec in ipairs(KEYS) do
   redis.call('PERSIST', rec)
 end
-for _, rec in ipairs(KEYS) do
-  record.grant(rec, token, ARGV[1], ARGV[2], now + ARGV[3])
+for i, rec in ipairs(KEYS) do
+  record.grant(rec, recs[i], token, ARGV[1], ARGV[2], now, now + ARGV[3])
 end
 return token

@@ -12,6 +12,13 @@
 --   expires  when the last acquisition ends, in microseconds since the Unix
 --            epoch on this server's clock (0 once released, -1 once ended
 --            by forcerelease.lua)
+--   acquired when the last acquisition was granted (microseconds)
+--   renewed  when it was last extended (renew.lua, renew_set.lua, or a
+--            script that grants, again for its nonce), microseconds;
+--            acquired until then
+--   transitions  how many grants the record saw after its first (0 for
+--            the first); a record written by an older version, without
+--            the field, counts from 0
 -- While the lease is held the record has no TTL, so that the volatile-*
 -- maxmemory policies cannot evict it. Once the lease ended the record is
 -- kept for a retention: release.lua, release_set.lua and forcerelease.lua
@@ -33,10 +40,10 @@ function record.now()
   return t[1] * 1000000 + t[2]
 end
 
--- record.read(rec) returns the fields token, nonce, expires and owner of
--- the record rec, in that order (false for a missing one).
+-- record.read(rec) returns the fields token, nonce, expires, owner and
+-- transitions of the record rec, in that order (false for a missing one).
 function record.read(rec)
-  return redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner')
+  return redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner', 'transitions')
 end
 
 -- record.token(r) returns the last token of a record read by record.read,
@@ -65,16 +72,24 @@ function record.next_token(last, now)
   return token
 end
 
--- record.grant(rec, token, owner, nonce, expires) records a new grant. The
--- caller ran PERSIST on rec first: granting removes any TTL the record
--- carries from an ended lease.
-function record.grant(rec, token, owner, nonce, expires)
-  redis.call('HSET', rec, 'token', token, 'owner', owner, 'nonce', nonce, 'expires', expires)
+-- record.grant(rec, r, token, owner, nonce, now, expires) records a new
+-- grant at now in rec, whose fields record.read returned as r. The caller
+-- ran PERSIST on rec first: granting removes any TTL the record carries
+-- from an ended lease.
+function record.grant(rec, r, token, owner, nonce, now, expires)
+  -- A record that existed saw a grant before this one: one more transition.
+  local transitions = 0
+  if r[1] then
+    transitions = (tonumber(r[5]) or 0) + 1
+  end
+  redis.call('HSET', rec, 'token', token, 'owner', owner, 'nonce', nonce, 'expires', expires,
+    'acquired', now, 'renewed', now, 'transitions', transitions)
 end
 
--- record.extend(rec, expires) extends the lease held in rec to expires.
-function record.extend(rec, expires)
-  redis.call('HSET', rec, 'expires', expires)
+-- record.extend(rec, now, expires) extends the lease held in rec to
+-- expires, renewed at now.
+function record.extend(rec, now, expires)
+  redis.call('HSET', rec, 'expires', expires, 'renewed', now)
 end
 
 -- record.check(r, nonce, token, now) says what the record r, read by

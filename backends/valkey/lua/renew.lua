@@ -16,5 +16,5 @@ local outcome = record.check(record.read(rec), ARGV[1], ARGV[2], now)
 if outcome ~= 1 then
   return outcome
 end
-record.extend(rec, now + ARGV[3])
+record.extend(rec, now, now + ARGV[3])
 return 1

@@ -20,6 +20,6 @@ for i, rec in ipairs(KEYS) do
   end
 end
 for _, rec in ipairs(KEYS) do
-  record.extend(rec, now + ARGV[3])
+  record.extend(rec, now, now + ARGV[3])
 end
 return {1, 0}
