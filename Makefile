@@ -4,8 +4,9 @@
 #               the race detector against real Valkey and PostgreSQL servers
 #               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips)
 #   make bench  the comparison benchmarks of bench/ (PostgreSQL, leasequeue,
-#               Valkey), each in ROUNDS interleaved rounds (default 6), with
-#               benchstat's tables and the ratios to each baseline, then
+#               Valkey, semaphores and sets), each in ROUNDS interleaved
+#               rounds (default 6), with benchstat's tables and the ratios
+#               to each baseline, then
 #               bench/footprint (a million keys on each backend, once, about
 #               ten minutes; FOOTPRINT_ROUNDS and FOOTPRINT_BASE, not ROUNDS
 #               and BASE, repeat it or compare it with a revision);
@@ -66,7 +67,7 @@ test: deps
 
 bench: deps
 	@bash scripts/install-deps.sh bench
-	@for area in postgres leasequeue valkey footprint; do \
+	@for area in postgres leasequeue valkey groups footprint; do \
 		echo "==> bench/$$area/run.sh"; sh bench/$$area/run.sh || exit 1; \
 	done
 
