@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,11 +58,13 @@ func memo(f func(string) []string) func(string) []string {
 }
 
 // An env is one backend under test: a lease.Client on a fresh store, and
-// the address of the Valkey server the store is on, for the peers.
+// the address of the Valkey server the store is on, for the peers, and a
+// client of it.
 type env struct {
 	client     *lease.Client
 	policy     lease.Policy
 	valkeyAddr string
+	valkey     valkey.Client
 }
 
 // A backend starts an env.
@@ -103,7 +107,7 @@ func startValkey(tb testing.TB) env {
 		tb.Fatal(err)
 	}
 	e := newEnv(tb, s)
-	e.valkeyAddr = addr
+	e.valkeyAddr, e.valkey = addr, c
 	return e
 }
 
@@ -268,8 +272,33 @@ func implNamed(tb testing.TB, name string) impl {
 	return impl{}
 }
 
+// valkeyCPU returns the CPU time the Valkey server of e has used, in
+// seconds (used_cpu_sys + used_cpu_user).
+func valkeyCPU(tb testing.TB, e env) float64 {
+	c := e.valkey
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					tb.Fatalf("INFO cpu: %q: %v", line, err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
 // BenchmarkCycle measures one acquire→release cycle of each impl on each
-// backend, one goroutine at a time, on a free key or set. The names are
+// backend, one goroutine at a time, on a free key or set; on Valkey also
+// the server's CPU time per cycle (server-us/cycle): what the scripts
+// cost, apart from the round trips and the client. The names are
 // key=value so that benchstat can put the impls side by side (benchstat
 // -col /backend -row /impl) and benchsum can compare each with lease.
 func BenchmarkCycle(b *testing.B) {
@@ -287,10 +316,17 @@ func BenchmarkCycle(b *testing.B) {
 					if err := cycle(ctx, key); err != nil { // warm up: connect, load scripts, prepare statements
 						b.Fatal(err)
 					}
+					var cpu float64
+					if e.valkey != nil {
+						cpu = valkeyCPU(b, e)
+					}
 					for b.Loop() {
 						if err := cycle(ctx, key); err != nil {
 							b.Fatal(err)
 						}
+					}
+					if e.valkey != nil {
+						b.ReportMetric((valkeyCPU(b, e)-cpu)*1e6/float64(b.N), "server-us/cycle")
 					}
 				})
 			}

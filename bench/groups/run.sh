@@ -7,7 +7,8 @@
 # x-lease; a 3-key set over 3 single leases taken in order, x-leases3; a
 # set over bsm/redislock's ObtainMulti, x-obtainmulti, Valkey only), which
 # are the steadiest, and each impl's cycle one after the other
-# (BenchmarkCycle) with its time over a lease's. The servers are started by
+# (BenchmarkCycle) with its time over a lease's, and on Valkey the
+# server's CPU time per cycle. The servers are started by
 # the test harness (valkey-server and PostgreSQL on PATH; PostgreSQL with
 # fsync off), or named by LEASE_VALKEY_ADDR and LEASE_POSTGRES_URL.
 #
@@ -25,6 +26,6 @@ round() {
 layout="-col /backend -row /impl"
 tables() {
 	stat -filter '.name:SerialPaired .unit:(x-lease OR x-leases3 OR x-obtainmulti)' -row /vs,/impl
-	stat -filter '.name:Cycle .unit:(sec/op OR allocs/op)'
+	stat -filter '.name:Cycle .unit:(sec/op OR server-us/cycle OR allocs/op)'
 }
 . ../lib.sh
