@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,6 +176,34 @@ func (s *Store) wakeKey(key string) {
 	}
 }
 
+// wakeReleased wakes the watches of key, released, and if key is a permit
+// key (lease.PermitKey(sem, i)), also those of its semaphore sem: a
+// waiter for a permit watches the semaphore's key, and watch.sql marked
+// the semaphore's permit rows for it.
+func (s *Store) wakeReleased(key string) {
+	s.wakeKey(key)
+	if sem, ok := semaphoreOf(key); ok {
+		s.wakeKey(sem)
+	}
+}
+
+// semaphoreOf returns sem if key is lease.PermitKey(sem, i) for some slot
+// i, written as PermitKey writes it (decimal, no leading zero).
+func semaphoreOf(key string) (string, bool) {
+	i := strings.LastIndex(key, permitInfix)
+	if i < 0 {
+		return "", false
+	}
+	slot := key[i+len(permitInfix):]
+	if slot == "" || len(slot) > 1 && slot[0] == '0' || strings.Trim(slot, "0123456789") != "" {
+		return "", false
+	}
+	return key[:i], true
+}
+
+// permitInfix separates a semaphore's key from the slot in a permit key.
+const permitInfix = "/permit/"
+
 func (s *Store) wakeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,7 +292,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		cancel()
 		switch {
 		case err == nil:
-			s.wakeKey(n.Payload)
+			s.wakeReleased(n.Payload)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case wctx.Err() != nil && !c.Conn().IsClosed():
