@@ -65,6 +65,9 @@ func (w *watch) wake() {
 // that mark is set and whenever the listener (re)starts listening, since a
 // release may have gone unseen before: the waiter then simply tries again.
 //
+// A watch of a semaphore's key (see lease.PermitKey) also marks the rows
+// of its permits, and receives a value when any of them is released.
+//
 // All watches of a Store share one listener, which holds one connection
 // from the pool while any watch is active (and for a short while after),
 // and gives it back at Close.
