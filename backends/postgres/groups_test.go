@@ -66,6 +66,28 @@ func TestGroupsExecModes(t *testing.T) {
 	}
 }
 
+// TestGroupsThroughPgBouncer runs them through PgBouncer in transaction
+// mode, with two server sessions for four client connections: the
+// statements need no session state.
+func TestGroupsThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	url := newDatabase(t)
+	if err := leasepostgres.Migrate(ctxT(t), newPool(t, url, nil), leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	bouncer := startPgBouncer(t, url, "transaction", 2)
+	pool := newPool(t, bouncer, func(c *pgxpool.Config) {
+		c.MaxConns = 4
+		c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	})
+	s, err := leasepostgres.New(pool, leasepostgres.Options{DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exerciseGroups(t, s)
+}
+
 // exerciseGroups checks AcquirePermit, AcquireSet, RenewSet and
 // ReleaseSet on s, one step after another.
 func exerciseGroups(t *testing.T, s *leasepostgres.Store) {
