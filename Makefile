@@ -22,8 +22,9 @@
 #
 # internal/testkit/chaos, internal/testkit/obscheck, bench and examples/migrate are modules of
 # their own (with a replace of this module), so that what only they need
-# (toxiproxy, porcupine, peer libraries, goose, golang-migrate) never enters
-# the product's go.mod; test and lint run them separately.
+# (toxiproxy, porcupine, peer libraries, goose, golang-migrate, Prometheus'
+# PromQL engine) never enters the product's go.mod; test and lint run them
+# separately.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -49,8 +50,6 @@ test: deps
 	@echo "==> go vet ./..."; time $(GO) vet ./...
 	@echo "==> go test -race -count=1 ./... (LEASE_REQUIRE_SERVERS=1)"; \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
-	@echo "==> allocation tests, without -race (the race detector changes what allocates)"; \
-		$(GO) test -count=1 -run 'Allocs' ./lease/
 	@echo "==> internal/testkit/obscheck (own module): go vet, go test -race"; \
 		cd internal/testkit/obscheck && $(GO) vet ./... && \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...

@@ -112,9 +112,11 @@ func classify(err error) error {
 	}
 	switch {
 	case valkeyplumbing.NoPermission(err):
-		return fmt.Errorf("the Valkey user lacks a permission the cache scripts need (see the package documentation): %w", err)
+		return lease.Misconfigured(fmt.Errorf("the Valkey user lacks a permission the cache scripts need (see the package documentation): %w", err))
 	case valkeyplumbing.WrongType(err):
-		return fmt.Errorf("an entry's key holds another type of value; another program writes under this Prefix: %w", err)
+		return lease.Misconfigured(fmt.Errorf("an entry's key holds another type of value; another program writes under this Prefix: %w", err))
+	case valkeyplumbing.Misconfigured(err):
+		return lease.Misconfigured(fmt.Errorf("refused by the server, not applied (configuration): %w", err))
 	case valkeyplumbing.Refused(err):
 		return fmt.Errorf("refused by the server, not applied: %w", err)
 	}

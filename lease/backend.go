@@ -27,7 +27,8 @@ import (
 //     connection lost after sending);
 //   - any other error: the backend provably did not apply the request (for
 //     example, the connection could not be opened), or a configuration
-//     problem such as a missing permission.
+//     problem such as a missing permission. Mark a refusal that no retry
+//     can cure with Misconfigured, so that Client.Acquire stops waiting.
 //
 // A context that ends before the reply arrives is reported as an
 // indeterminate error that wraps the context's error, unless the request
@@ -69,6 +70,8 @@ type Backend interface {
 	// Inspect returns the key's current state as the backend sees it. It
 	// never returns the holder's nonce. A key that is free has Held false;
 	// Token is then the last token issued, if the backend still knows it.
+	// AcquiredAt, RenewedAt and Transitions are kept by the backend's
+	// acquire and renew, in the same atomic operation.
 	Inspect(ctx context.Context, key string) (Record, error)
 }
 
@@ -92,7 +95,8 @@ type Acquisition struct {
 	Token Token
 }
 
-// Record is a key's state as reported by Backend.Inspect.
+// Record is a key's state as reported by Backend.Inspect, Lister.List and
+// ForceReleaser.ForceRelease.
 type Record struct {
 	Key string
 	// Held reports whether an acquisition holds the key now.
@@ -103,6 +107,25 @@ type Record struct {
 	// Remaining is the holder's remaining time on the backend's clock when
 	// the backend answered.
 	Remaining time.Duration
+
+	// AcquiredAt is when the backend granted the key to the acquisition
+	// that holds it (for a free key, to the last one), on the backend's
+	// clock: kubectl's acquireTime. Zero if the backend does not know (a
+	// record written by an older version of the backend).
+	AcquiredAt time.Time
+	// RenewedAt is when that acquisition last extended its lease, on the
+	// backend's clock: by Renew, or by an Acquire retried with its nonce;
+	// AcquiredAt until then (kubectl's renewTime). Zero if the backend does
+	// not know.
+	RenewedAt time.Time
+	// Transitions counts the changes of holder the record has seen: the
+	// grants of the key to a new acquisition after the first (kubectl's
+	// leaseTransitions). A grant after a release or an expiry counts, also
+	// to the same owner string; renewals and Acquire retried with the
+	// holder's nonce do not. It counts from the record's creation: a record
+	// the backend lost, or removed a retention after its lease ended,
+	// starts again at 0.
+	Transitions uint64
 }
 
 // ReleaseWatcher is an optional Backend capability, found by type

@@ -133,6 +133,10 @@ func (c *Client) Observer() Observer { return c.obs }
 //   - the context's cause when ctx ended (its text also says what the
 //     last attempt found), never ErrNotAcquired;
 //   - ErrIndeterminate when any attempt went unanswered (see below);
+//   - ErrMisconfigured, at once, when the backend refused an attempt for a
+//     reason no retry can cure (a missing table or privilege, a wrong
+//     password: see ErrMisconfigured): Acquire does not wait then, and
+//     returns the error TryAcquire would;
 //   - otherwise the last backend error.
 //
 // ErrIndeterminate comes on top of the others: a wait that ran out with the
@@ -239,8 +243,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			}
 			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p, deadline: sent.Add(p.LocalLifetime())}
 			if !c.quiet {
+				now := c.clock.Now()
 				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
-					at.n, c.clock.Now().Sub(at.start)})
+					at.n, now.Sub(at.start), h.deadline.Sub(now)})
 			}
 			c.maybeSweep()
 			return h, nil
@@ -248,6 +253,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		lastErr = err
 		if errors.Is(err, ErrIndeterminate) {
 			at.unanswered++
+		}
+		if errors.Is(err, ErrMisconfigured) {
+			break // no retry can cure it: say so now, not when the wait ends
 		}
 		if ctx.Err() != nil {
 			break

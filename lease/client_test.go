@@ -550,7 +550,8 @@ func TestAcquireEvents(t *testing.T) {
 	if err := holder.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryAcquire(context.Background(), "k", p); err != nil {
+	h, err := c.TryAcquire(context.Background(), "k", p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var got *lease.Acquired
@@ -563,6 +564,26 @@ func TestAcquireEvents(t *testing.T) {
 	obs.mu.Unlock()
 	if got == nil || got.Attempts != 1 || got.Latency != call || got.Waited != call || got.Token == 0 {
 		t.Fatalf("Acquired event %+v, want 1 attempt, Latency = Waited = %v, a token", got, call)
+	}
+	// Remaining runs to the local deadline: the local lifetime from the
+	// request's send time.
+	if want := p.LocalLifetime() - call; got.Remaining != want || h.Deadline().Sub(f.clock.Now()) != want {
+		t.Fatalf("Acquired.Remaining = %v, want %v (Deadline in %v)", got.Remaining, want, h.Deadline().Sub(f.clock.Now()))
+	}
+	f.clock.Advance(10 * time.Second)
+	if err := h.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *lease.Renewed
+	obs.mu.Lock()
+	for _, e := range obs.events {
+		if e, ok := e.(*lease.Renewed); ok {
+			renewed = e
+		}
+	}
+	obs.mu.Unlock()
+	if renewed == nil || renewed.Remaining != p.LocalLifetime() {
+		t.Fatalf("Renewed event %+v, want Remaining %v: the renewal moved the deadline", renewed, p.LocalLifetime())
 	}
 }
 
@@ -804,5 +825,72 @@ func TestValidateReportsLostRecord(t *testing.T) {
 	}
 	if want := `lease: validate "k": token 1 lost: record lost`; err.Error() != want {
 		t.Fatalf("error text %q, want %q", err, want)
+	}
+}
+
+// misconfigured is a backend whose every Acquire is refused for a reason
+// no retry cures, as a missing table is.
+type misconfigured struct {
+	lease.Backend
+	n atomic.Int32
+}
+
+var errNoTable = errors.New(`backend: relation "leases" does not exist`)
+
+func (m *misconfigured) Acquire(context.Context, lease.AcquireRequest) (lease.Token, error) {
+	m.n.Add(1)
+	return 0, lease.Misconfigured(errNoTable)
+}
+
+// TestAcquireStopsAtMisconfigured: a refusal that no retry cures ends
+// Acquire's wait at its first attempt, with the error TryAcquire gives,
+// however long the wait would have been.
+func TestAcquireStopsAtMisconfigured(t *testing.T) {
+	f := newFixture(t)
+	b := &misconfigured{Backend: f.store}
+	c, err := lease.NewClient(b, lease.ClientOptions{Owner: "other", Clock: f.clock, Observer: f.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: 30 * time.Second, Retry: time.Second, Wait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tryErr := c.TryAcquire(context.Background(), "k", p)
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(context.Background(), "k", p); done <- err }()
+	// The fake clock never moves: an Acquire that waits never returns.
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire still waits after a misconfigured refusal")
+	}
+	if !errors.Is(err, lease.ErrMisconfigured) || !errors.Is(err, errNoTable) || errors.Is(err, lease.ErrIndeterminate) {
+		t.Fatalf("Acquire = %v, want ErrMisconfigured wrapping the backend's error", err)
+	}
+	if err.Error() != tryErr.Error() {
+		t.Fatalf("Acquire = %q, want TryAcquire's error %q", err, tryErr)
+	}
+	if n := b.n.Load(); n != 2 {
+		t.Fatalf("%d attempts (TryAcquire's and Acquire's), want 2", n)
+	}
+	if failed := f.obs.lastAcquireFailed(); failed == nil || failed.Attempts != 1 {
+		t.Fatalf("AcquireFailed event %+v, want 1 attempt", failed)
+	}
+}
+
+func TestMisconfigured(t *testing.T) {
+	err := lease.Misconfigured(errNoTable)
+	if !errors.Is(err, lease.ErrMisconfigured) || !errors.Is(err, errNoTable) || err.Error() != errNoTable.Error() {
+		t.Fatalf("Misconfigured(%v) = %v, want it to match both with the same text", errNoTable, err)
+	}
+	if lease.Misconfigured(nil) != nil {
+		t.Fatal("Misconfigured(nil) != nil")
+	}
+	if lease.Misconfigured(err) != err {
+		t.Fatal("Misconfigured wrapped twice")
+	}
+	if u := lease.Indeterminate(errNoTable); lease.Misconfigured(u) != u {
+		t.Fatal("Misconfigured marked an indeterminate error")
 	}
 }

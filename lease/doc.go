@@ -46,7 +46,9 @@
 // holder. A *LostError (ErrLost) says the acquisition is no longer current
 // and why. ErrIndeterminate means the outcome of a request is unknown; an
 // Acquire error that does not match it means no grant exists or can still
-// appear for that call. Cancellation never reads as success. Every error
+// appear for that call. ErrMisconfigured marks a refusal no retry cures (a
+// missing table or privilege, a wrong password): Acquire returns it at once
+// instead of waiting. Cancellation never reads as success. Every error
 // names the operation and the key once:
 // lease: renew "billing/nightly": token 7 lost: superseded. Test errors with
 // errors.Is and errors.As, never by their text.

@@ -30,6 +30,14 @@ var (
 	// does not match ErrIndeterminate means the outcome is known.
 	ErrIndeterminate = errors.New("lease: outcome unknown")
 
+	// ErrMisconfigured means the backend refused a request for a reason
+	// that no retry can cure: a missing table or column, a missing
+	// privilege or ACL permission, a wrong password, a connection pooler
+	// that loses prepared statements. The error's text says what to
+	// change. Client.Acquire returns it at once instead of waiting.
+	// Backends mark such errors with Misconfigured.
+	ErrMisconfigured = errors.New("lease: backend misconfigured")
+
 	// ErrInvalidPolicy wraps every error returned by NewPolicy.
 	ErrInvalidPolicy = errors.New("lease: invalid policy")
 
@@ -181,6 +189,24 @@ type indeterminateError struct{ err error }
 func (e *indeterminateError) Error() string   { return e.detail() }
 func (e *indeterminateError) detail() string  { return "outcome unknown: " + detail(e.err) }
 func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.err} }
+
+// Misconfigured wraps err so that it matches ErrMisconfigured while keeping
+// err in the chain and its text unchanged. Backends use it for a refusal
+// that no retry can cure (see ErrMisconfigured); a request that may have
+// been applied is not a refusal, so an err matching ErrIndeterminate is
+// returned as it is. It returns nil if err is nil.
+func Misconfigured(err error) error {
+	if err == nil || errors.Is(err, ErrIndeterminate) || errors.Is(err, ErrMisconfigured) {
+		return err
+	}
+	return &misconfiguredError{err}
+}
+
+type misconfiguredError struct{ err error }
+
+func (e *misconfiguredError) Error() string   { return e.err.Error() }
+func (e *misconfiguredError) detail() string  { return detail(e.err) }
+func (e *misconfiguredError) Unwrap() []error { return []error{ErrMisconfigured, e.err} }
 
 // unknownAcquireError is the error of an Acquire that gave up after an
 // attempt went unanswered. The client released what the attempt may have

@@ -116,10 +116,12 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 	if d := sent.Add(h.policy.LocalLifetime()); d.After(h.deadline) {
 		h.deadline = d
 	}
+	deadline = h.deadline
 	h.mu.Unlock()
 	if !h.c.quiet {
-		info.Latency = clock.Now().Sub(sent)
-		h.c.obs.Observe(&Renewed{info})
+		now := clock.Now()
+		info.Latency = now.Sub(sent)
+		h.c.obs.Observe(&Renewed{info, deadline.Sub(now)})
 	}
 	return nil
 }

@@ -71,6 +71,15 @@ type (
 		// Waited is the time from the Acquire call to the event, on the
 		// client's clock: all attempts and the pauses between them.
 		Waited time.Duration
+		// Remaining is the time left, on the client's clock, until the
+		// acquisition's local deadline (Handle.Deadline) when the event
+		// was emitted: TTL − SafetyMargin less the time since the granting
+		// request was sent. Unless a Renewed event moves it, the holder
+		// must assume the lease is gone once it has passed, even if no
+		// Released or Lost event follows (a handle dropped without
+		// Release, a lease left to expire). A duration rather than an
+		// instant, so that an observer can compare it with its own clock.
+		Remaining time.Duration
 	}
 	// AcquireFailed is emitted when Acquire or TryAcquire gives up after at
 	// least one backend attempt. A call refused before any I/O (an invalid
@@ -84,7 +93,14 @@ type (
 		Waited time.Duration
 	}
 	// Renewed is emitted after a successful renewal.
-	Renewed struct{ EventInfo }
+	Renewed struct {
+		EventInfo
+		// Remaining is the time left, on the client's clock, until the
+		// acquisition's local deadline when the event was emitted: the
+		// renewal moved it to TTL − SafetyMargin after the request was
+		// sent. See Acquired.Remaining.
+		Remaining time.Duration
+	}
 	// RenewFailed is emitted after a renewal attempt that failed; Managed
 	// keeps retrying unless the failure is a loss.
 	RenewFailed struct{ EventInfo }

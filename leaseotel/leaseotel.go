@@ -1,10 +1,11 @@
-// Package leaseotel turns the events of packages lease, cache and
-// leasequeue into OpenTelemetry metrics and spans, on the
+// Package leaseotel turns the events of packages lease, cache, leasequeue
+// and leasescheduler into OpenTelemetry metrics and spans, on the
 // go.opentelemetry.io/otel metric and trace APIs. Only programs that import
 // it link those modules; the SDK and exporters are the program's choice. It
-// links no store's client: it reads the events of cache and leasequeue from
-// their leaves cacheevent and queueevent, so a program on PostgreSQL alone
-// links no valkey-go by importing it, and one on Valkey alone no pgx.
+// links no store's client and no scheduler: it reads the events of cache,
+// leasequeue and leasescheduler from their leaves cacheevent, queueevent
+// and jobevent, so a program on PostgreSQL alone links no valkey-go by
+// importing it, and one on Valkey alone no pgx.
 //
 //	tel, err := leaseotel.New(leaseotel.Options{}) // the global providers
 //	if err != nil {
@@ -19,7 +20,7 @@
 // lower case, units as UCUM: "s" for durations, "{lease}" for counts), and
 // attributes are namespaced "lease.*":
 //
-//	lease.held                      up-down counter  leases this process holds now [lease.key]
+//	lease.held                      up-down counter  leases this process holds now, observed at collection [lease.key]
 //	lease.acquisitions              counter          Acquire and TryAcquire calls [lease.key, lease.outcome]
 //	lease.acquire.attempts          counter          backend acquire attempts those calls made [lease.key]
 //	lease.acquire.wait.duration     histogram, s     from an Acquire call to its end, waiting included [lease.outcome]
@@ -44,17 +45,25 @@
 //	lease.queue.losses              counter          item and partition leases lost [lease.lost.reason]
 //	lease.queue.prunes              counter          background prunes of the source's finished items [lease.outcome]
 //	lease.queue.pruned_items        counter          finished items those prunes removed
+//	lease.job.runs                  counter          scheduled runs of a job [lease.job.name, lease.job.result]
+//	lease.job.last_success          gauge, s         when a run of the job last ended ok, Unix seconds [lease.job.name]
 //
 // They are the metrics of package leaseprom under OpenTelemetry names, with
-// the same outcome and reason values (see leaseprom's documentation), built
-// from one table so the two cannot drift.
+// the same outcome, reason and result values (see leaseprom's
+// documentation), built from one table so the two cannot drift. As there,
+// lease.held is counted at each collection, so a lease that ended by
+// expiry (its local deadline passed without a renewal, release or loss)
+// has left it, and counters whose label values are known in advance start
+// at 0.
 //
 // # Cardinality
 //
 // Metrics carry no lease.key attribute unless Options.KeyAttribute is set,
 // and then at most Options.MaxKeyValues distinct values (100 by default),
-// the rest reading "other". Spans always carry lease.key and lease.token:
-// spans are sampled one by one, not aggregated.
+// the rest reading "other". lease.job.name is the name of one of the
+// program's own jobs, a set the program bounds. Spans always carry
+// lease.token, and lease.key (lease.job.name for a job's run): spans are
+// sampled one by one, not aggregated.
 //
 // # Spans
 //
@@ -65,14 +74,17 @@
 // lease.cache.refresh, lease.cache.publish, lease.cache.invalidate,
 // lease.queue.claim (with lease.queue.attempt, and lease.queue.claim.age
 // in seconds when taken), lease.queue.complete, lease.queue.fail,
-// lease.queue.lost and lease.queue.prune (with lease.queue.removed, the
-// items it removed). A failed operation's span has status Error and records
+// lease.queue.lost, lease.queue.prune (with lease.queue.removed, the
+// items it removed) and lease.job.run (a scheduled run that started, from
+// its lease to its end, with lease.job.name and lease.token; lease.outcome
+// is its result). A failed operation's span has status Error and records
 // the error. Events carry no context, so these spans are roots of their
 // own traces: link them to a request through lease.key and lease.token.
 package leaseotel
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -84,6 +96,7 @@ import (
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/queueevent"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -105,13 +118,14 @@ type Options struct {
 }
 
 // Telemetry turns events into OpenTelemetry metrics and spans. Hand
-// [Telemetry.Lease], [Telemetry.Cache] and [Telemetry.Queue] to the
-// packages whose events it should record. Safe for concurrent use.
+// [Telemetry.Lease], [Telemetry.Cache], [Telemetry.Queue] and
+// [Telemetry.Jobs] to the packages whose events it should record. Safe for
+// concurrent use.
 type Telemetry struct {
 	t      *telemetry.Translator
 	tracer trace.Tracer
 	counts [len(telemetry.Specs)]metric.Int64Counter
-	gauges [len(telemetry.Specs)]metric.Int64UpDownCounter
+	gauges [len(telemetry.Specs)]metric.Float64Gauge
 	histos [len(telemetry.Specs)]metric.Float64Histogram
 }
 
@@ -135,8 +149,13 @@ func New(o Options) (*Telemetry, error) {
 		switch spec.Kind {
 		case telemetry.Counter:
 			t.counts[i], err = meter.Int64Counter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+		case telemetry.Current:
+			// lease.held is counted at each collection, so that a lease
+			// that ended by expiry, which no event reports, has left it.
+			_, err = meter.Int64ObservableUpDownCounter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit),
+				metric.WithInt64Callback(t.observeHeld))
 		case telemetry.Gauge:
-			t.gauges[i], err = meter.Int64UpDownCounter(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
+			t.gauges[i], err = meter.Float64Gauge(spec.OTel, metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit))
 		case telemetry.Histogram:
 			opts := []metric.Float64HistogramOption{metric.WithDescription(spec.Help), metric.WithUnit(spec.Unit)}
 			if spec.Unit == "s" {
@@ -148,7 +167,20 @@ func New(o Options) (*Telemetry, error) {
 			return nil, err
 		}
 	}
+	t.t.Zeros(t.record)
 	return t, nil
+}
+
+// observeHeld reports lease.held.
+func (t *Telemetry) observeHeld(_ context.Context, o metric.Int64Observer) error {
+	t.t.Held(func(key string, n int) {
+		if t.t.Keyed() {
+			o.Observe(int64(n), metric.WithAttributes(attribute.String("lease.key", key)))
+		} else {
+			o.Observe(int64(n))
+		}
+	})
+	return nil
 }
 
 // Lease returns the observer for lease.ClientOptions.Observer.
@@ -168,7 +200,16 @@ func (t *Telemetry) Queue() queueevent.Observer {
 	return queueevent.ObserverFunc(func(e queueevent.Event) { t.t.Queue(e, t.record, t.span) })
 }
 
+// Jobs returns the observer for the Observer of leasescheduler.Options and
+// leasescheduler.ElectorOptions.
+func (t *Telemetry) Jobs() jobevent.Observer {
+	return jobevent.ObserverFunc(func(e jobevent.Event) { t.t.Job(e, t.record, t.span) })
+}
+
 func (t *Telemetry) record(p telemetry.Point) {
+	if p.Zero && telemetry.Specs[p.Metric].Kind == telemetry.Histogram {
+		return // OpenTelemetry makes no histogram point without a measurement
+	}
 	attrs := make([]attribute.KeyValue, 0, 3)
 	for _, l := range telemetry.Specs[p.Metric].Labels {
 		switch l {
@@ -182,6 +223,10 @@ func (t *Telemetry) record(p telemetry.Point) {
 			attrs = append(attrs, attribute.String("lease.lost.reason", p.Reason))
 		case telemetry.OperationLabel:
 			attrs = append(attrs, attribute.String("lease.operation", p.Operation))
+		case telemetry.JobLabel:
+			attrs = append(attrs, attribute.String("lease.job.name", p.Job))
+		case telemetry.ResultLabel:
+			attrs = append(attrs, attribute.String("lease.job.result", p.Result))
 		}
 	}
 	ctx, set := context.Background(), metric.WithAttributes(attrs...)
@@ -189,7 +234,7 @@ func (t *Telemetry) record(p telemetry.Point) {
 	case telemetry.Counter:
 		t.counts[p.Metric].Add(ctx, int64(p.Value), set)
 	case telemetry.Gauge:
-		t.gauges[p.Metric].Add(ctx, int64(p.Value), set)
+		t.gauges[p.Metric].Record(ctx, p.Value, set)
 	case telemetry.Histogram:
 		t.histos[p.Metric].Record(ctx, p.Value, set)
 	}
@@ -197,8 +242,12 @@ func (t *Telemetry) record(p telemetry.Point) {
 
 func (t *Telemetry) span(s telemetry.Span) {
 	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints)+len(s.Floats))
+	if strings.HasPrefix(s.Name, "lease.job.") {
+		attrs = append(attrs, attribute.String("lease.job.name", s.Job))
+	} else {
+		attrs = append(attrs, attribute.String("lease.key", s.Key))
+	}
 	attrs = append(attrs,
-		attribute.String("lease.key", s.Key),
 		attribute.Int64("lease.token", int64(s.Token)),
 		attribute.String("lease.outcome", s.Outcome))
 	for k, v := range s.Ints {

@@ -1,24 +1,26 @@
-// Package leaseprom exports the events of packages lease, cache and
-// leasequeue as Prometheus metrics, on github.com/prometheus/client_golang.
-// Only programs that import it link that library. It links no store's
-// client: it reads the events of cache and leasequeue from their leaves
-// cacheevent and queueevent, so a program on PostgreSQL alone links no
-// valkey-go by importing it, and one on Valkey alone no pgx.
+// Package leaseprom exports the events of packages lease, cache,
+// leasequeue and leasescheduler as Prometheus metrics, on
+// github.com/prometheus/client_golang. Only programs that import it link
+// that library. It links no store's client and no scheduler: it reads the
+// events of cache, leasequeue and leasescheduler from their leaves
+// cacheevent, queueevent and jobevent, so a program on PostgreSQL alone
+// links no valkey-go by importing it, and one on Valkey alone no pgx.
 //
-// One [Metrics] serves all three packages and is registered once:
+// One [Metrics] serves all four packages and is registered once:
 //
 //	metrics := leaseprom.New(leaseprom.Options{})
 //	prometheus.MustRegister(metrics)
 //	client, err := lease.NewClient(store, lease.ClientOptions{Owner: owner, Observer: metrics.Lease()})
 //	c, err := cache.New(vk, cache.Options{Observer: metrics.Cache()})
 //	q, err := leasequeue.New(src, client, leasequeue.Options{Observer: metrics.Queue()})
+//	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{Observer: metrics.Jobs()})
 //
 // # Metrics
 //
 // Every name starts with Options.Namespace ("lease" by default). Durations
 // are in seconds, counters end in _total, as Prometheus' naming guide asks.
 //
-//	lease_held                              gauge    leases this process holds now [key]
+//	lease_held                              gauge    leases this process holds now: acquired, and neither released, lost nor past their local deadline [key]
 //	lease_acquisitions_total                counter  Acquire and TryAcquire calls by outcome [key, outcome]
 //	lease_acquire_attempts_total            counter  backend acquire attempts those calls made [key]
 //	lease_acquire_wait_seconds              histo    time from an Acquire call to its end, waiting for a holder included [outcome]
@@ -43,12 +45,36 @@
 //	lease_queue_losses_total                counter  item or partition leases lost, by reason
 //	lease_queue_prunes_total                counter  background prunes of the source's finished items run by this process, by outcome
 //	lease_queue_pruned_items_total          counter  finished items those prunes removed (also by one that stopped early)
+//	lease_job_runs_total                    counter  scheduled runs of a job on this process, by result [job_name, result]
+//	lease_job_last_success_timestamp_seconds gauge   when a run of the job last ended ok on this process, Unix seconds [job_name]
 //
 // The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may
 // not have been applied), canceled, invalid and error. The reason label is
 // expired, superseded, deadline_passed, force_released, record_lost or
-// unknown; operation is acquire, renew or release.
+// unknown; operation is acquire, renew or release; result is ok, failed,
+// lost, unchecked (a plain gocron task: the job's error is not seen),
+// skipped (another replica has the run) or error (the run's lease could
+// not be taken), as jobevent.Result says.
+//
+// lease_held is counted at each scrape, not from events alone: a lease
+// leaves it when it is released or lost, and also when its local deadline
+// passes without a renewal (a handle dropped without Release, a
+// scheduler's slot lease left to expire), and the process forgets it.
+//
+// The counters whose label values are known in advance exist from the
+// start at 0, as client_golang users expect, so that rate() and increase()
+// see their first event: lease_losses_total and lease_queue_losses_total
+// for every reason, lease_unknown_outcomes_total for every operation, the
+// outcomes that renewals, releases, acquisitions, publications,
+// completions and prunes can have, the counters without labels, and the
+// histograms that alerts take a rate() of. Those with a key label start
+// when the key label is first seen, and a job's when the job is added (by
+// Locker.Job, Locker.CronJob or Elector.Job) or first run.
+// lease_job_last_success_timestamp_seconds has no series until a success.
+//
+// docs/lease.rules.yml in the module's repository holds alerting rules on
+// these metrics, each tested to fire and clear on a real run.
 //
 // # Cardinality
 //
@@ -56,8 +82,10 @@
 // data and can be unbounded (one per queue item, one per cache entry). With
 // KeyLabel set, the key label of the lease_* metrics is KeyLabel(key), and
 // at most Options.MaxKeyLabels distinct values (100 by default) are handed
-// out; every further one reads "other". Cache and queue metrics never carry
-// keys. Every other label has a fixed set of values.
+// out; every further one reads "other". Cache, queue and job metrics never
+// carry keys. The job_name label is the name of one of the program's own
+// jobs, a set the program bounds (at most 500 values, the rest reading
+// "other"). Every other label has a fixed set of values.
 //
 // lease_handover_seconds sees only what this process sees: a release and
 // the next grant of the same key by clients that share this Metrics. Across
@@ -72,6 +100,7 @@ import (
 	"github.com/golib/lease/internal/telemetry"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/queueevent"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // Options configures Metrics. The zero value is ready to use.
@@ -101,12 +130,13 @@ var (
 
 // Metrics turns events into Prometheus metrics. It is a
 // prometheus.Collector: register it once, and hand [Metrics.Lease],
-// [Metrics.Cache] and [Metrics.Queue] to the packages whose events it
-// should count. Safe for concurrent use.
+// [Metrics.Cache], [Metrics.Queue] and [Metrics.Jobs] to the packages whose
+// events it should count. Safe for concurrent use.
 type Metrics struct {
 	t     *telemetry.Translator
 	keyed bool
 	vecs  [len(telemetry.Specs)]prometheus.Collector
+	held  *prometheus.Desc // lease_held, computed at each collection
 }
 
 // New returns Metrics configured by o.
@@ -126,6 +156,8 @@ func New(o Options) *Metrics {
 		switch spec.Kind {
 		case telemetry.Counter:
 			m.vecs[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
+		case telemetry.Current:
+			m.held = prometheus.NewDesc(prometheus.BuildFQName(ns, "", spec.Prom), spec.Help, labels, o.ConstLabels)
 		case telemetry.Gauge:
 			m.vecs[i] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels}, labels)
 		case telemetry.Histogram:
@@ -136,20 +168,35 @@ func New(o Options) *Metrics {
 			m.vecs[i] = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: spec.Prom, Help: spec.Help, ConstLabels: o.ConstLabels, Buckets: b}, labels)
 		}
 	}
+	t.Zeros(m.record)
 	return m
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.held
 	for _, c := range m.vecs {
-		c.Describe(ch)
+		if c != nil {
+			c.Describe(ch)
+		}
 	}
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. lease_held is counted at each
+// collection, so that a lease that ended by expiry, which no event
+// reports, has left it.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.t.Held(func(key string, n int) {
+		var labels []string
+		if m.keyed {
+			labels = []string{key}
+		}
+		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(n), labels...)
+	})
 	for _, c := range m.vecs {
-		c.Collect(ch)
+		if c != nil {
+			c.Collect(ch)
+		}
 	}
 }
 
@@ -170,14 +217,23 @@ func (m *Metrics) Queue() queueevent.Observer {
 	return queueevent.ObserverFunc(func(e queueevent.Event) { m.t.Queue(e, m.record, nil) })
 }
 
+// Jobs returns the observer for the Observer of leasescheduler.Options and
+// leasescheduler.ElectorOptions.
+func (m *Metrics) Jobs() jobevent.Observer {
+	return jobevent.ObserverFunc(func(e jobevent.Event) { m.t.Job(e, m.record, nil) })
+}
+
 func (m *Metrics) record(p telemetry.Point) {
 	vs := p.Values(m.keyed)
 	switch v := m.vecs[p.Metric].(type) {
 	case *prometheus.CounterVec:
 		v.WithLabelValues(vs...).Add(p.Value)
 	case *prometheus.GaugeVec:
-		v.WithLabelValues(vs...).Add(p.Value)
+		v.WithLabelValues(vs...).Set(p.Value)
 	case *prometheus.HistogramVec:
-		v.WithLabelValues(vs...).Observe(p.Value)
+		h := v.WithLabelValues(vs...)
+		if !p.Zero {
+			h.Observe(p.Value)
+		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leaseprom"
 	"github.com/golib/lease/leasequeue"
+	"github.com/golib/lease/leasescheduler"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // gather registers m on a fresh registry and returns its families by name.
@@ -66,11 +68,12 @@ func TestEveryEventKind(t *testing.T) {
 		lease  []lease.Event
 		cache  []cache.Event
 		queue  []leasequeue.Event
+		jobs   []jobevent.Event
 		checks []check
 		// sums are the sums of histograms' samples.
 		sums map[string]float64
 	}{
-		{name: "acquired", lease: []lease.Event{&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 3, Waited: 2 * time.Second}}, checks: []check{
+		{name: "acquired", lease: []lease.Event{&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 3, Waited: 2 * time.Second, Remaining: time.Minute}}, checks: []check{
 			{"lease_held", nil, 1},
 			{"lease_acquisitions_total", []string{"outcome=ok"}, 1},
 			{"lease_acquire_attempts_total", nil, 3},
@@ -86,14 +89,14 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_acquisitions_total", []string{"outcome=unknown"}, 1},
 			{"lease_unknown_outcomes_total", []string{"operation=acquire"}, 1},
 		}},
-		{name: "renewed and failed", lease: []lease.Event{&lease.Renewed{EventInfo: info("k", 7, nil)}, &lease.RenewFailed{EventInfo: info("k", 7, errUnknown)}}, checks: []check{
+		{name: "renewed and failed", lease: []lease.Event{&lease.Renewed{EventInfo: info("k", 7, nil), Remaining: time.Minute}, &lease.RenewFailed{EventInfo: info("k", 7, errUnknown)}}, checks: []check{
 			{"lease_renewals_total", []string{"outcome=ok"}, 1},
 			{"lease_renewals_total", []string{"outcome=unknown"}, 1},
 			{"lease_unknown_outcomes_total", []string{"operation=renew"}, 1},
 			{"lease_backend_request_duration_seconds", []string{"operation=renew"}, 2},
 		}},
 		{name: "lost then release refused: held counts once", lease: []lease.Event{
-			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1, Remaining: time.Minute},
 			&lease.Lost{EventInfo: info("k", 7, errLost)},
 			&lease.ReleaseFailed{EventInfo: info("k", 7, errLost)},
 		}, checks: []check{
@@ -102,16 +105,16 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_releases_total", []string{"outcome=lost"}, 1},
 		}},
 		{name: "released, then granted again: hand-over", lease: []lease.Event{
-			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1, Remaining: time.Minute},
 			&lease.Released{EventInfo: info("k", 7, nil)},
-			&lease.Acquired{EventInfo: info("k", 8, nil), Attempts: 4},
+			&lease.Acquired{EventInfo: info("k", 8, nil), Attempts: 4, Remaining: time.Minute},
 		}, checks: []check{
 			{"lease_held", nil, 1},
 			{"lease_releases_total", []string{"outcome=ok"}, 1},
 			{"lease_handover_seconds", nil, 1},
 		}},
 		{name: "release unknown", lease: []lease.Event{
-			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1},
+			&lease.Acquired{EventInfo: info("k", 7, nil), Attempts: 1, Remaining: time.Minute},
 			&lease.ReleaseFailed{EventInfo: info("k", 7, errUnknown)},
 		}, checks: []check{
 			{"lease_held", nil, 0},
@@ -172,6 +175,24 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_queue_prunes_total", []string{"outcome=unknown"}, 1},
 			{"lease_queue_pruned_items_total", nil, 7},
 		}},
+		{name: "jobs", jobs: []jobevent.Event{
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly"}, Result: jobevent.OK, End: time.Unix(1_800_000_000, 0)},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errors.New("disk full")}, Result: jobevent.Failed, End: time.Unix(1_800_000_100, 0)},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errLost}, Result: jobevent.Lost},
+			&jobevent.Ran{EventInfo: jobevent.EventInfo{Job: "cleanup"}, Result: jobevent.Unchecked},
+			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Err: &lease.NotAcquiredError{Key: "k"}}, Result: jobevent.Skipped},
+			&jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: "nightly", Err: errUnknown}, Result: jobevent.Error},
+		}, checks: []check{
+			{"lease_job_runs_total", []string{"job_name=nightly", "result=ok"}, 1},
+			{"lease_job_runs_total", []string{"job_name=nightly", "result=failed"}, 1},
+			{"lease_job_runs_total", []string{"job_name=nightly", "result=lost"}, 1},
+			{"lease_job_runs_total", []string{"job_name=nightly", "result=skipped"}, 1},
+			{"lease_job_runs_total", []string{"job_name=nightly", "result=error"}, 1},
+			{"lease_job_runs_total", []string{"job_name=cleanup", "result=unchecked"}, 1},
+			{"lease_job_runs_total", []string{"job_name=cleanup", "result=ok"}, 0},
+			{"lease_job_last_success_timestamp_seconds", []string{"job_name=nightly"}, 1_800_000_000},
+			{"lease_job_last_success_timestamp_seconds", []string{"job_name=cleanup"}, 0},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := leaseprom.New(leaseprom.Options{})
@@ -183,6 +204,9 @@ func TestEveryEventKind(t *testing.T) {
 			}
 			for _, e := range tc.queue {
 				m.Queue().Observe(e)
+			}
+			for _, e := range tc.jobs {
+				m.Jobs().Observe(e)
 			}
 			fams := gather(t, m)
 			for _, c := range tc.checks {
@@ -208,7 +232,7 @@ func TestEveryEventKind(t *testing.T) {
 func TestNoKeyLabelByDefault(t *testing.T) {
 	m := leaseprom.New(leaseprom.Options{})
 	for i := range 50 {
-		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1})
+		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1, Remaining: time.Minute})
 	}
 	fams := gather(t, m)
 	for name, f := range fams {
@@ -233,7 +257,7 @@ func TestNoKeyLabelByDefault(t *testing.T) {
 func TestKeyLabelsBounded(t *testing.T) {
 	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }, MaxKeyLabels: 3})
 	for i := range 10 {
-		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1})
+		m.Lease().Observe(&lease.Acquired{EventInfo: info(fmt.Sprint("job/", i), lease.Token(i+1), nil), Attempts: 1, Remaining: time.Minute})
 	}
 	fams := gather(t, m)
 	if n := len(fams["lease_held"].GetMetric()); n != 4 {
@@ -290,4 +314,149 @@ func TestRealClient(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+}
+
+// TestHeldEndsByExpiry: a lease that is neither released nor reported
+// lost (its handle dropped) leaves lease_held once its local deadline has
+// passed, as the backend's record expires.
+func TestHeldEndsByExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})
+	c := newClient(t, newMemoryStore(), "a", m)
+	short, err := lease.NewPolicy(lease.PolicyOptions{TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "dropped", short); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "kept", long); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, gather(t, m), "lease_held"); got != 2 {
+		t.Fatalf("lease_held = %v after two acquisitions, want 2", got)
+	}
+	time.Sleep(150 * time.Millisecond) // past the dropped lease's TTL
+	fams := gather(t, m)
+	if got := value(t, fams, "lease_held", "key=dropped"); got != 0 {
+		t.Errorf(`lease_held{key="dropped"} = %v after its TTL, want 0`, got)
+	}
+	if got := value(t, fams, "lease_held", "key=kept"); got != 1 {
+		t.Errorf(`lease_held{key="kept"} = %v, want 1`, got)
+	}
+}
+
+// TestSlotLeasesLeaveHeld runs a job once per 50 ms slot for half a
+// second on a lone replica: every slot's lease, never released, leaves
+// lease_held when it expires, so the gauge ends at 0, not at one per slot.
+func TestSlotLeasesLeaveHeld(t *testing.T) {
+	t.Parallel()
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})
+	c := newClient(t, newMemoryStore(), "a", m)
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := leasescheduler.NewLocker(c, leasescheduler.Options{Policy: p, Slots: leasescheduler.Every(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := l.CronJob("tick", func(context.Context, leasescheduler.Run) error { return nil }, nil)
+	runs := 0
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		job.Run()
+		runs++
+	}
+	// A slot's lease lasts until half an interval after the slot.
+	deadline := time.Now().Add(2 * time.Second)
+	for value(t, gather(t, m), "lease_held") != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	fams := gather(t, m)
+	if got := value(t, fams, "lease_held"); got != 0 {
+		for _, s := range fams["lease_held"].GetMetric() {
+			if s.GetGauge().GetValue() != 0 {
+				t.Logf("%v %v", s.GetLabel(), s.GetGauge().GetValue())
+			}
+		}
+		t.Fatalf("lease_held = %v two seconds after %d runs, want 0", got, runs)
+	}
+	if got := value(t, fams, "lease_acquisitions_total", "outcome=ok"); got < float64(runs) {
+		t.Fatalf("%v acquisitions for %d runs", got, runs)
+	}
+}
+
+// TestCountersStartAtZero: the counters (and histograms) whose label
+// values are known in advance exist at 0 before their first event, so that
+// rate() and increase() see that event; the keyed ones once their key
+// label is seen.
+func TestCountersStartAtZero(t *testing.T) {
+	fams := gather(t, leaseprom.New(leaseprom.Options{}))
+	for _, s := range []struct {
+		name   string
+		labels []string
+	}{
+		{"lease_held", nil},
+		{"lease_losses_total", []string{"reason=expired"}},
+		{"lease_losses_total", []string{"reason=force_released"}},
+		{"lease_losses_total", []string{"reason=record_lost"}},
+		{"lease_unknown_outcomes_total", []string{"operation=renew"}},
+		{"lease_renewals_total", []string{"outcome=lost"}},
+		{"lease_releases_total", []string{"outcome=unknown"}},
+		{"lease_queue_dead_letters_total", nil},
+		{"lease_queue_retries_total", nil},
+		{"lease_queue_losses_total", []string{"reason=expired"}},
+		{"lease_queue_prunes_total", []string{"outcome=error"}},
+		// Histograms too, where a rate() of their buckets is alerted on.
+		{"lease_backend_request_duration_seconds", []string{"operation=renew", "outcome=ok"}},
+		{"lease_queue_claim_age_seconds", nil},
+	} {
+		if !present(fams, s.name, s.labels...) {
+			t.Errorf("%s%v: no series before any event", s.name, s.labels)
+		}
+	}
+	// Keyed: a replica that only ever failed to acquire shows the key's
+	// lease_held at 0 and its losses at 0.
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})
+	if present(gather(t, m), "lease_held") {
+		t.Error("lease_held has a series before any key was seen")
+	}
+	m.Lease().Observe(&lease.AcquireFailed{EventInfo: info("singleton", 0, &lease.NotAcquiredError{Key: "singleton"}), Attempts: 1})
+	fams = gather(t, m)
+	for _, s := range [][]string{
+		{"lease_held", "key=singleton"},
+		{"lease_losses_total", "key=singleton", "reason=deadline_passed"},
+		{"lease_renewals_total", "key=singleton", "outcome=error"},
+	} {
+		if !present(fams, s[0], s[1:]...) {
+			t.Errorf("%s%v: no series after the key was seen", s[0], s[1:])
+		}
+	}
+	// Jobs: a job's runs by result, once it is added.
+	m.Jobs().Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: "nightly"}})
+	fams = gather(t, m)
+	for _, r := range jobevent.Results {
+		if !present(fams, "lease_job_runs_total", "job_name=nightly", "result="+r.String()) {
+			t.Errorf("lease_job_runs_total{result=%q}: no series after the job was seen", r)
+		}
+	}
+	if present(fams, "lease_job_last_success_timestamp_seconds") {
+		t.Error("lease_job_last_success_timestamp_seconds has a series before any success")
+	}
+}
+
+// present reports whether family name has a series whose labels include
+// labels.
+func present(fams map[string]*dto.MetricFamily, name string, labels ...string) bool {
+	for _, m := range fams[name].GetMetric() {
+		if promtest.Has(m, labels...) {
+			return true
+		}
+	}
+	return false
 }

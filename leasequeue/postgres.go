@@ -389,7 +389,15 @@ func checkToken(snap lease.Snapshot) error {
 // pgError explains an error of a statement: pgplumbing.Classify says whether
 // it may have been applied (a FATAL error, whatever its translated
 // severity, ended the session and may have).
+//
+// A refusal that no retry cures (a missing table or privilege, a pooler
+// that lost a prepared statement: pgplumbing.ProblemOf) says what to
+// change, and matches lease.ErrMisconfigured.
 func pgError(op, name string, err error) error {
+	if p := pgplumbing.ProblemOf(err); p != pgplumbing.NoProblem && pgplumbing.Classify(err) == applied.No {
+		hint := p.Hint("leasequeue.MigratePostgres", "SELECT, INSERT, UPDATE, DELETE ON the items table and its _members table")
+		return lease.Misconfigured(fmt.Errorf("leasequeue: postgres: %s %q (configuration: %s): %w", op, name, hint, err))
+	}
 	return pgplumbing.Classify(err).Mark(fmt.Errorf("leasequeue: postgres: %s %q: %w", op, name, err))
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/internal/testkit/testserver"
+	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue"
 	"github.com/golib/lease/leasequeue/partition"
 	"github.com/golib/lease/leasetest"
@@ -38,6 +39,39 @@ func TestPostgresMigrations(t *testing.T) {
 		if err := leasequeue.MigratePostgres(context.Background(), nil, o); err == nil {
 			t.Errorf("MigratePostgres(%+v) with a nil database succeeded", o)
 		}
+	}
+}
+
+// TestPostgresMissingTables: a source on tables that were never created
+// says what to run, and its error matches lease.ErrMisconfigured, so that a
+// waiting claim gives up at once; CheckPostgres says so before.
+func TestPostgresMissingTables(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgPool(t, testserver.Postgres(t).NewDatabase(t), 2)
+	src, err := leasequeue.NewPostgresSource(pool, "q", leasequeue.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = src.Enqueue(ctx, "a")
+	if !errors.Is(err, lease.ErrMisconfigured) || !strings.Contains(err.Error(), "leasectl migrate") ||
+		!strings.Contains(err.Error(), "leasequeue.MigratePostgres") {
+		t.Fatalf("Enqueue without the tables = %v; want lease.ErrMisconfigured advising leasectl migrate and leasequeue.MigratePostgres", err)
+	}
+	err = leasequeue.CheckPostgres(ctx, pool, leasequeue.PostgresOptions{})
+	if err == nil || !strings.Contains(err.Error(), `items table "public"."leasequeue_jobs" not found`) ||
+		!strings.Contains(err.Error(), `roster table "public"."leasequeue_jobs_members" not found`) || !strings.Contains(err.Error(), "leasectl migrate") {
+		t.Fatalf("CheckPostgres without the tables = %v; want both named, with leasectl migrate advised", err)
+	}
+	if err := leasequeue.MigratePostgres(ctx, pool, leasequeue.PostgresOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasequeue.CheckPostgres(ctx, pool, leasequeue.PostgresOptions{}); err != nil {
+		t.Fatalf("CheckPostgres after MigratePostgres: %v", err)
+	}
+	if _, err := src.Enqueue(ctx, "a"); err != nil {
+		t.Fatalf("Enqueue after MigratePostgres: %v", err)
 	}
 }
 

@@ -385,5 +385,8 @@ func (s *ValkeySource) end(ctx context.Context, snap lease.Snapshot, id string, 
 // valkeyError explains an error from valkey-go: valkeyplumbing.Classify says
 // whether the command may have been applied.
 func valkeyError(op, name string, err error) error {
+	if valkeyplumbing.Misconfigured(err) {
+		return lease.Misconfigured(fmt.Errorf("leasequeue: valkey: %s %q (configuration: see the package documentation for the ACL rules): %w", op, name, err))
+	}
 	return valkeyplumbing.Classify(err).Mark(fmt.Errorf("leasequeue: valkey: %s %q: %w", op, name, err))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // CronJob returns a robfig/cron job that runs fn under the lease of job, as
@@ -20,6 +21,7 @@ func (l *Locker) CronJob(job string, fn JobFunc, logger cron.Logger) cron.Job {
 	if logger == nil {
 		logger = cron.DiscardLogger
 	}
+	l.o.Observer.Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: job}})
 	return cron.FuncJob(func() {
 		ctx := context.Background()
 		k, err := l.lock(ctx, job)
@@ -31,6 +33,7 @@ func (l *Locker) CronJob(job string, fn JobFunc, logger cron.Logger) cron.Job {
 			return
 		}
 		err = call(ctx, k.Context(), k.Run(), fn)
+		k.report(err, true)
 		if uerr := k.Unlock(ctx); uerr != nil {
 			logger.Error(uerr, "lease release failed", "job", job)
 		}

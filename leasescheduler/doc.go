@@ -94,4 +94,18 @@
 // Locker.CronJob and Locker.CronWrapper give github.com/robfig/cron/v3 the
 // same locking, around a job of their own since that scheduler has no
 // locking hook.
+//
+// # Metrics
+//
+// Options.Observer and ElectorOptions.Observer receive an event for every
+// scheduled run (package jobevent): it ran ok, failed, lost its lease, or
+// did not start because another replica has it (skipped) or its lease
+// could not be taken (error). A plain gocron task's error is not seen by
+// the Locker, so its runs read unchecked; build the job with Locker.Job
+// to have its failures counted. leaseprom.Metrics.Jobs and
+// leaseotel.Telemetry.Jobs count the runs by job and result and keep each
+// job's last success time, for an alert when a job has not succeeded in
+// time. Jobs are named by the names given to Locker.Job, Locker.CronJob
+// and Elector.Job (Elector.Task's runs have no name), or by gocron's name
+// for a plain task.
 package leasescheduler

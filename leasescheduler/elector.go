@@ -2,12 +2,14 @@ package leasescheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasescheduler/jobevent"
 	"github.com/golib/lease/leaseservice"
 )
 
@@ -16,13 +18,20 @@ type ElectorOptions struct {
 	// OnTransition, if set, is called at each change of leadership, as
 	// leaseservice.Options.OnTransition.
 	OnTransition func(leaseservice.Transition)
+	// Observer receives an event for every run of a task of Elector.Job or
+	// Elector.Task: what it came to and when, on the client's clock.
+	// leaseprom.Metrics.Jobs and leaseotel.Telemetry.Jobs count them.
+	// Default nil: no events.
+	Observer jobevent.Observer
 }
 
 // An Elector campaigns for one lease with package leaseservice, and the
 // replica that holds it runs every job. It implements gocron.Elector.
 // Its methods are safe for concurrent use.
 type Elector struct {
-	svc *leaseservice.Service
+	svc   *leaseservice.Service
+	clock lease.Clock
+	obs   jobevent.Observer
 
 	mu   sync.Mutex
 	term *term // nil unless leader
@@ -39,7 +48,13 @@ var _ gocron.Elector = (*Elector)(nil)
 // key under policy once Run is called. It validates its arguments and does
 // no I/O.
 func NewElector(client *lease.Client, key string, policy lease.Policy, o ElectorOptions) (*Elector, error) {
-	e := &Elector{}
+	e := &Elector{obs: o.Observer}
+	if e.obs == nil {
+		e.obs = jobevent.NopObserver
+	}
+	if client != nil {
+		e.clock = client.Clock()
+	}
 	svc, err := leaseservice.New(client, key, policy, e.lead, leaseservice.Options{OnTransition: o.OnTransition})
 	if err != nil {
 		return nil, fmt.Errorf("leasescheduler: NewElector: %w", err)
@@ -91,22 +106,42 @@ func (e *Elector) IsLeader(context.Context) error {
 // context cancelled when leadership is lost and the leader's lease in the
 // Run (whose Job is empty: gocron does not tell an Elector the job's
 // name). It fails with ErrNotLeader, without calling fn, on a replica that
-// does not lead.
+// does not lead. Job is Task with a name, for the Run and the Observer's
+// events.
 func (e *Elector) Task(fn JobFunc) gocron.Task {
-	return gocron.NewTask(electorTask{e, fn}.run)
+	return e.Job("", fn)
+}
+
+// Job returns a gocron.Task that runs fn as Task does, with name as the
+// Run's Job and the job of the Observer's events (and so of the metrics
+// adapters' job_name label): give each job of the scheduler its own name.
+func (e *Elector) Job(name string, fn JobFunc) gocron.Task {
+	if name != "" {
+		e.obs.Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: name}})
+	}
+	return gocron.NewTask(electorTask{e, name, fn}.run)
 }
 
 type electorTask struct {
-	e  *Elector
-	fn JobFunc
+	e    *Elector
+	name string
+	fn   JobFunc
 }
 
 func (t electorTask) run(ctx context.Context) error {
 	term := t.e.current()
 	if term == nil {
+		t.e.obs.Observe(notRun(t.name, ErrNotLeader, t.e.clock.Now()))
 		return ErrNotLeader
 	}
-	return call(ctx, term.ctx, Run{Lease: term.snap}, t.fn)
+	start := t.e.clock.Now()
+	err := call(ctx, term.ctx, Run{Job: t.name, Lease: term.snap}, t.fn)
+	var lost error
+	if cause := context.Cause(term.ctx); errors.Is(cause, lease.ErrLost) {
+		lost = cause
+	}
+	t.e.obs.Observe(ran(t.name, term.snap.Token, lost, err, true, start, t.e.clock.Now()))
+	return err
 }
 
 // Check reports whether the Elector campaigns or leads as it should, as

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
 	leasememory "github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leaseprom"
 	"github.com/golib/lease/leasescheduler"
 	"github.com/golib/lease/leaseservice"
 	"github.com/golib/lease/leasetest"
@@ -131,6 +133,24 @@ func ExampleLocker_CronJob() {
 }
 
 func cleanup() {}
+
+// A Locker whose runs are counted by package leaseprom: runs by result
+// and the time of the last success, per job.
+func ExampleOptions_observer() {
+	var client *lease.Client // lease.NewClient on a Valkey or PostgreSQL backend
+	// docs:begin metrics
+	metrics := leaseprom.New(leaseprom.Options{})
+	prometheus.MustRegister(metrics)
+	locker, err := leasescheduler.NewLocker(client, leasescheduler.Options{
+		Slots:    leasescheduler.Every(24 * time.Hour),
+		Observer: metrics.Jobs(), // lease_job_runs_total, lease_job_last_success_timestamp_seconds
+	})
+	// docs:end metrics
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = locker
+}
 
 // An Elector: one replica leads and runs every job of its scheduler.
 func ExampleElector() {

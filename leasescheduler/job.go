@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/go-co-op/gocron/v2"
+
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // Job returns the two halves of a gocron job that runs fn under the leases
@@ -28,6 +30,7 @@ import (
 //
 // An empty name makes every run fail, before any I/O.
 func (l *Locker) Job(name string, fn JobFunc) (gocron.Task, gocron.Locker) {
+	l.o.Observer.Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: name}})
 	j := &jobLocker{l: l, name: name, fn: fn}
 	return gocron.NewTask(j.run), j
 }
@@ -62,9 +65,12 @@ func (j *jobLocker) Lock(ctx context.Context, _ string) (gocron.Lock, error) {
 func (j *jobLocker) run(ctx context.Context) error {
 	k, err := j.claim()
 	if err != nil {
+		j.l.o.Observer.Observe(notRun(j.name, err, j.l.o.Clock.Now()))
 		return err
 	}
-	return call(ctx, k.Context(), k.Run(), j.fn)
+	err = call(ctx, k.Context(), k.Run(), j.fn)
+	k.report(err, true)
+	return err
 }
 
 // claim returns the Lock taken for the run that is starting: the one Lock

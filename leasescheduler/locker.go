@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // DefaultPrefix starts the lease keys of a Locker whose Options.Prefix is
@@ -44,10 +46,16 @@ type Options struct {
 	// the spread of the replicas' timers runs once per replica per tick.
 	Slots SlotFunc
 
-	// Clock tells the time that Slots maps to a slot. Default the
-	// client's clock (lease.Client.Clock), which also times the slot's
-	// lease.
+	// Clock tells the time that Slots maps to a slot, and the times of
+	// the Observer's events. Default the client's clock
+	// (lease.Client.Clock), which also times the slot's lease.
 	Clock lease.Clock
+
+	// Observer receives an event for every run of a job that the Locker
+	// takes part in: what it came to (ok, failed, lost, skipped because
+	// another replica has it, ...), and when. leaseprom.Metrics.Jobs and
+	// leaseotel.Telemetry.Jobs count them. Default nil: no events.
+	Observer jobevent.Observer
 }
 
 // A Locker takes a lease for each run of a scheduled job, so that a job
@@ -87,6 +95,9 @@ func NewLocker(client *lease.Client, o Options) (*Locker, error) {
 	if o.Clock == nil {
 		o.Clock = client.Clock()
 	}
+	if o.Observer == nil {
+		o.Observer = jobevent.NopObserver
+	}
 	return &Locker{client: client, o: o}, nil
 }
 
@@ -119,7 +130,17 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	return k, nil
 }
 
+// lock takes the leases of a run of job, reporting a run that does not
+// start to the Observer.
 func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
+	k, err := l.take(ctx, job)
+	if err != nil {
+		l.o.Observer.Observe(notRun(job, err, l.o.Clock.Now()))
+	}
+	return k, err
+}
+
+func (l *Locker) take(ctx context.Context, job string) (*Lock, error) {
 	if job == "" {
 		return nil, errors.New("leasescheduler: empty job name")
 	}
@@ -148,7 +169,7 @@ func (l *Locker) lock(ctx context.Context, job string) (*Lock, error) {
 		_ = h.Release(rctx)
 		return nil, fmt.Errorf("leasescheduler: job %q: %w", job, err)
 	}
-	k.h, k.m = h, m
+	k.h, k.m, k.start = h, m, l.o.Clock.Now()
 	return k, nil
 }
 
@@ -182,6 +203,8 @@ type Lock struct {
 	slot    Slot
 	h       *lease.Handle
 	m       *lease.Managed
+	start   time.Time   // when the leases were taken, on the Locker's clock
+	ran     atomic.Bool // the run was reported to the Observer
 
 	once sync.Once
 	err  error
@@ -205,12 +228,17 @@ func (k *Lock) Run() Run { return Run{Job: k.job, Lease: k.h.Snapshot(), Slot: k
 // It returns nil if the lease was released, the *lease.LostError if the
 // lease was lost during the run, or the release's error. Later calls
 // return the same.
+//
+// A run of a plain gocron task, whose result the Locker does not see, is
+// reported to the Observer here: as Unchecked, or Lost if the lease was
+// lost during the run.
 func (k *Lock) Unlock(ctx context.Context) error {
 	k.once.Do(func() {
 		l := k.l
 		if k.owner != nil {
 			k.owner.forget(k)
 		}
+		k.report(nil, false)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.Policy.Options().OperationTimeout)
 		defer cancel()
 		k.err = k.h.Release(rctx)
@@ -220,6 +248,16 @@ func (k *Lock) Unlock(ctx context.Context) error {
 		}
 	})
 	return k.err
+}
+
+// report reports the run to the Observer, once: with checked, err is the
+// job's error; without, the job's result is not known (a plain gocron
+// task's).
+func (k *Lock) report(err error, checked bool) {
+	if k.ran.Swap(true) {
+		return
+	}
+	k.l.o.Observer.Observe(ran(k.job, k.h.Token(), k.m.Err(), err, checked, k.start, k.l.o.Clock.Now()))
 }
 
 // slotPolicy is the policy of a slot's lease: ttl, and acquisitions

@@ -3,8 +3,10 @@ package leasescheduler
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // ErrNoLock is returned by a task of Locker.Job that runs without the
@@ -37,6 +39,32 @@ type Run struct {
 // is lost (with a cause wrapping lease.ErrLost) or the scheduler stops the
 // job.
 type JobFunc func(ctx context.Context, run Run) error
+
+// ran is the event of a run of job under the lease with token that ended
+// at end: lost is the lease's loss during the run, if any, and err the
+// job's error, if checked (a plain gocron task's result is not seen).
+func ran(job string, token lease.Token, lost, err error, checked bool, start, end time.Time) *jobevent.Ran {
+	e := &jobevent.Ran{EventInfo: jobevent.EventInfo{Job: job, Token: token}, Result: jobevent.OK, Start: start, End: end}
+	switch {
+	case lost != nil:
+		e.Result, e.Err = jobevent.Lost, lost
+	case !checked:
+		e.Result = jobevent.Unchecked
+	case err != nil:
+		e.Result, e.Err = jobevent.Failed, err
+	}
+	return e
+}
+
+// notRun is the event of a run of job that did not start at at because
+// of err: Skipped if another replica has it, Error otherwise.
+func notRun(job string, err error, at time.Time) *jobevent.NotRun {
+	r := jobevent.Error
+	if errors.Is(err, lease.ErrNotAcquired) || errors.Is(err, ErrNotLeader) {
+		r = jobevent.Skipped
+	}
+	return &jobevent.NotRun{EventInfo: jobevent.EventInfo{Job: job, Err: err}, Result: r, At: at}
+}
 
 // call runs fn with a context that ends when ctx or leaseCtx does, with
 // the cause of the first to end.

@@ -13,7 +13,8 @@
 // on lease.Backend: one winner among concurrent acquirers, tokens that only
 // go up, renew and release that refuse any acquisition but the current
 // one, expiry decided by the backend, cancellation that never reads as
-// success. Every backend of this module runs it, and so can a third party's:
+// success, and the history a record keeps (when the key was acquired and
+// last renewed, how many times its holder changed). Every backend of this module runs it, and so can a third party's:
 //
 //	func TestConformance(t *testing.T) {
 //		leasetest.RunBackendSuite(t, leasetest.Suite{

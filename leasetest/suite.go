@@ -84,6 +84,7 @@ func cases() []testCase {
 	all = append(all, standbyCases()...)
 	all = append(all, managedCases()...)
 	all = append(all, adminCases()...)
+	all = append(all, historyCases()...)
 	all = append(all, sweepCases()...)
 	return all
 }

@@ -39,10 +39,8 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 	now := s.clock.Now()
 	recs := make([]lease.Record, 0, len(keys))
 	for _, k := range keys {
-		rec := lease.Record{Key: k, Token: s.recs[k].token}
-		if r := s.live(k, now); r != nil {
-			rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
-		}
+		rec := lease.Record{Key: k}
+		s.recs[k].fill(&rec, now)
 		recs = append(recs, rec)
 	}
 	return recs, next, nil
@@ -62,12 +60,9 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	prev := lease.Record{Key: key}
 	r := s.recs[key]
 	if r != nil {
-		prev.Token = r.token
+		r.fill(&prev, now)
 	}
 	live := s.live(key, now)
-	if live != nil {
-		prev.Held, prev.Owner, prev.Remaining = true, live.owner, live.expires.Sub(now)
-	}
 	switch {
 	case token != 0 && r != nil && r.token != token:
 		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}

@@ -58,6 +58,19 @@ type record struct {
 	forced       bool // ForceRelease ended the last acquisition
 	expires      time.Time
 	ended        time.Time // when Release or ForceRelease ended it
+	// acquired and renewed are when the last acquisition was granted and
+	// last extended; transitions counts the grants after the first.
+	acquired, renewed time.Time
+	transitions       uint64
+}
+
+// fill sets rec's token and history from r, and the holder if r is held
+// at now. s.mu must be held.
+func (r *record) fill(rec *lease.Record, now time.Time) {
+	rec.Token, rec.AcquiredAt, rec.RenewedAt, rec.Transitions = r.token, r.acquired.Round(0), r.renewed.Round(0), r.transitions
+	if r.held && now.Before(r.expires) {
+		rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
+	}
 }
 
 // end returns when r's last acquisition ended, and false if it has not
@@ -108,7 +121,7 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 	now := s.clock.Now()
 	if r := s.live(req.Key, now); r != nil {
 		if r.nonce == req.Nonce {
-			r.expires = now.Add(req.TTL)
+			r.expires, r.renewed = now.Add(req.TTL), now
 			return r.token, nil
 		}
 		return 0, &lease.NotAcquiredError{Key: req.Key, Holder: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
@@ -118,9 +131,12 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 		s.forgetSome(now)
 		r = &record{token: s.floor}
 		s.recs[req.Key] = r
+	} else {
+		r.transitions++
 	}
 	r.token++
 	r.owner, r.nonce, r.held, r.forced, r.expires = req.Owner, req.Nonce, true, false, now.Add(req.TTL)
+	r.acquired, r.renewed = now, now
 	return r.token, nil
 }
 
@@ -155,7 +171,7 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	r.expires = now.Add(ttl)
+	r.expires, r.renewed = now.Add(ttl), now
 	return nil
 }
 
@@ -227,10 +243,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	now := s.clock.Now()
 	rec := lease.Record{Key: key}
 	if r := s.recs[key]; r != nil {
-		rec.Token = r.token
-		if s.live(key, now) != nil {
-			rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
-		}
+		r.fill(&rec, now)
 	}
 	return rec, nil
 }

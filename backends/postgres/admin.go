@@ -30,7 +30,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 	if s.pool != nil {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return nil, "", notSent(err)
+			return nil, "", s.notSent(err)
 		}
 		defer c.Release()
 		db = c
@@ -48,14 +48,16 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 			owner string
 			token int64
 			left  int64
+			h     history
 		)
-		if err := rows.Scan(&rec.Key, &held, &owner, &token, &left); err != nil {
+		if err := rows.Scan(&rec.Key, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions); err != nil {
 			return nil, "", classify(err, s.names.qualified)
 		}
 		rec.Token = lease.Token(token)
 		if held {
 			rec.Held, rec.Owner, rec.Remaining = true, owner, remaining(left)
 		}
+		h.fill(&rec)
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {
@@ -105,9 +107,10 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		held    bool
 		owner   string
 		left    int64
+		h       history
 	)
 	ok, err := s.queryRow(ctx, loadQuery("forcerelease", s.names),
-		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left)
+		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left, &h.acquired, &h.renewed, &h.transitions)
 	if err != nil {
 		return lease.Record{}, err
 	}
@@ -121,6 +124,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	if held {
 		prev.Held, prev.Owner, prev.Remaining = true, owner, remaining(left)
 	}
+	h.fill(&prev)
 	switch outcome {
 	case forceReleased, forceNotHeld:
 		return prev, nil

@@ -90,9 +90,8 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
        current_setting('transaction_read_only') = 'on', pg_is_in_recovery()`,
 		exec, s.names.schema).Scan(&usage, &readOnly, &standby)
 	if err != nil {
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) && pgErr.SQLState() == "3F000" {
-			problem("schema %q does not exist: run leasepostgres.Migrate", s.names.schema)
+		if pgplumbing.Code(err) == pgplumbing.InvalidSchemaName {
+			problem("schema %q does not exist: %s", s.names.schema, pgplumbing.MigrateHint(migrateFn))
 			return r
 		}
 		problem("reading the catalog: %w", classify(err, table))
@@ -125,7 +124,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 		return r
 	}
 	if !exists {
-		problem("lease table %s not found: run leasepostgres.Migrate or apply leasepostgres.Migrations, and check Options.Schema and Options.Table", table)
+		problem("lease table %s not found: %s, or apply leasepostgres.Migrations; check Options.Schema and Options.Table (leasectl: --schema, --table)", table, pgplumbing.MigrateHint(migrateFn))
 	} else {
 		var missing []string
 		for _, p := range []struct {
@@ -163,6 +162,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 var leaseColumns = map[string]string{
 	"key": "text", "owner": "text", "nonce": "text", "token": "bigint",
 	"expires_at": "timestamp with time zone", "watched_until": "timestamp with time zone",
+	"acquired_at": "timestamp with time zone", "renewed_at": "timestamp with time zone", "transitions": "bigint",
 }
 
 func (s *Store) checkColumns(ctx context.Context, r *CheckReport) {
@@ -188,17 +188,17 @@ WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 		}
 	}
 	if len(wrong) > 0 {
-		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks columns %s: it was not created by this version's migrations; run leasepostgres.Migrate", s.names.qualified, strings.Join(slices.Sorted(slices.Values(wrong)), ", ")))
+		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks columns %s: it was not created by this version's migrations; %s", s.names.qualified, strings.Join(slices.Sorted(slices.Values(wrong)), ", "), pgplumbing.MigrateHint(migrateFn)))
 	}
 }
 
 // groupFunctions are the functions of migration 005 beside the lease
 // table, by the suffix of their names and their argument types.
 var groupFunctions = []struct{ suffix, args string }{
-	{"_permit", "text, text, text, interval, integer"},
-	{"_setacquire", "text[], text, text, interval"},
-	{"_setrenew", "text[], text, bigint, interval"},
-	{"_setrelease", "text[], text, bigint, text"},
+	{fnPermit, "text, text, text, interval, integer"},
+	{fnSetAcquire, "text[], text, text, interval"},
+	{fnSetRenew, "text[], text, bigint, interval"},
+	{fnSetRelease, "text[], text, bigint, text"},
 }
 
 // checkFunctions reports the functions of migration 005 missing, or
@@ -222,7 +222,7 @@ func (s *Store) checkFunctions(ctx context.Context, r *CheckReport) {
 		}
 	}
 	if len(missing) > 0 {
-		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks the functions %s of migration 005, which semaphores and sets of keys call: run leasepostgres.Migrate", s.names.qualified, strings.Join(missing, ", ")))
+		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks the functions %s of migration 005, which semaphores and sets of keys call: %s", s.names.qualified, strings.Join(missing, ", "), pgplumbing.MigrateHint(migrateFn)))
 	}
 	if len(denied) > 0 {
 		r.Problems = append(r.Problems, fmt.Errorf("the role lacks EXECUTE on %s, which semaphores and sets of keys call: GRANT EXECUTE ON FUNCTION %s TO the role", strings.Join(denied, ", "), strings.Join(denied, ", ")))
@@ -246,7 +246,7 @@ func (s *Store) checkVersions(ctx context.Context, r *CheckReport) {
 		return
 	}
 	if applied < latest {
-		r.Problems = append(r.Problems, fmt.Errorf("lease table %s is at migration %d, this version of the package needs %d: run leasepostgres.Migrate", s.names.qualified, applied, latest))
+		r.Problems = append(r.Problems, fmt.Errorf("lease table %s is at migration %d, this version of the package needs %d: %s", s.names.qualified, applied, latest, pgplumbing.MigrateHint(migrateFn)))
 	}
 }
 
@@ -292,7 +292,7 @@ func (s *Store) checkPooler(ctx context.Context, r *CheckReport) {
 		r.Problems = append(r.Problems, errors.New("the pool goes through a connection pooler in transaction or statement mode (statements of one connection ran on different server sessions): LISTEN needs a session, so release notifications would never reach waiters; set Options.ListenPool to a pool that connects to the database directly, or Options.DisableNotify"))
 	}
 	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-		r.Advice = append(r.Advice, "the pool uses pgx's default exec mode (named prepared statements) behind a transaction-mode pooler: that needs a pooler that tracks them (PgBouncer 1.21+ with max_prepared_statements); otherwise set QueryExecModeExec, QueryExecModeCacheDescribe or QueryExecModeSimpleProtocol")
+		r.Advice = append(r.Advice, "the pool uses pgx's default exec mode (named prepared statements) behind a transaction-mode pooler: "+pgplumbing.PoolerHint)
 	}
 }
 

@@ -3,20 +3,14 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -169,7 +163,7 @@ func TestCheckPooler(t *testing.T) {
 		{mode: "transaction", size: 4, o: leasepostgres.Options{ListenPool: direct}, advice: "default exec mode (named prepared statements) behind a transaction-mode pooler"},
 	} {
 		t.Run(fmt.Sprintf("%s-%d-%v-%v", tc.mode, tc.size, tc.o.DisableNotify, tc.o.ListenPool != nil), func(t *testing.T) {
-			bouncer := startPgBouncer(t, url, tc.mode, tc.size)
+			bouncer := testserver.PgBouncer(t, url, tc.mode, tc.size)
 			pool := newPool(t, bouncer, func(c *pgxpool.Config) {
 				c.MaxConns = 4
 				// The exec mode stays pgx's default, which Diagnose
@@ -193,79 +187,4 @@ func TestCheckPooler(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startPgBouncer starts PgBouncer in front of the database at url, in the
-// pool mode given with pool size pool, and returns a URL that connects
-// through it. It is stopped when t ends.
-func startPgBouncer(t *testing.T, url, mode string, pool int) string {
-	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		bin = "/usr/sbin/pgbouncer"
-		if _, err := os.Stat(bin); err != nil {
-			const msg = "pgbouncer not installed (scripts/install-deps.sh servers installs it); the pooler checks are not run"
-			if os.Getenv("LEASE_REQUIRE_SERVERS") == "1" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "pgbouncer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	ini := fmt.Sprintf(`[databases]
-* = host=%s port=%d
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %d
-unix_socket_dir =
-auth_type = trust
-auth_file = %s
-pool_mode = %s
-default_pool_size = %d
-max_client_conn = 100
-ignore_startup_parameters = extra_float_digits
-`, cfg.Host, cfg.Port, port, filepath.Join(dir, "users.txt"), mode, pool)
-	for name, text := range map[string]string{"pgbouncer.ini": ini, "users.txt": `"` + cfg.User + `" ""` + "\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	args := []string{filepath.Join(dir, "pgbouncer.ini")}
-	if u, err := user.Current(); err == nil && u.Uid == "0" {
-		args = append([]string{"-u", "postgres"}, args...) // it refuses to run as root
-	}
-	cmd := exec.Command(bin, args...)
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer did not listen on %s: %s", addr, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", cfg.User, addr, cfg.Database)
 }

@@ -57,7 +57,27 @@
 // table named Table + "_migrations"). Teams that run their own migration
 // tool can apply the same versioned files instead: Migrations returns them
 // in golang-migrate's layout, GooseMigrations in goose's; both are written
-// for the default table public.leases.
+// for the default table public.leases. Operators can run the same
+// migrations with leasectl migrate, which also lists them (--status) and
+// shows what it would apply (--dry-run). Migrate's own statements use no
+// named prepared statement, so it works through PgBouncer in transaction
+// mode whatever the pool's exec mode.
+//
+// Migration 004 adds the columns of a record's history, acquired_at,
+// renewed_at and transitions (lease.Record's AcquiredAt, RenewedAt and
+// Transitions), which acquire and renew keep in their one statement. They
+// have no index, so that those updates stay HOT.
+//
+// # Errors
+//
+// An error the server sends is explained by its exact SQLSTATE: a missing
+// table, schema or column (run leasectl migrate, or Migrate), a missing
+// function (PostgreSQL 12 or newer is needed), a missing privilege (the
+// GRANT to run), a refused login, a prepared statement lost to a
+// transaction-mode pooler (set default_query_exec_mode=exec). Those match
+// lease.ErrMisconfigured, so Client.Acquire returns them at once instead of
+// waiting. An error from a pool that could not connect in time names the
+// server's host and port.
 //
 // # Operations
 //
@@ -187,7 +207,8 @@
 // statement) mode. With PgBouncer 1.21 or later and max_prepared_statements
 // set, keep pgx's default exec mode, which prepares each statement once per
 // connection. Otherwise pgx must not rely on named prepared statements
-// living on one server connection:
+// living on one server connection (default_query_exec_mode=exec in the
+// connection string does the same):
 //
 //	config.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // or QueryExecModeCacheDescribe, QueryExecModeSimpleProtocol
 //

@@ -24,25 +24,34 @@ func TestClassify(t *testing.T) {
 		name          string
 		err           error
 		indeterminate bool
+		misconfigured bool
 		mention       string
 	}{
-		{"not sent", fmt.Errorf("wrapped: %w", unsent{}), false, "not sent"},
-		{"serialization failure", &pgconn.PgError{Severity: "ERROR", Code: "40001", Message: "could not serialize access"}, false, "safe to retry"},
-		{"deadlock", &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"}, false, "safe to retry"},
-		{"missing table", &pgconn.PgError{Severity: "ERROR", Code: "42P01"}, false, "Migrate"},
-		{"missing schema", &pgconn.PgError{Severity: "ERROR", Code: "3F000"}, false, "Migrate"},
-		{"permission", &pgconn.PgError{Severity: "ERROR", Code: "42501"}, false, "grant"},
-		{"read only", &pgconn.PgError{Severity: "ERROR", Code: "25006"}, false, "primary"},
-		{"statement timeout", &pgconn.PgError{Severity: "ERROR", Code: "57014"}, false, "not applied"},
-		{"terminated", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, true, "session ended"},
-		{"panic", &pgconn.PgError{Severity: "PANIC", Code: "XX000"}, true, "session ended"},
-		{"deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), true, "no reply"},
-		{"connection lost", fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF), true, "no reply"},
+		{"not sent", fmt.Errorf("wrapped: %w", unsent{}), false, false, "not sent"},
+		{"serialization failure", &pgconn.PgError{Severity: "ERROR", Code: "40001", Message: "could not serialize access"}, false, false, "safe to retry"},
+		{"deadlock", &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"}, false, false, "safe to retry"},
+		{"missing table", &pgconn.PgError{Severity: "ERROR", Code: "42P01"}, false, true, "run `leasectl migrate`, or leasepostgres.Migrate"},
+		{"missing schema", &pgconn.PgError{Severity: "ERROR", Code: "3F000"}, false, true, "leasectl migrate"},
+		{"missing column", &pgconn.PgError{Severity: "ERROR", Code: "42703"}, false, true, "lacks a column this version"},
+		{"missing function", &pgconn.PgError{Severity: "ERROR", Code: "42883"}, false, true, "PostgreSQL 12 or newer"},
+		{"permission", &pgconn.PgError{Severity: "ERROR", Code: "42501"}, false, true, "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table},
+		{"prepared statement exists", &pgconn.PgError{Severity: "ERROR", Code: "42P05"}, false, true, "default_query_exec_mode=exec"},
+		{"prepared statement missing", &pgconn.PgError{Severity: "ERROR", Code: "26000"}, false, true, "connection pooler in transaction mode"},
+		{"other class 42", &pgconn.PgError{Severity: "ERROR", Code: "42804"}, false, true, "SQLSTATE 42804"},
+		{"read only", &pgconn.PgError{Severity: "ERROR", Code: "25006"}, false, false, "primary"},
+		{"statement timeout", &pgconn.PgError{Severity: "ERROR", Code: "57014"}, false, false, "not applied"},
+		{"terminated", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, true, false, "session ended"},
+		{"panic", &pgconn.PgError{Severity: "PANIC", Code: "XX000"}, true, false, "session ended"},
+		{"deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), true, false, "no reply"},
+		{"connection lost", fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF), true, false, "no reply"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := classify(c.err, table)
 			if got := errors.Is(err, lease.ErrIndeterminate); got != c.indeterminate {
 				t.Errorf("classify(%v) = %v: indeterminate %v, want %v", c.err, err, got, c.indeterminate)
+			}
+			if got := errors.Is(err, lease.ErrMisconfigured); got != c.misconfigured {
+				t.Errorf("classify(%v) = %v: misconfigured %v, want %v", c.err, err, got, c.misconfigured)
 			}
 			if !errors.Is(err, c.err) {
 				t.Errorf("classify(%v) = %v does not wrap the cause", c.err, err)
@@ -58,9 +67,10 @@ func TestClassify(t *testing.T) {
 }
 
 func TestNotSent(t *testing.T) {
-	err := notSent(context.DeadlineExceeded)
-	if errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("notSent(DeadlineExceeded) = %v", err)
+	s := &Store{}
+	err := s.notSent(context.DeadlineExceeded)
+	if errors.Is(err, lease.ErrIndeterminate) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the database server") {
+		t.Fatalf("notSent(DeadlineExceeded) = %v, want a plain error naming the address", err)
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 )
 
@@ -20,6 +22,36 @@ var (
 // Outcome of the set functions (setrenew.sql, setrelease.sql) for a key
 // without a row; the others are those of renew.sql and release.sql.
 const outcomeSetNoRow = 4
+
+// Suffixes of the names of the functions of migration 005: each is named
+// after the lease table.
+const (
+	fnPermit     = "_permit"
+	fnSetAcquire = "_setacquire"
+	fnSetRenew   = "_setrenew"
+	fnSetRelease = "_setrelease"
+)
+
+// groupRow is queryRow for a call of the function of migration 005 whose
+// name ends in suffix: an error that says the function is missing, or
+// that the role may not run it, names the function and the fix.
+func (s *Store) groupRow(ctx context.Context, suffix, sql string, args []any, dest ...any) (bool, error) {
+	ok, err := s.queryRow(ctx, sql, args, dest...)
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return ok, err
+	}
+	fn := pgplumbing.Quote(s.names.schema, s.names.table+suffix)
+	switch pgplumbing.ProblemOf(err) {
+	case pgplumbing.MissingFunction:
+		return false, lease.Misconfigured(fmt.Errorf("leasepostgres: function %s not found (configuration: migration 005 creates it beside lease table %s; %s): %w",
+			fn, s.names.qualified, pgplumbing.MigrateHint(migrateFn), pgErr))
+	case pgplumbing.MissingPrivilege:
+		return false, lease.Misconfigured(fmt.Errorf("leasepostgres: permission denied on function %s or lease table %s (configuration: GRANT EXECUTE ON FUNCTION %s, and SELECT, INSERT, UPDATE, DELETE ON %s, TO the role): %w",
+			fn, s.names.qualified, fn, s.names.qualified, pgErr))
+	}
+	return ok, err
+}
 
 // AcquirePermit implements lease.PermitAcquirer in one statement
 // (queries/permit.sql), which calls the function leases_permit that
@@ -45,7 +77,7 @@ func (s *Store) AcquirePermit(ctx context.Context, r lease.AcquireRequest, permi
 		holder  string
 		left    pgtype.Interval
 	)
-	ok, err := s.queryRow(ctx, s.q.permit,
+	ok, err := s.groupRow(ctx, fnPermit, s.q.permit,
 		[]any{r.Key, r.Owner, r.Nonce, ttlInterval(r.TTL), int32(permits)},
 		&slot, &granted, &token, &holder, &left)
 	switch {
@@ -106,7 +138,7 @@ func (s *Store) AcquireSet(ctx context.Context, keys []string, r lease.AcquireRe
 		token       pgtype.Int8
 		left        pgtype.Interval
 	)
-	ok, err := s.queryRow(ctx, s.q.setAcquire, []any{keys, r.Owner, r.Nonce, ttlInterval(r.TTL)},
+	ok, err := s.groupRow(ctx, fnSetAcquire, s.q.setAcquire, []any{keys, r.Owner, r.Nonce, ttlInterval(r.TTL)},
 		&granted, &key, &token, &holder, &left)
 	switch {
 	case err != nil:
@@ -133,7 +165,7 @@ func (s *Store) RenewSet(ctx context.Context, keys []string, a lease.Acquisition
 	if err != nil {
 		return err
 	}
-	return s.setOutcome(ctx, "renew set", s.q.setRenew, []any{keys, a.Nonce, int64(a.Token), ttlInterval(ttl)}, a)
+	return s.setOutcome(ctx, "renew set", fnSetRenew, s.q.setRenew, []any{keys, a.Nonce, int64(a.Token), ttlInterval(ttl)}, a)
 }
 
 // ReleaseSet implements lease.SetAcquirer in one statement
@@ -146,17 +178,17 @@ func (s *Store) ReleaseSet(ctx context.Context, keys []string, a lease.Acquisiti
 	if err != nil {
 		return err
 	}
-	return s.setOutcome(ctx, "release set", s.q.setRelease, []any{keys, a.Nonce, int64(a.Token), s.channel}, a)
+	return s.setOutcome(ctx, "release set", fnSetRelease, s.q.setRelease, []any{keys, a.Nonce, int64(a.Token), s.channel}, a)
 }
 
 // setOutcome runs setrenew.sql or setrelease.sql and converts its outcome
 // to an error.
-func (s *Store) setOutcome(ctx context.Context, op, sql string, args []any, a lease.Acquisition) error {
+func (s *Store) setOutcome(ctx context.Context, op, suffix, sql string, args []any, a lease.Acquisition) error {
 	var (
 		outcome int32
 		key     string
 	)
-	ok, err := s.queryRow(ctx, sql, args, &outcome, &key)
+	ok, err := s.groupRow(ctx, suffix, sql, args, &outcome, &key)
 	switch {
 	case err != nil:
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	leasepostgres "github.com/golib/lease/backends/postgres"
+	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
 )
 
@@ -75,7 +76,7 @@ func TestGroupsThroughPgBouncer(t *testing.T) {
 	if err := leasepostgres.Migrate(ctxT(t), newPool(t, url, nil), leasepostgres.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	bouncer := startPgBouncer(t, url, "transaction", 2)
+	bouncer := testserver.PgBouncer(t, url, "transaction", 2)
 	pool := newPool(t, bouncer, func(c *pgxpool.Config) {
 		c.MaxConns = 4
 		c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
@@ -162,6 +163,14 @@ func exercisePermits(t *testing.T, s *leasepostgres.Store) {
 	c := mustPermit(t, s, sem, "c", 2, time.Minute, 0)
 	if c.a.Token <= b.a.Token {
 		t.Fatalf("slot 0 got token %d after slot 1's %d", c.a.Token, b.a.Token)
+	}
+	// The history columns: a grant sets acquired and renewed, and counts
+	// a transition on a row that existed.
+	if rec, err := s.Inspect(ctx, c.a.Key); err != nil || rec.Transitions != 1 || rec.AcquiredAt.IsZero() || !rec.RenewedAt.Equal(rec.AcquiredAt) {
+		t.Fatalf("Inspect(permit 0) after its second grant = %+v, %v; want 1 transition, acquired = renewed", rec, err)
+	}
+	if rec, err := s.Inspect(ctx, b.a.Key); err != nil || rec.Transitions != 0 || rec.AcquiredAt.IsZero() {
+		t.Fatalf("Inspect(permit 1) after its first grant = %+v, %v; want 0 transitions, acquired", rec, err)
 	}
 
 	// More permits: slot 2. Then fewer: permits at or above the new
@@ -258,11 +267,18 @@ func exerciseSets(t *testing.T, s *leasepostgres.Store) {
 		t.Fatalf("overlapping AcquireSet = %v, want NotAcquired naming acct/9", err)
 	}
 
+	// The history: acct/42's row existed (a transition), the others are
+	// new; the retry renewed them all.
+	for k, want := range map[string]uint64{"acct/42": 1, "acct/17": 0, "acct/9": 0} {
+		if rec, err := s.Inspect(ctx, k); err != nil || rec.Transitions != want || rec.AcquiredAt.IsZero() || !rec.RenewedAt.After(rec.AcquiredAt) {
+			t.Fatalf("Inspect(%q) after the set's grant and its retry = %+v, %v; want %d transitions, renewed after acquired", k, rec, err, want)
+		}
+	}
 	if err := s.RenewSet(ctx, keys, set, 2*time.Minute); err != nil {
 		t.Fatalf("RenewSet: %v", err)
 	}
-	if rec, _ := s.Inspect(ctx, "acct/9"); rec.Remaining <= time.Minute {
-		t.Fatalf("after RenewSet, acct/9 has %v left, want more than a minute", rec.Remaining)
+	if rec, _ := s.Inspect(ctx, "acct/9"); rec.Remaining <= time.Minute || !rec.RenewedAt.After(rec.AcquiredAt) {
+		t.Fatalf("after RenewSet, acct/9 = %+v, want more than a minute left and renewed after acquired", rec)
 	}
 
 	// A forged acquisition (wrong nonce) renews and releases nothing.
@@ -599,8 +615,9 @@ REVOKE EXECUTE ON FUNCTION public.leases_permit(text, text, text, interval, inte
 	if p := problems(rs.Diagnose(ctx)); !strings.Contains(p, `lacks EXECUTE on "public"."leases_permit"(text, text, text, interval, integer)`) {
 		t.Fatalf("Diagnose as a role without EXECUTE: %q", p)
 	}
-	if _, _, err := rs.AcquirePermit(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute}, 1); err == nil || errors.Is(err, lease.ErrIndeterminate) {
-		t.Fatalf("AcquirePermit without EXECUTE = %v, want a plain error", err)
+	_, _, err = rs.AcquirePermit(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute}, 1)
+	if !errors.Is(err, lease.ErrMisconfigured) || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), `GRANT EXECUTE ON FUNCTION "public"."leases_permit"`) {
+		t.Fatalf("AcquirePermit without EXECUTE = %v, want lease.ErrMisconfigured naming the grant", err)
 	}
 
 	if _, err := admin.Exec(ctx, `DROP FUNCTION public.leases_setrenew(text[], text, bigint, interval)`); err != nil {
@@ -611,7 +628,8 @@ REVOKE EXECUTE ON FUNCTION public.leases_permit(text, text, text, interval, inte
 		t.Fatalf("Diagnose without a function: %q", p)
 	}
 	err = s.RenewSet(ctx, []string{"k"}, lease.Acquisition{Nonce: "n", Token: 1}, time.Minute)
-	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "Migrate") {
-		t.Fatalf("RenewSet without its function = %v, want a plain error that says to migrate", err)
+	if !errors.Is(err, lease.ErrMisconfigured) || errors.Is(err, lease.ErrIndeterminate) ||
+		!strings.Contains(err.Error(), `function "public"."leases_setrenew" not found`) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("RenewSet without its function = %v, want lease.ErrMisconfigured naming the function and saying to migrate", err)
 	}
 }

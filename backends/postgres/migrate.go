@@ -74,7 +74,7 @@ func Migrate(ctx context.Context, db Beginner, o Options) error {
 func dropTokenCheck(ctx context.Context, tx pgx.Tx, table string) error {
 	rows, err := tx.Query(ctx, `SELECT conname::text FROM pg_catalog.pg_constraint
 WHERE conrelid = to_regclass($1::text) AND contype = 'c'
-  AND pg_catalog.pg_get_constraintdef(oid) = 'CHECK ((token > 0))'`, table)
+  AND pg_catalog.pg_get_constraintdef(oid) = 'CHECK ((token > 0))'`, pgmigrate.Exec, table)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ WHERE conrelid = to_regclass($1::text) AND contype = 'c'
 // it is not already.
 func setPersistence(ctx context.Context, tx pgx.Tx, table string, unlogged bool) error {
 	var persistence string
-	err := tx.QueryRow(ctx, "SELECT relpersistence::text FROM pg_catalog.pg_class WHERE oid = to_regclass($1::text)", table).Scan(&persistence)
+	err := tx.QueryRow(ctx, "SELECT relpersistence::text FROM pg_catalog.pg_class WHERE oid = to_regclass($1::text)", pgmigrate.Exec, table).Scan(&persistence)
 	if err != nil {
 		return err
 	}

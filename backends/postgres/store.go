@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/lease"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -178,6 +179,16 @@ func channelName(qualified string) string {
 	return "lease_released_" + hex.EncodeToString(sum[:8])
 }
 
+// addr returns where the Store's pool connects, for errors: host:port, or
+// "the database server" when db is not a *pgxpool.Pool. It is called only
+// once a connection failed, as reading a pool's configuration copies it.
+func (s *Store) addr() string {
+	if p, ok := s.db.(*pgxpool.Pool); ok {
+		return pgplumbing.Addr(&p.Config().ConnConfig.Config)
+	}
+	return "the database server"
+}
+
 // Table returns the quoted, schema-qualified name of the lease table, as
 // it appears in the Store's statements.
 func (s *Store) Table() string { return s.names.qualified }
@@ -201,7 +212,7 @@ func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...an
 	if s.pool != nil {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return false, notSent(err)
+			return false, s.notSent(err)
 		}
 		defer c.Release()
 		db = c
@@ -360,9 +371,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 		owner string
 		token int64
 		left  pgtype.Interval
+		h     history
 	)
 	rec := lease.Record{Key: key}
-	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left)
+	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions)
 	if err != nil || !ok {
 		return rec, err
 	}
@@ -370,7 +382,27 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 	if held {
 		rec.Held, rec.Owner, rec.Remaining = true, owner, duration(left)
 	}
+	h.fill(&rec)
 	return rec, nil
+}
+
+// history holds the acquired_at, renewed_at and transitions columns of a
+// row, as the admin statements return them: the times are NULL in a row
+// that no acquire has written since migration 004 added them.
+type history struct {
+	acquired, renewed pgtype.Timestamptz
+	transitions       int64
+}
+
+// fill sets rec's history fields.
+func (h *history) fill(rec *lease.Record) {
+	if h.acquired.Valid {
+		rec.AcquiredAt = h.acquired.Time
+	}
+	if h.renewed.Valid {
+		rec.RenewedAt = h.renewed.Time
+	}
+	rec.Transitions = uint64(max(h.transitions, 0))
 }
 
 // Guard returns the coordinates of the acquisition snap in this Store's

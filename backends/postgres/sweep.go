@@ -61,7 +61,7 @@ func (s *Store) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepPag
 	if s.pool != nil {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return lease.SweepPage{}, notSent(err)
+			return lease.SweepPage{}, s.notSent(err)
 		}
 		defer conn.Release()
 		db = conn

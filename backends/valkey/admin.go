@@ -227,10 +227,19 @@ func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
 	if err != nil {
 		return lease.Record{}, classify(op, err)
 	}
-	if len(vals) != 3 {
+	if len(vals) != 6 {
 		return lease.Record{}, fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals))
 	}
 	rec := lease.Record{Key: key}
+	readRecord(&rec, vals)
+	return rec, nil
+}
+
+// readRecord fills rec from vals, a reply of inspect.lua, or the values of
+// forcerelease.lua after its outcome: token, owner (nil when free),
+// remaining, acquired, renewed and transitions (microseconds since the Unix
+// epoch, 0 when the record lacks them).
+func readRecord(rec *lease.Record, vals []valkey.ValkeyMessage) {
 	if tok, err := vals[0].AsInt64(); err == nil {
 		rec.Token = lease.Token(tok)
 	}
@@ -238,7 +247,19 @@ func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
 		left, _ := vals[2].AsInt64()
 		rec.Held, rec.Owner, rec.Remaining = true, owner, time.Duration(left)*time.Microsecond
 	}
-	return rec, nil
+	rec.AcquiredAt, rec.RenewedAt = microsTime(vals[3]), microsTime(vals[4])
+	if n, err := vals[5].AsInt64(); err == nil && n > 0 {
+		rec.Transitions = uint64(n)
+	}
+}
+
+// microsTime reads microseconds since the Unix epoch; 0 is the zero time.
+func microsTime(v valkey.ValkeyMessage) time.Time {
+	us, err := v.AsInt64()
+	if err != nil || us <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
 }
 
 // ForceRelease implements lease.ForceReleaser in one script
@@ -258,7 +279,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	if err != nil {
 		return lease.Record{}, classify(op, err)
 	}
-	if len(vals) != 4 {
+	if len(vals) != 7 {
 		return lease.Record{}, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals)))
 	}
 	outcome, err := vals[0].AsInt64()
@@ -266,13 +287,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		return lease.Record{}, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply: %w", op, err))
 	}
 	prev := lease.Record{Key: key}
-	if tok, err := vals[1].AsInt64(); err == nil {
-		prev.Token = lease.Token(tok)
-	}
-	if owner, err := vals[2].ToString(); err == nil {
-		left, _ := vals[3].AsInt64()
-		prev.Held, prev.Owner, prev.Remaining = true, owner, time.Duration(left)*time.Microsecond
-	}
+	readRecord(&prev, vals[1:])
 	if outcome == outcomeDone || outcome == outcomeNotHeld {
 		return prev, nil
 	}

@@ -89,7 +89,18 @@ func (s *Store) Check(ctx context.Context) error { return s.Diagnose(ctx).Err() 
 // and renewals fail, and leases expire rather than being held twice.
 //
 // Advice also names the commands Sweep needs (DEL, SCAN, ROLE) that the
-// user may not run, unless the Store keeps records forever.
+// user may not run, unless the Store keeps records forever, and each node
+// whose append-only file is off (appendonly no, read from INFO's
+// aof_enabled, so no CONFIG permission is needed): a restart of such a
+// node loses its lease records, which frees every lease it held at once.
+// Tokens still rise, as they are at least the server's clock in
+// microseconds, so fenced writes stay safe, but two processes may both
+// believe they hold a lease until the first notices the loss (reason
+// lease.RecordLost or lease.Superseded). It is advice, not a problem,
+// because leases stay safe for fenced writes, and because a service may
+// keep its data by other means (a managed service's own log, a cluster's
+// replicas). A node whose INFO says nothing of the append-only file is
+// advice too: Diagnose says it could not tell.
 //
 // Diagnose needs the INFO command, which managed services sometimes
 // restrict; the problem then says so.
@@ -103,7 +114,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 	slices.Sort(addrs)
 	for _, addr := range addrs {
 		c := nodes[addr]
-		info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Build()).ToString()
+		info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Section("persistence").Build()).ToString()
 		if err != nil {
 			r.Problems = append(r.Problems, fmt.Errorf("%s: INFO: %w", addr, err))
 			continue
@@ -114,6 +125,13 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 			r.Advice = append(r.Advice, fmt.Sprintf("%s: maxmemory-policy is %s: it evicts only keys with a TTL, and held leases' records and fence keys have none, so leases are safe (it may evict the records of ended leases within their retention, which only forgets their history early); but when memory is full with keys without a TTL, acquisitions and renewals fail (leases then expire), so keep memory headroom and alert on used memory", addr, p))
 		default:
 			r.Problems = append(r.Problems, fmt.Errorf("%s: maxmemory-policy is %s: the server may evict held leases' records, which have no TTL, so two holders could hold one lease; set maxmemory-policy noeviction or a volatile-* policy", addr, p))
+		}
+		switch infoField(info, "aof_enabled") {
+		case "1":
+		case "0":
+			r.Advice = append(r.Advice, fmt.Sprintf("%s: %s", addr, noPersistence))
+		default:
+			r.Advice = append(r.Advice, fmt.Sprintf("%s: INFO persistence does not say whether the append-only file is on (no aof_enabled field): if appendonly is no, %s", addr, noPersistenceCost))
 		}
 		version := infoField(info, "redis_version")
 		name := "Redis"
@@ -161,6 +179,13 @@ func (s *Store) checkCommands(ctx context.Context, r *CheckReport) {
 		r.Advice = append(r.Advice, fmt.Sprintf("the Valkey user may not run %s, which Sweep needs: a lease.Client's background sweep is refused, and the records of leases that expired without a release (crashed holders) stay until a user with +scan +role +del sweeps; released records still end after their retention", strings.Join(sweep, ", ")))
 	}
 }
+
+// noPersistenceCost says what a server without persistence costs, in the
+// words of docs/valkey-quickstart.md, which recommends the settings.
+const noPersistenceCost = "a restart frees every lease at once. Tokens still never go back (they are at least the server's clock in microseconds), so fenced writes stay safe, but two processes may both believe they hold a lease until the first notices the loss (loss reason record_lost or superseded). Set appendonly yes with appendfsync everysec (or always); see docs/valkey-quickstart.md, \"Start a server\""
+
+// noPersistence is the advice for a node with appendonly no.
+const noPersistence = "appendonly is no (no append-only file): " + noPersistenceCost
 
 // volatilePolicies evict only keys that have a TTL.
 var volatilePolicies = []string{"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}

@@ -2,12 +2,17 @@ package valkey_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	valkey "github.com/valkey-io/valkey-go"
+
+	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/internal/testkit/testserver"
+	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
 )
 
@@ -16,7 +21,8 @@ import (
 // leases' records, which have no TTL.
 func TestCheckEvictionPolicies(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartValkey(t, testserver.ValkeyOptions{})
+	// With the append-only file, so that the only advice is the policy's.
+	srv := testserver.StartValkey(t, testserver.ValkeyOptions{AppendOnly: true})
 	c := newClient(t, srv.Addr())
 	s := newStore(t, c)
 	ctx := ctxT(t)
@@ -52,6 +58,62 @@ func TestCheckEvictionPolicies(t *testing.T) {
 			t.Errorf("%s: Diagnose advice = %q", tc.policy, r.Advice)
 		}
 	}
+}
+
+// TestCheckPersistence starts real servers with appendonly no and yes, and
+// checks that Diagnose advises of the first (not as a problem, saying what
+// a restart costs) and not of the second, also as a user with the
+// documented ACL rule, which may not run CONFIG.
+func TestCheckPersistence(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		opts   testserver.ValkeyOptions
+		advice bool
+	}{
+		{"appendonly no", testserver.ValkeyOptions{ExtraArgs: []string{"--appendonly", "no"}}, true},
+		{"appendonly yes", testserver.ValkeyOptions{AppendOnly: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartValkey(t, tc.opts)
+			admin := newClient(t, srv.Addr())
+			user := valkeyacl.Login(t, admin, srv.Addr(), "leases", aclRule)
+			ctx := ctxT(t)
+			if err := user.Do(ctx, user.B().ConfigGet().Parameter("appendonly").Build()).Error(); !valkeyacl.Refused(err) {
+				t.Fatalf("CONFIG GET as the documented user = %v, want it refused (the test shows Diagnose does without it)", err)
+			}
+			for name, c := range map[string]valkey.Client{"admin": admin, "documented user": user} {
+				s, err := leasevalkey.New(c, leasevalkey.Options{}) // the prefix of the documented rule
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := s.Diagnose(ctx)
+				if r.Err() != nil {
+					t.Fatalf("%s: Diagnose problems = %v, want none (persistence is advice)", name, r.Err())
+				}
+				advice := strings.Join(r.Advice, "\n")
+				got := strings.Contains(advice, "appendonly is no")
+				if got != tc.advice {
+					t.Fatalf("%s: Diagnose advice = %q, want advice on appendonly: %v", name, r.Advice, tc.advice)
+				}
+				if !tc.advice {
+					continue
+				}
+				for _, want := range []string{srv.Addr(), "a restart frees every lease at once", "Tokens still never go back", "fenced writes stay safe", "two processes may both believe they hold a lease", "appendonly yes", "docs/valkey-quickstart.md"} {
+					if !strings.Contains(advice, want) {
+						t.Errorf("%s: Diagnose advice %q lacks %q", name, advice, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// withoutPersistence returns advice without the advice on appendonly,
+// which every test server without the append-only file gets.
+func withoutPersistence(advice []string) []string {
+	return slices.DeleteFunc(slices.Clone(advice), func(a string) bool { return strings.Contains(a, "appendonly is no") })
 }
 
 // TestEvictionKeepsLeasesUnderVolatilePolicy fills a real server's memory

@@ -45,10 +45,13 @@
 // channel <Prefix>{<escaped key>}:released on which Release announces that
 // the key is free, live in one hash slot, and no lease key can name
 // another key's record or move it to another slot. The record holds the
-// fields token (the last token issued), owner, nonce (the holder's secret)
-// and expires (microseconds since the Unix epoch on the server's clock; 0
-// once released, -1 once force-released). A record takes about 150 bytes
-// plus the key and owner strings.
+// fields token (the last token issued), owner, nonce (the holder's secret),
+// expires (microseconds since the Unix epoch on the server's clock; 0
+// once released, -1 once force-released), and the history that Inspect and
+// List return as lease.Record's AcquiredAt, RenewedAt and Transitions:
+// acquired and renewed (microseconds, set by the acquire and renew
+// scripts) and transitions (the grants after the first). A record takes
+// about 230 bytes plus the key and owner strings (MEMORY USAGE, Valkey 8).
 //
 // # Retention
 //
@@ -96,7 +99,10 @@
 //
 // Errors from the server (a missing ACL permission, a replica that is read
 // only, a cluster that is down) mean the operation was not applied, and say
-// so. A transport error or a context that ended after the request may have
+// so. Those no retry cures (WRONGPASS or NOAUTH after a password change, a
+// missing ACL permission, a record of another type under the prefix, an
+// unknown command) match lease.ErrMisconfigured, so Client.Acquire returns
+// them at once instead of waiting. A transport error or a context that ended after the request may have
 // been written is reported as lease.Indeterminate; a connection that could
 // not be opened is not. Errors never contain a holder's nonce.
 //
@@ -112,7 +118,8 @@
 // of the ACL rule below). Persistence (appendonly yes
 // with appendfsync everysec or always) keeps leases across restarts;
 // without it a restart frees every lease at once, and tokens still never
-// go back.
+// go back. Store.Diagnose advises of a node with appendonly no (read from
+// INFO, so the user needs no CONFIG).
 //
 // ACL rules apply to the commands inside scripts too. The least a user
 // needs to do everything the Store does but List and Sweep, on the

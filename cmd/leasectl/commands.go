@@ -23,14 +23,51 @@ type record struct {
 	Owner       string      `json:"owner,omitempty"`
 	Token       lease.Token `json:"token"`
 	RemainingMS int64       `json:"remaining_ms"`
+	// The history (kubectl's acquireTime, renewTime, leaseTransitions),
+	// on the backend's clock; the times are left out when unknown.
+	AcquiredAt  *time.Time `json:"acquired_at,omitempty"`
+	RenewedAt   *time.Time `json:"renewed_at,omitempty"`
+	Transitions uint64     `json:"transitions"`
 }
 
 func toRecord(r lease.Record) record {
-	out := record{Key: r.Key, State: "free", Token: r.Token}
+	out := record{Key: r.Key, State: "free", Token: r.Token, Transitions: r.Transitions}
 	if r.Held {
 		out.State, out.Owner, out.RemainingMS = "held", r.Owner, r.Remaining.Milliseconds()
 	}
+	if !r.AcquiredAt.IsZero() {
+		at := r.AcquiredAt.UTC()
+		out.AcquiredAt = &at
+	}
+	if !r.RenewedAt.IsZero() {
+		at := r.RenewedAt.UTC()
+		out.RenewedAt = &at
+	}
 	return out
+}
+
+// recordHeader and recordRow are the table of list and inspect.
+const recordHeader = "KEY\tSTATE\tOWNER\tTOKEN\tREMAINING\tACQUIRED\tRENEWED\tCHANGES"
+
+func recordRow(r lease.Record, now time.Time) []string {
+	return []string{r.Key, toRecord(r).State, orDash(r.Owner), r.Token.String(), remaining(r),
+		ago(r.AcquiredAt, now), ago(r.RenewedAt, now), strconv.FormatUint(r.Transitions, 10)}
+}
+
+// ago formats how long before now t was, as kubectl's AGE does, or "-"
+// when t is unknown.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now" // the backend's clock is ahead of this machine's
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String() + " ago"
+	}
+	return d.Round(time.Second).String() + " ago"
 }
 
 // remaining formats a remaining time for tables.
@@ -107,11 +144,14 @@ func (c *cli) list(ctx context.Context, t *target, prefix, cursor string, heldOn
 		return c.printJSON(out)
 	}
 	rows := make([][]string, 0, len(recs))
+	now := time.Now()
 	for _, r := range recs {
-		rec := toRecord(r)
-		rows = append(rows, []string{r.Key, rec.State, orDash(r.Owner), r.Token.String(), remaining(r)})
+		rows = append(rows, recordRow(r, now))
 	}
-	if err := c.table("KEY\tSTATE\tOWNER\tTOKEN\tREMAINING", rows); err != nil {
+	if len(recs) == 0 && cursor == "" {
+		fmt.Fprintf(c.errOut, "no lease records found in %s\n", t.scope)
+	}
+	if err := c.table(recordHeader, rows); err != nil {
 		return err
 	}
 	if cursor != "" {
@@ -138,12 +178,11 @@ func (c *cli) inspect(ctx context.Context, t *target, key string) error {
 		if err := c.printJSON(toRecord(r)); err != nil {
 			return err
 		}
-	} else if err := c.table("KEY\tSTATE\tOWNER\tTOKEN\tREMAINING",
-		[][]string{{key, toRecord(r).State, orDash(r.Owner), r.Token.String(), remaining(r)}}); err != nil {
+	} else if err := c.table(recordHeader, [][]string{recordRow(r, time.Now())}); err != nil {
 		return err
 	}
 	if !r.Held && r.Token == 0 {
-		return &negative{fmt.Sprintf("no record of key %q: never acquired, removed a retention after its last lease ended, or lost by the backend", key)}
+		return &negative{fmt.Sprintf("no record of key %q in %s: never acquired, removed a retention after its last lease ended, or lost by the backend", key, t.scope)}
 	}
 	return nil
 }

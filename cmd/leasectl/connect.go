@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
@@ -19,8 +20,10 @@ import (
 	"github.com/golib/lease/fence"
 	"github.com/golib/lease/fence/fencepostgres"
 	"github.com/golib/lease/fence/fencevalkey"
+	"github.com/golib/lease/internal/pgplumbing"
 	"github.com/golib/lease/internal/valkeyplumbing"
 	"github.com/golib/lease/lease"
+	"github.com/golib/lease/leasequeue"
 )
 
 // config holds the connection flags.
@@ -31,6 +34,7 @@ type config struct {
 	postgres                string
 	schema, table           string
 	fenceSchema, fenceTable string
+	queueSchema, queueTable string
 	disableNotify, json     bool
 	timeout                 time.Duration
 	retention               time.Duration
@@ -65,6 +69,8 @@ func (c *config) register(fs *flag.FlagSet) {
 		c.fencePostgres, c.fencePostgresSet = s, true
 		return nil
 	})
+	fs.StringVar(&c.queueSchema, "queue-schema", leasequeue.DefaultPostgresSchema, "the leasequeue tables' `schema`")
+	fs.StringVar(&c.queueTable, "queue-table", leasequeue.DefaultPostgresTable, "the leasequeue items `table`")
 	fs.BoolVar(&c.disableNotify, "disable-notify", false, "the application sets Options.DisableNotify")
 	fs.BoolVar(&c.json, "json", false, "print JSON; errors too, as {\"error\", \"kind\", \"exit\"}")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound `D` on connecting and on each operation")
@@ -86,6 +92,11 @@ type target struct {
 	sweepers []named
 	diagnose func(ctx context.Context) (problems []error, advice []string)
 	close    func()
+	// scope says where the records are looked for, and the flags that
+	// change it, for a search that finds nothing.
+	scope string
+	// pool is the PostgreSQL pool, for migrate; nil on Valkey.
+	pool *pgxpool.Pool
 }
 
 // named is a Sweeper and what its removals are ("fence" resources).
@@ -210,7 +221,7 @@ func (c *cli) newValkey(flag, s string) (valkey.Client, error) {
 		return nil, fmt.Errorf("connecting to Valkey at %s: no answer within --timeout %v: %w", strings.Join(opt.InitAddress, ","), c.cfg.timeout, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connecting to Valkey at %s: %w", strings.Join(opt.InitAddress, ","), err)
+		return nil, valkeyConnectError(strings.Join(opt.InitAddress, ","), err)
 	}
 	return client, nil
 }
@@ -259,6 +270,7 @@ func (c *cli) connectValkey(ctx context.Context) (*target, error) {
 			return r.Problems, r.Advice
 		},
 		close: client.Close,
+		scope: fmt.Sprintf("Valkey prefix %q (if the services set another Options.Prefix, pass it with --valkey-prefix)", store.Prefix()),
 	}, nil
 }
 
@@ -272,16 +284,23 @@ func (c *cli) newPostgres(ctx context.Context, what, dsn string) (*pgxpool.Pool,
 	}
 	cfg.MaxConns = 4 // check's pooler probe holds two at once
 	cfg.MinConns = 0
+	if !execModeSet(dsn) {
+		// The unnamed statement works through every pooler, PgBouncer in
+		// transaction mode included; named prepared statements (pgx's
+		// default) would collide with the services' on its sessions.
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	addr := pgplumbing.Addr(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to PostgreSQL: %w", scrub(err, cfg.ConnConfig.Password))
+		return nil, c.postgresConnectError(addr, scrub(err, cfg.ConnConfig.Password))
 	}
 	pctx, cancel := c.op(ctx)
 	err = pool.Ping(pctx)
 	cancel()
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connecting to PostgreSQL: %w", scrub(err, cfg.ConnConfig.Password))
+		return nil, c.postgresConnectError(addr, scrub(err, cfg.ConnConfig.Password))
 	}
 	return pool, nil
 }
@@ -321,10 +340,11 @@ func (c *cli) connectPostgres(ctx context.Context) (*target, error) {
 		mark:       func(ctx context.Context, r string) (fence.Mark, error) { return ft.Mark(ctx, pool, r) },
 		sweepers:   []named{{"fence", ft.Sweeper(pool)}},
 		diagnose: func(ctx context.Context) ([]error, []string) {
-			r := store.Diagnose(ctx)
-			return r.Problems, r.Advice
+			return c.diagnosePostgres(ctx, pool, store, ft)
 		},
 		close: func() { store.Close(); pool.Close() },
+		scope: fmt.Sprintf("table %s (if the services use another, pass --schema and --table)", store.Table()),
+		pool:  pool,
 	}, nil
 }
 
@@ -385,4 +405,36 @@ func scrub(err error, password string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), password, "********"))
+}
+
+// execModeSet reports whether the connection string dsn chooses pgx's exec
+// mode itself (default_query_exec_mode), which leasectl then keeps.
+func execModeSet(dsn string) bool {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return false
+	}
+	_, ok := cfg.RuntimeParams["default_query_exec_mode"]
+	return ok
+}
+
+// postgresConnectError says that connecting to the server at addr failed,
+// naming the address once, and what a silent port means.
+func (c *cli) postgresConnectError(addr string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("connecting to PostgreSQL at %s: no answer within %v (--timeout): is a PostgreSQL server listening there, reachable through the firewall? %w", addr, c.cfg.timeout, err)
+	}
+	if first, _, _ := strings.Cut(addr, ","); strings.Contains(err.Error(), first) {
+		return fmt.Errorf("connecting to PostgreSQL: %w", err) // pgconn named it
+	}
+	return fmt.Errorf("connecting to PostgreSQL at %s: %w", addr, err)
+}
+
+// valkeyConnectError says that connecting to Valkey at addrs failed, and
+// what an answer that is not RESP means.
+func valkeyConnectError(addrs string, err error) error {
+	if valkeyplumbing.NotRESP(err) {
+		return fmt.Errorf("connecting to Valkey at %s: the server there does not speak RESP, the protocol of Valkey and Redis (is that a Valkey port? another service, such as an HTTP server, answers it): %w", addrs, err)
+	}
+	return fmt.Errorf("connecting to Valkey at %s: %w", addrs, err)
 }

@@ -15,8 +15,11 @@
 //
 //	list [--prefix P] [--held] [--limit N [--cursor C]]
 //	                     keys with their holder, token, remaining time and
-//	                     state; --limit N prints at most N, and the cursor
-//	                     that continues the listing
+//	                     state, when each was acquired and last renewed,
+//	                     and how many times its holder changed (as kubectl
+//	                     get lease shows acquireTime, renewTime and
+//	                     leaseTransitions); --limit N prints at most N, and
+//	                     the cursor that continues the listing
 //	inspect KEY          one key
 //	watch [--interval D] KEY
 //	                     follow one key until interrupted: held or free,
@@ -34,7 +37,20 @@
 //	                     records, and the fences of the fence flags), as
 //	                     the services' clients do every hour; --dry-run
 //	                     lists them and removes nothing
-//	check                the backend's Check: problems and advice
+//	check                the backend's Check: problems and advice; on
+//	                     PostgreSQL also the fences table's and, where
+//	                     they exist, the leasequeue tables'
+//	migrate [--dry-run | --status] [--only lease,fence,queue]
+//	                     PostgreSQL: create or upgrade the lease table, the
+//	                     fences table and the leasequeue tables (their
+//	                     packages' Migrate functions, safe while services
+//	                     run); --dry-run lists the pending migrations and
+//	                     applies nothing, --status lists every migration
+//	                     and exits 3 if one is pending; --only names the
+//	                     table sets. An UNLOGGED lease table stays so
+//	run [--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]
+//	                     run COMMAND while holding the lease on KEY (see
+//	                     "Running a command under a lease")
 //
 // Each command's help gives its flags with their defaults and its exit
 // statuses.
@@ -61,6 +77,9 @@
 //	--fence-postgres DSN        Valkey or PostgreSQL, not from the lease's
 //	                            store: a lease in Valkey may fence rows in
 //	                            PostgreSQL, and the other way round
+//	--queue-schema S, --queue-table T
+//	                            the leasequeue tables (default
+//	                            public.leasequeue_jobs and its _members)
 //	--disable-notify            the application sets Options.DisableNotify
 //	                            (check then judges a pooler accordingly)
 //	--backend valkey|postgres   which one, when both are configured
@@ -79,7 +98,19 @@
 // leasectl never prints a connection string or a password: an error about
 // one says which setting failed to parse, not its value. The grants each
 // command needs (Valkey ACL rules, PostgreSQL privileges) are in the
-// runbook, docs/operations.md; a refused command points there.
+// runbook, docs/operations.md; a refused command points there. An error
+// reaching a server names its address.
+//
+// # PgBouncer
+//
+// leasectl runs its PostgreSQL statements in pgx's exec mode (the unnamed
+// statement, no named prepared statements), so it works through a
+// connection pooler in transaction mode, PgBouncer's included, whatever
+// the services' statements left on the pooler's sessions. A
+// default_query_exec_mode in the connection string overrides it. Pass
+// --disable-notify when the services set Options.DisableNotify, as they
+// must behind such a pooler without a ListenPool, so that check judges
+// the pooler as they use it.
 //
 // # Exit status
 //
@@ -92,7 +123,8 @@
 //	3  the answer is "no": inspect of a key with no record, fence show of
 //	   a resource with no fence, release (or its dry run) that found
 //	   nothing to release or another holder than --token, check that
-//	   found problems, gc while another process sweeps
+//	   found problems, gc while another process sweeps, migrate --status
+//	   with a migration pending
 //
 // # JSON
 //
@@ -118,6 +150,52 @@
 // writes of that holder. fence show of a resource without a fence cannot
 // tell an untouched resource from an evicted fence key by itself: --lease
 // KEY compares it with the lease it is fenced by.
+//
+// run exits with its own statuses, listed below.
+//
+// # Running a command under a lease
+//
+// leasectl run is a command-line lock, as consul lock is. It acquires the
+// lease on KEY (waiting until it is free; --wait D gives up after D,
+// --try at once), starts COMMAND, renews the lease every TTL/3 while it
+// runs (--ttl, default 15s), releases the lease when it exits, and exits
+// with its status. The command starts after "--", or at the first
+// argument after KEY; its own flags are never read by leasectl. The owner
+// other holders see is --owner, by default hostname/pid.
+//
+// The command's environment is leasectl's, plus LEASE_KEY, LEASE_TOKEN
+// (the fencing token, in decimal) and LEASE_OWNER: the fields of the
+// acquisition's lease.Snapshot that a fenced write needs. Pass the token
+// to every write the lease protects (docs/operations.md shows a shell
+// script that does so with psql): the lease alone does not stop a command
+// that runs on after a loss.
+//
+// When a renewal finds the lease lost (force-released, expired, taken by
+// another, or its local deadline passed), run sends SIGTERM to the
+// command's process group, SIGKILL --kill-after later (default 10s) if any
+// of it still runs, and exits 123. SIGINT, SIGTERM and SIGHUP sent to
+// leasectl are passed on to the command's process group, and the lease is
+// held until the command has exited.
+//
+// The command runs in a process group of its own (Setpgid), so that
+// signals reach every process it starts; it is not the terminal's
+// foreground group, so it cannot read from the terminal. On Linux the
+// command gets SIGTERM if leasectl dies without stopping it (Pdeathsig);
+// on other Unix systems it then runs on without the lease. On Windows,
+// which has neither process groups nor SIGTERM, a lost lease kills the
+// command at once.
+//
+// Exit status of run, after timeout(1) and env(1):
+//
+//	N    the command's status (128+N if signal N killed it)
+//	123  the lease was lost while the command ran; the command was
+//	     stopped if it still ran
+//	124  the lease is held by someone else (--try, or --wait ran out);
+//	     the command did not run
+//	125  leasectl's own error, usage errors among run's arguments
+//	     included; the command did not run
+//	126  the command could not be started
+//	127  the command was not found
 //
 // # Forced release
 //

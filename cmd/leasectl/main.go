@@ -84,10 +84,17 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(
 		help *helpRequest
 		ue   *usageError
 		neg  *negative
+		st   *statusError
 	)
 	if errors.As(err, &help) {
 		c.help(help.verb)
 		return exitOK
+	}
+	if errors.As(err, &st) {
+		if st.msg != "" {
+			fmt.Fprintf(errOut, "leasectl: %s\n", st.msg)
+		}
+		return st.code
 	}
 	code, kind := exitError, "error"
 	switch {
@@ -190,9 +197,10 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	showVersion := global.Bool("version", false, "print leasectl's version and exit")
 	runs := make(map[string]func(context.Context, *cli, []string) error, len(verbs))
 	sets := make(map[string]*flag.FlagSet, len(verbs))
+	raw := make(map[string]bool)
 	for _, v := range verbs {
 		fs := c.newFlags(v.name)
-		runs[v.name], sets[v.name] = v.flags(fs), fs
+		runs[v.name], sets[v.name], raw[v.name] = v.flags(fs), fs, v.raw
 	}
 
 	if err := global.Parse(args); err != nil {
@@ -223,11 +231,14 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	if !ok {
 		return usagef("unknown command %q", name)
 	}
-	pos, err := parse(fs, name, rest)
-	if err != nil {
-		return err
+	pos := rest
+	if !raw[name] {
+		var err error
+		if pos, err = parse(fs, name, rest); err != nil {
+			return err
+		}
 	}
-	err = runs[name](ctx, c, pos)
+	err := runs[name](ctx, c, pos)
 	var ue *usageError
 	if errors.As(err, &ue) && ue.verb == "" {
 		ue.verb = name

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ type verb struct {
 	// flags registers the command's own flags on fs and returns the
 	// function that runs the command with its positional arguments.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
+	// raw commands get their arguments unparsed, because what follows
+	// KEY belongs to another program; exits then lists every status.
+	raw bool
 }
 
 // exitStatus is an exit status of a command and what it means.
@@ -218,6 +222,71 @@ table, missing privileges, a pooler that breaks release notifications.`,
 			}
 		},
 	},
+	{
+		name:    "migrate",
+		args:    "[--dry-run | --status] [--only lease,fence,queue]",
+		summary: "create or update the PostgreSQL lease, fences and queue tables",
+		about: `Applies the pending migrations of the PostgreSQL tables the library uses:
+the lease table (--schema, --table), the fences table (--fence-schema,
+--fence-table) and the leasequeue tables (--queue-schema, --queue-table),
+or only the sets --only names. --dry-run lists what would be applied and
+applies nothing; --status lists every migration, applied or pending.
+Programs can do the same at start-up with leasepostgres.Migrate,
+fencepostgres.Migrate and leasequeue.MigratePostgres.`,
+		exits: []exitStatus{
+			{exitOK, "migrated, or nothing was pending (also a dry run)"},
+			{exitNegative, "--status found a pending migration"},
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			dryRun := fs.Bool("dry-run", false, "list the migrations that would be applied, apply nothing")
+			status := fs.Bool("status", false, "list every migration, applied or pending; exit 3 if one is pending")
+			only := fs.String("only", "", "migrate only these table sets: a comma-separated `list` of lease, fence, queue")
+			return func(ctx context.Context, c *cli, pos []string) error {
+				if err := none("migrate", pos); err != nil {
+					return err
+				}
+				if *dryRun && *status {
+					return usagef("migrate: pass --dry-run or --status, not both")
+				}
+				if _, err := c.tableSets(*only); err != nil {
+					return err
+				}
+				return c.withTarget(ctx, func(t *target) error { return c.migrate(ctx, t, *only, *dryRun, *status) })
+			}
+		},
+	},
+	{
+		name:    "run",
+		args:    "[--ttl D] [--owner O] [--wait D | --try] [--kill-after D] KEY -- COMMAND [ARGS...]",
+		summary: "run a command while holding the lease on KEY, renewed, with its token",
+		about: `Acquires the lease on KEY (waiting for it unless --try or --wait say
+otherwise), renews it while COMMAND runs, and releases it when COMMAND
+exits. COMMAND gets LEASE_KEY, LEASE_TOKEN and LEASE_OWNER in its
+environment: pass the token to every write it makes, so that storage
+refuses a stale one. If the lease is lost, COMMAND's process group gets
+SIGTERM, then SIGKILL after --kill-after. SIGINT, SIGTERM and SIGHUP are
+passed on to COMMAND. Without "--", COMMAND starts at the first argument
+after KEY.`,
+		exits: []exitStatus{
+			{0, "COMMAND's own status (128+N if signal N ended it), from 0 to 122"},
+			{exitRunLost, "the lease was lost while COMMAND ran, which was stopped"},
+			{exitRunHeld, "the lease is held by someone else (--try, or --wait ran out)"},
+			{exitRunError, "leasectl's own error, a usage error in run's arguments included"},
+			{exitRunCannot, "COMMAND was found but could not be started"},
+			{exitRunNotFound, "COMMAND was not found"},
+		},
+		raw: true,
+		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			f := registerRun(fs)
+			return func(ctx context.Context, c *cli, args []string) error {
+				err := c.runCommand(ctx, fs, f, args)
+				if errors.Is(err, flag.ErrHelp) {
+					return &helpRequest{verb: "run"}
+				}
+				return err
+			}
+		},
+	},
 }
 
 // help prints the help of the command name, or the global help.
@@ -238,7 +307,10 @@ func (c *cli) help(name string) {
 	fmt.Fprint(c.out, "\nconnection flags (before the command or among its flags):\n")
 	printFlags(c.out, connectionFlags())
 	fmt.Fprint(c.out, "\nexit status:\n")
-	exits := append(slices.Clone(v.exits), commonExits...)
+	exits := slices.Clone(v.exits)
+	if !v.raw {
+		exits = append(exits, commonExits...)
+	}
 	slices.SortStableFunc(exits, func(a, b exitStatus) int { return a.code - b.code })
 	for _, e := range exits {
 		fmt.Fprintf(c.out, "  %d  %s\n", e.code, e.means)

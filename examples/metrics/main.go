@@ -5,8 +5,10 @@
 //	go run ./examples/metrics -addr 127.0.0.1:2112
 //	curl -s 127.0.0.1:2112/metrics | grep '^lease_'
 //
-// Three workers campaign for one singleton lease ("reports/nightly"); the
-// holder keeps it renewed and hands it over now and then. The same workers
+// Three workers campaign for one singleton lease ("reports/nightly", whose
+// key label is "reports": the part of the key before its first '/', as
+// the singleton alert of docs/lease.rules.yml expects); the holder keeps
+// it renewed and hands it over now and then. The same workers
 // process a queue of items, one in five of which fails once and is retried,
 // and prune done items once they are half a second old. Every event
 // goes to one leaseprom.Metrics, registered once, whose lease_held,

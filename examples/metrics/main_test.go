@@ -96,8 +96,13 @@ func TestServesMetrics(t *testing.T) {
 		}
 	}
 	// The singleton is held by one worker at a time; the items' leases come
-	// and go. Every lease held was acquired, and none was lost.
-	held := got[`lease_held{key="reports"}`]
+	// and go. Every lease held was acquired, and none was lost. Its key
+	// label is "reports", which the singleton alert of docs/lease.rules.yml
+	// names.
+	held, ok := got[`lease_held{key="reports"}`]
+	if !ok {
+		t.Errorf(`no series lease_held{key="reports"}, which docs/lease.rules.yml alerts on`)
+	}
 	if held > 1 {
 		t.Errorf(`lease_held{key="reports"} = %v: more than one holder of the singleton`, held)
 	}

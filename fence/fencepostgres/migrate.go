@@ -7,6 +7,9 @@ import (
 	"github.com/golib/lease/internal/pgmigrate"
 )
 
+// migrateFn names Migrate in errors.
+const migrateFn = "fencepostgres.Migrate"
+
 // Migrate creates or upgrades the fences table o names, applying each
 // embedded migration (see Migrations) that has not been applied yet, and
 // records the versions in the table Table + "_migrations" beside it. It

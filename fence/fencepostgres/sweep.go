@@ -126,11 +126,14 @@ func readPage(rows pgx.Rows, limit int) (removed []string, next string, err erro
 
 // sweepError explains an error of a sweep's step.
 func (t *Table) sweepError(step string, err error) error {
-	switch {
-	case pgplumbing.IsMissingTable(err):
-		return fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", t.qualified, step, t.floors, err)
-	case pgplumbing.Code(err) == pgplumbing.InsufficientPrivilege:
-		return fmt.Errorf("fence: sweep %s: %s: permission denied (grant SELECT, DELETE on the fences table, SELECT, INSERT, UPDATE on %s): %w", t.qualified, step, t.floors, err)
+	switch p := pgplumbing.ProblemOf(err); p {
+	case pgplumbing.MissingTable:
+		return lease.Misconfigured(fmt.Errorf("fence: sweep %s: %s: the table or its floors table %s does not exist (configuration: %s, or apply fencepostgres.Migrations): %w", t.qualified, step, t.floors, pgplumbing.MigrateHint(migrateFn), err))
+	case pgplumbing.MissingPrivilege:
+		return lease.Misconfigured(fmt.Errorf("fence: sweep %s: %s: permission denied (configuration: GRANT SELECT, DELETE on the fences table, SELECT, INSERT, UPDATE on %s to the role): %w", t.qualified, step, t.floors, err))
+	case pgplumbing.NoProblem:
+	default:
+		return lease.Misconfigured(fmt.Errorf("fence: sweep %s: %s (configuration: %s): %w", t.qualified, step, p.Hint(migrateFn, "SELECT, DELETE ON "+t.qualified+", SELECT, INSERT, UPDATE ON "+t.floors), err))
 	}
 	return fmt.Errorf("fence: sweep %s: %s: %w", t.qualified, step, err)
 }

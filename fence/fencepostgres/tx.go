@@ -362,11 +362,14 @@ func (t *Table) statementError(rs []string, err error) error {
 	if pgplumbing.IsConflict(err) {
 		return &fence.ConflictError{Resources: rs, Err: err}
 	}
-	switch {
-	case pgplumbing.IsMissingTable(err):
-		return fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (run fencepostgres.Migrate or apply fencepostgres.Migrations): %w", rs, t.qualified, t.floors, err)
-	case pgplumbing.Code(err) == pgplumbing.InsufficientPrivilege:
-		return fmt.Errorf("fence: resources %q: permission denied on fences table %s or its floors table %s (grant SELECT, INSERT, UPDATE on the first, SELECT, INSERT on the second): %w", rs, t.qualified, t.floors, err)
+	switch p := pgplumbing.ProblemOf(err); p {
+	case pgplumbing.MissingTable:
+		return lease.Misconfigured(fmt.Errorf("fence: resources %q: fences table %s or its floors table %s not found (configuration: %s, or apply fencepostgres.Migrations): %w", rs, t.qualified, t.floors, pgplumbing.MigrateHint(migrateFn), err))
+	case pgplumbing.MissingPrivilege:
+		return lease.Misconfigured(fmt.Errorf("fence: resources %q: permission denied on fences table %s or its floors table %s (configuration: GRANT SELECT, INSERT, UPDATE on the first, SELECT, INSERT on the second to the role): %w", rs, t.qualified, t.floors, err))
+	case pgplumbing.NoProblem:
+	default:
+		return lease.Misconfigured(fmt.Errorf("fence: resources %q: fences table %s (configuration: %s): %w", rs, t.qualified, p.Hint(migrateFn, "SELECT, INSERT, UPDATE ON "+t.qualified+", SELECT, INSERT ON "+t.floors), err))
 	}
 	// Whatever the outcome of the statement, the transaction it ran in is
 	// never committed: Tx returns before the COMMIT.

@@ -373,8 +373,9 @@ func TestMigrate(t *testing.T) {
 	}
 	missing, _ := fencepostgres.NewTable(fencepostgres.TableOptions{Table: "nowhere"})
 	err = missing.Claim(ctx, pool, snap("k", 1), "r")
-	if err == nil || !strings.Contains(err.Error(), "fencepostgres.Migrate") {
-		t.Fatalf("Claim on a missing table = %v; want advice to migrate", err)
+	if err == nil || !strings.Contains(err.Error(), "fencepostgres.Migrate") || !strings.Contains(err.Error(), "leasectl migrate") ||
+		!errors.Is(err, lease.ErrMisconfigured) {
+		t.Fatalf("Claim on a missing table = %v; want lease.ErrMisconfigured, advising leasectl migrate and fencepostgres.Migrate", err)
 	}
 	if _, err := fencepostgres.NewTable(fencepostgres.TableOptions{Table: strings.Repeat("t", 53)}); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("NewTable with a long name = %v; want ErrInvalid", err)

@@ -351,6 +351,9 @@ func classify(resource string, err error) error {
 	case applied.Unknown:
 		return lease.Indeterminate(fmt.Errorf("fence: resource %q: %w", resource, err))
 	case applied.No:
+		if valkeyplumbing.Misconfigured(err) { // a refused login, ACL permission or command
+			return lease.Misconfigured(fmt.Errorf("fence: resource %q: refused by the server, nothing written (configuration: see the package documentation for the ACL rules): %w", resource, err))
+		}
 		if valkeyplumbing.Refused(err) {
 			return fmt.Errorf("fence: resource %q: refused by the server, nothing written: %w", resource, err)
 		}

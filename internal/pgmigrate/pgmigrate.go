@@ -20,9 +20,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/golib/lease/internal/pgplumbing"
 )
+
+// Exec is the exec mode of every statement Run and Applied send, and of
+// those a Target's After should send: the unnamed statement, which works
+// through every connection pooler whatever the pool's default mode. A
+// named prepared statement (pgx's default) fails behind a pooler in
+// transaction mode as soon as two client connections prepare the same
+// statement on one server session.
+const Exec = pgx.QueryExecModeExec
 
 // Dir returns the subdirectory dir of an embedded file system, the files
 // a package's Migrations function hands to migration tools. It panics if
@@ -118,12 +129,28 @@ type Beginner interface {
 // held the lock committed: under REPEATABLE READ or SERIALIZABLE its
 // snapshot predates the wait, and it would apply the migrations again. A
 // pgx.Tx runs them in a savepoint at the isolation it has.
+//
+// An error the server's SQLSTATE explains (a missing privilege, a refused
+// login, a pooler that lost a prepared statement) says what to change.
 func Run(ctx context.Context, db Beginner, ms []Migration, t Target) error {
 	fn := func(tx pgx.Tx) error { return apply(ctx, tx, ms, t) }
 	if b, ok := db.(txBeginner); ok {
-		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+		return explain(pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn))
 	}
-	return pgx.BeginFunc(ctx, db, fn)
+	return explain(pgx.BeginFunc(ctx, db, fn))
+}
+
+// explain adds to err what to change, when its SQLSTATE says.
+func explain(err error) error {
+	switch pgplumbing.ProblemOf(err) {
+	case pgplumbing.MissingPrivilege:
+		return fmt.Errorf("permission denied (configuration: the role needs CREATE on the database if the schema is missing, CREATE and USAGE on the schema, and to own the tables it upgrades): %w", err)
+	case pgplumbing.PreparedStatementLost:
+		return fmt.Errorf("prepared statement lost between server sessions (configuration: %s): %w", pgplumbing.PoolerHint, err)
+	case pgplumbing.LoginRefused:
+		return fmt.Errorf("login refused (configuration: %s): %w", pgplumbing.LoginHint, err)
+	}
+	return err
 }
 
 // txBeginner is a pool or a connection: what can begin a transaction with
@@ -135,14 +162,14 @@ type txBeginner interface {
 func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 	h := fnv.New64a()
 	h.Write([]byte(t.Lock))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(h.Sum64())); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", Exec, int64(h.Sum64())); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	// CREATE ... IF NOT EXISTS checks the privilege to create before it
 	// checks existence, so look first: a role that may only use an existing
 	// schema and tables can still migrate.
 	var hasSchema bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)", t.Schema).Scan(&hasSchema); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)", Exec, t.Schema).Scan(&hasSchema); err != nil {
 		return err
 	}
 	if !hasSchema {
@@ -151,7 +178,7 @@ func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 		}
 	}
 	var hasVersions bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", t.Versions).Scan(&hasVersions); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", Exec, t.Versions).Scan(&hasVersions); err != nil {
 		return err
 	}
 	if !hasVersions {
@@ -164,7 +191,7 @@ func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 			return fmt.Errorf("create versions table: %w", err)
 		}
 	}
-	rows, err := tx.Query(ctx, "SELECT version FROM "+t.Versions)
+	rows, err := tx.Query(ctx, "SELECT version FROM "+t.Versions, Exec)
 	if err != nil {
 		return err
 	}
@@ -179,7 +206,7 @@ func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 		if _, err := tx.Exec(ctx, t.Render(m.SQL)); err != nil {
 			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+t.Versions+" (version, name) VALUES ($1::integer, $2::text)", m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+t.Versions+" (version, name) VALUES ($1::integer, $2::text)", Exec, m.Version, m.Name); err != nil {
 			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
@@ -187,4 +214,51 @@ func apply(ctx context.Context, tx pgx.Tx, ms []Migration, t Target) error {
 		return t.After(ctx, tx)
 	}
 	return nil
+}
+
+// Querier runs a query that returns one row: a *pgxpool.Pool, a *pgx.Conn
+// or a pgx.Tx.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// State is one migration of a set, and whether the versions table records
+// it as applied.
+type State struct {
+	Migration
+	Applied   bool
+	AppliedAt time.Time // when Run applied it; zero if not applied
+}
+
+// Status returns the state of each migration of ms in the versions table
+// named versions (quoted, schema-qualified, as in Target), in ms's order,
+// and whether the versions table exists. Without one every migration is
+// pending: Run would apply them all (adopting tables that a migration tool
+// created from the same files). It reads the catalog and the versions
+// table, and changes nothing.
+func Status(ctx context.Context, db Querier, ms []Migration, versions string) ([]State, bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", Exec, versions).Scan(&exists); err != nil {
+		return nil, false, explain(err)
+	}
+	at := map[int]time.Time{}
+	if exists {
+		var (
+			vs    []int32
+			times []time.Time
+		)
+		err := db.QueryRow(ctx, "SELECT coalesce(array_agg(version ORDER BY version), '{}'), coalesce(array_agg(applied_at ORDER BY version), '{}') FROM "+versions, Exec).Scan(&vs, &times)
+		if err != nil {
+			return nil, true, explain(err)
+		}
+		for i, v := range vs {
+			at[int(v)] = times[i]
+		}
+	}
+	states := make([]State, len(ms))
+	for i, m := range ms {
+		t, ok := at[m.Version]
+		states[i] = State{Migration: m, Applied: ok, AppliedAt: t}
+	}
+	return states, exists, nil
 }

@@ -1,6 +1,8 @@
 // Package pgplumbing is the one home of what every package of this module that
 // talks to PostgreSQL needs to agree on: whether a request was applied, not
-// applied, or has an unknown outcome ([Classify]), and which names are valid
+// applied, or has an unknown outcome ([Classify]); what a refusal says is
+// wrong with the setup, by its exact SQLSTATE, and what to change
+// ([ProblemOf], [Problem.Hint], [PoolerHint]); and which names are valid
 // identifiers and how they are quoted ([CheckIdent], [Quote]).
 //
 // backends/postgres, fence and leasequeue use it and keep no copy of their

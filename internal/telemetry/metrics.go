@@ -7,15 +7,21 @@ import (
 	"github.com/golib/lease/cache/cacheevent"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasequeue/queueevent"
+	"github.com/golib/lease/leasescheduler/jobevent"
 )
 
 // Kind is how a metric aggregates.
 type Kind int
 
 const (
-	Counter   Kind = iota + 1
-	Gauge          // an up-down count
-	Histogram      // seconds, unless Unit says otherwise
+	Counter Kind = iota + 1
+	// Current is an up-down count of what is current now, which the
+	// adapters read at collection time (Translator.Held): a lease leaves
+	// it when it ends, also by expiry, which no event reports.
+	Current
+	// Gauge is set to each point's Value (a time in Unix seconds).
+	Gauge
+	Histogram // seconds, unless Unit says otherwise
 )
 
 // Label names a point's label. A metric carries the labels its Spec lists.
@@ -26,6 +32,8 @@ const (
 	OutcomeLabel
 	ReasonLabel
 	OperationLabel
+	JobLabel    // a leasescheduler job's name: bounded by the program's own jobs
+	ResultLabel // a scheduled run's jobevent.Result
 )
 
 // Spec describes one metric; both adapters build their instruments from
@@ -73,6 +81,8 @@ const (
 	QueueLosses
 	QueuePrunes
 	QueuePrunedItems
+	JobRuns
+	JobLastSuccess
 	numMetrics
 )
 
@@ -83,7 +93,7 @@ var SecondBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, 
 
 // Specs lists every metric, indexed by Metric.
 var Specs = [numMetrics]Spec{
-	Held:                 {"held", "lease.held", "{lease}", Gauge, "Leases this process holds now.", []Label{KeyLabel}},
+	Held:                 {"held", "lease.held", "{lease}", Current, "Leases this process holds now: acquired, and neither released, lost nor past their local deadline.", []Label{KeyLabel}},
 	Acquisitions:         {"acquisitions_total", "lease.acquisitions", "{call}", Counter, "Acquire and TryAcquire calls, by outcome.", []Label{KeyLabel, OutcomeLabel}},
 	AcquireAttempts:      {"acquire_attempts_total", "lease.acquire.attempts", "{attempt}", Counter, "Backend acquire attempts made by Acquire and TryAcquire.", []Label{KeyLabel}},
 	AcquireWait:          {"acquire_wait_seconds", "lease.acquire.wait.duration", "s", Histogram, "Time from an Acquire call to its end, waiting for a holder included.", []Label{OutcomeLabel}},
@@ -108,17 +118,107 @@ var Specs = [numMetrics]Spec{
 	QueueLosses:          {"queue_losses_total", "lease.queue.losses", "{lease}", Counter, "Item and partition leases lost, by reason.", []Label{ReasonLabel}},
 	QueuePrunes:          {"queue_prunes_total", "lease.queue.prunes", "{prune}", Counter, "Background prunes of the source's finished items run by this process, by outcome.", []Label{OutcomeLabel}},
 	QueuePrunedItems:     {"queue_pruned_items_total", "lease.queue.pruned_items", "{item}", Counter, "Finished items removed by background prunes, also by prunes that stopped early.", nil},
+	JobRuns:              {"job_runs_total", "lease.job.runs", "{run}", Counter, "Scheduled runs of a job on this process, by result: ok, failed, lost, unchecked (a plain gocron task, its error unseen), skipped (another replica has it), error (its lease could not be taken).", []Label{JobLabel, ResultLabel}},
+	JobLastSuccess:       {"job_last_success_timestamp_seconds", "lease.job.last_success", "s", Gauge, "When a run of the job last ended ok on this process, in seconds since the Unix epoch.", []Label{JobLabel}},
 }
 
-// Point is one measurement: add Value to a counter or gauge, or observe it
-// in a histogram. Labels the metric does not carry are empty.
+// Reasons are the values of the reason label, LostReason's results.
+var Reasons = []string{"expired", "superseded", "deadline_passed", "force_released", "record_lost", "unknown"}
+
+// Operations are the values of the operation label.
+var Operations = []string{"acquire", "renew", "release"}
+
+// zeros lists the counters and histograms whose label values are known in
+// advance, with those values (of their one label other than the key or
+// job label): the adapters create these series at 0, so that rate() and
+// increase() see their first event. A counter or histogram without labels
+// (other than the key or job label) starts at 0 without an entry; one with
+// labels and no entry is created at its first event.
+var zeros = map[Metric][]string{
+	Acquisitions:      {OK, NotAcquired, Unknown, Canceled, Error},
+	Renewals:          {OK, Lost, Unknown, Canceled, Error},
+	Releases:          {OK, Lost, Unknown, Canceled, Error},
+	Losses:            Reasons,
+	UnknownOutcomes:   Operations,
+	BackendRequest:    Operations, // with outcome ok
+	CachePublications: {OK, NotCurrent, Invalidated, Unknown, Error},
+	QueueCompletions:  {OK, Stale, Lost, Unknown, Error},
+	QueueLosses:       Reasons,
+	QueuePrunes:       {OK, Unknown, Canceled, Error},
+	JobRuns:           resultLabels(),
+}
+
+func resultLabels() []string {
+	var vs []string
+	for _, r := range jobevent.Results {
+		vs = append(vs, r.String())
+	}
+	return vs
+}
+
+// has reports whether m carries label l.
+func has(m Metric, l Label) bool {
+	for _, x := range Specs[m].Labels {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// zeroPoints reports, to point, the series created at 0 (Points with
+// Zero set): those of the metrics keyed by key label when key is not nil
+// (for that label), those of the job metrics when job is not nil, and the
+// rest otherwise.
+func zeroPoints(point func(Point), key, job *string) {
+	for m := range numMetrics {
+		spec := Specs[m]
+		if spec.Kind != Counter && spec.Kind != Histogram || has(m, KeyLabel) != (key != nil) || has(m, JobLabel) != (job != nil) {
+			continue
+		}
+		p := Point{Metric: m, Zero: true}
+		if key != nil {
+			p.Key = *key
+		}
+		if job != nil {
+			p.Job = *job
+		}
+		values, listed := zeros[m]
+		other := false
+		for _, l := range spec.Labels {
+			other = other || l != KeyLabel && l != JobLabel
+		}
+		if other && !listed {
+			continue
+		}
+		if !other {
+			point(p)
+			continue
+		}
+		for _, v := range values {
+			p.Outcome, p.Reason, p.Operation, p.Result = v, v, v, v
+			if m == BackendRequest {
+				p.Outcome = OK
+			}
+			point(p)
+		}
+	}
+}
+
+// Point is one measurement: add Value to a counter, set a gauge to it, or
+// observe it in a histogram. Labels the metric does not carry are empty.
 type Point struct {
-	Metric    Metric
+	Metric Metric
+	// Zero marks a series to create at 0, before its first event: an
+	// adapter creates it and counts or observes nothing.
+	Zero      bool
 	Value     float64
 	Key       string // the bounded key label; "" when key labels are off
 	Outcome   string
 	Reason    string
 	Operation string
+	Job       string
+	Result    string
 }
 
 // Values returns p's label values in the order of its Spec's labels,
@@ -138,6 +238,10 @@ func (p Point) Values(keyed bool) []string {
 			vs = append(vs, p.Reason)
 		case OperationLabel:
 			vs = append(vs, p.Operation)
+		case JobLabel:
+			vs = append(vs, p.Job)
+		case ResultLabel:
+			vs = append(vs, p.Result)
 		}
 	}
 	return vs
@@ -159,6 +263,10 @@ func Names(m Metric, keyed bool) []string {
 			ns = append(ns, "reason")
 		case OperationLabel:
 			ns = append(ns, "operation")
+		case JobLabel:
+			ns = append(ns, "job_name")
+		case ResultLabel:
+			ns = append(ns, "result")
 		}
 	}
 	return ns
@@ -169,7 +277,8 @@ func Names(m Metric, keyed bool) []string {
 type Span struct {
 	Name       string
 	Start, End time.Time
-	Key        string
+	Key        string // the lease's key; empty in a job's span (lease.job.*)
+	Job        string // the job's name, in a job's span
 	Token      lease.Token
 	Err        error
 	Outcome    string
@@ -188,16 +297,24 @@ type Span struct {
 // unmeasured.
 const maxReleased = 1024
 
+// maxJobs bounds the distinct job labels: job names are the program's own
+// jobs, but a name built from data would otherwise grow the series
+// without end. Past it, jobs read Other.
+const maxJobs = 500
+
 // Translator turns events into Points and Spans. It keeps the state the
-// measurements need (which acquisitions are held, when a key was released)
-// and is safe for concurrent use.
+// measurements need (which acquisitions are held and until when, when a
+// key was released, which labels have been seen) and is safe for
+// concurrent use.
 type Translator struct {
 	keys *Keys
+	jobs *Keys
 	held heldSet
 	now  func() time.Time
 
 	mu       sync.Mutex
 	released map[string]time.Time
+	labels   map[string]struct{} // key labels seen: lease_held reads 0 for them
 }
 
 // NewTranslator returns a Translator labelling keys with keys (nil: no key
@@ -206,11 +323,63 @@ func NewTranslator(keys *Keys, now func() time.Time) *Translator {
 	if now == nil {
 		now = time.Now
 	}
-	return &Translator{keys: keys, now: now, released: make(map[string]time.Time)}
+	t := &Translator{
+		keys:     keys,
+		jobs:     NewKeys(func(job string) string { return job }, maxJobs),
+		now:      now,
+		released: make(map[string]time.Time),
+		labels:   make(map[string]struct{}),
+	}
+	if !keys.Enabled() {
+		t.labels[""] = struct{}{}
+	}
+	return t
 }
 
 // Keyed reports whether points carry a key label.
 func (t *Translator) Keyed() bool { return t.keys.Enabled() }
+
+// Zeros reports, to point, the series that exist from the start at 0: the
+// counters with no key or job label whose label values are known in
+// advance. An adapter calls it once, after making its instruments; the
+// keyed and job counters of a label are reported at 0 by Lease and Job,
+// to the same point, when the label is first seen.
+func (t *Translator) Zeros(point func(Point)) {
+	zeroPoints(point, nil, nil)
+	if !t.Keyed() {
+		zeroPoints(point, new(string), nil) // the keyed counters, without their key label
+	}
+}
+
+// Held calls fn with each key label seen and the number of acquisitions
+// under it held now: acquired, neither released nor lost, and before their
+// local deadline. Without key labels fn is called once, with "". Expired
+// acquisitions are forgotten.
+func (t *Translator) Held(fn func(key string, n int)) {
+	n := t.held.Count(t.now())
+	t.mu.Lock()
+	labels := make([]string, 0, len(t.labels))
+	for l := range t.labels {
+		labels = append(labels, l)
+	}
+	t.mu.Unlock()
+	for _, l := range labels {
+		fn(l, n[l])
+	}
+}
+
+// keyLabel returns key's label, reporting the label's counters at 0 to
+// point the first time the label is handed out.
+func (t *Translator) keyLabel(key string, point func(Point)) string {
+	l, fresh := t.keys.Fresh(key)
+	if fresh {
+		t.mu.Lock()
+		t.labels[l] = struct{}{}
+		t.mu.Unlock()
+		zeroPoints(point, &l, nil)
+	}
+	return l
+}
 
 // Lease reports e's measurements to point and, if span is not nil, its
 // span.
@@ -218,7 +387,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	now := t.now()
 	out := Outcome(i.Err)
-	key := t.keys.Label(i.Key)
+	key := t.keyLabel(i.Key, point)
 	p := func(m Metric, v float64) { point(Point{Metric: m, Value: v, Key: key, Outcome: out}) }
 	op := ""
 	var s Span
@@ -228,9 +397,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		p(Acquisitions, 1)
 		p(AcquireAttempts, float64(e.Attempts))
 		p(AcquireWait, e.Waited.Seconds())
-		if t.held.Acquire(i.Key, i.Token) {
-			p(Held, 1)
-		}
+		t.held.Acquire(i.Key, i.Token, key, now.Add(e.Remaining), now)
 		t.mu.Lock()
 		at, ok := t.released[i.Key]
 		delete(t.released, i.Key)
@@ -251,32 +418,32 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		if span != nil {
 			s.Ints = map[string]int64{"lease.acquire.attempts": int64(e.Attempts)}
 		}
-	case *lease.Renewed, *lease.RenewFailed:
+	case *lease.Renewed:
+		op = "renew"
+		p(Renewals, 1)
+		t.held.Renew(i.Key, i.Token, now.Add(e.Remaining), now)
+		s = Span{Name: "lease.renew", Start: now.Add(-i.Latency)}
+	case *lease.RenewFailed:
 		op = "renew"
 		p(Renewals, 1)
 		s = Span{Name: "lease.renew", Start: now.Add(-i.Latency)}
 	case *lease.Lost:
 		point(Point{Metric: Losses, Value: 1, Key: key, Reason: LostReason(i.Err)})
-		if t.held.End(i.Key, i.Token) {
-			p(Held, -1)
-		}
+		t.held.End(i.Key, i.Token)
 		s = Span{Name: "lease.lost", Start: now}
 	case *lease.Released, *lease.ReleaseFailed:
 		op = "release"
 		p(Releases, 1)
-		if t.held.End(i.Key, i.Token) {
-			p(Held, -1)
-			if i.Err == nil {
-				t.mu.Lock()
-				if len(t.released) >= maxReleased {
-					for k := range t.released { // forget one: the map stays bounded
-						delete(t.released, k)
-						break
-					}
+		if t.held.End(i.Key, i.Token) && i.Err == nil {
+			t.mu.Lock()
+			if len(t.released) >= maxReleased {
+				for k := range t.released { // forget one: the map stays bounded
+					delete(t.released, k)
+					break
 				}
-				t.released[i.Key] = now
-				t.mu.Unlock()
 			}
+			t.released[i.Key] = now
+			t.mu.Unlock()
 		}
 		s = Span{Name: "lease.release", Start: now.Add(-i.Latency)}
 	default:
@@ -293,6 +460,30 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 	if span != nil {
 		s.End, s.Key, s.Token, s.Err, s.Outcome = now, i.Key, i.Token, i.Err, out
 		span(s)
+	}
+}
+
+// Job reports e's measurements to point and, if span is not nil, its
+// span: one lease.job.run span per run that started. A job's runs are
+// reported at 0 the first time it is seen (Added, or its first run).
+func (t *Translator) Job(e jobevent.Event, point func(Point), span func(Span)) {
+	i := e.Info()
+	job, fresh := t.jobs.Fresh(i.Job)
+	if fresh {
+		zeroPoints(point, nil, &job)
+	}
+	switch e := e.(type) {
+	case *jobevent.Ran:
+		result := e.Result.String()
+		point(Point{Metric: JobRuns, Value: 1, Job: job, Result: result})
+		if e.Result == jobevent.OK {
+			point(Point{Metric: JobLastSuccess, Value: float64(e.End.UnixNano()) / 1e9, Job: job})
+		}
+		if span != nil {
+			span(Span{Name: "lease.job.run", Start: e.Start, End: e.End, Job: i.Job, Token: i.Token, Err: i.Err, Outcome: result})
+		}
+	case *jobevent.NotRun:
+		point(Point{Metric: JobRuns, Value: 1, Job: job, Result: e.Result.String()})
 	}
 }
 

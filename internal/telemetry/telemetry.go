@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/golib/lease/guard"
 	"github.com/golib/lease/internal/refused"
@@ -93,8 +94,9 @@ type Keys struct {
 	label func(key string) string
 	max   int
 
-	mu   sync.Mutex
-	seen map[string]struct{}
+	mu    sync.Mutex
+	seen  map[string]struct{}
+	other bool // Other was handed out
 }
 
 // NewKeys returns a labeller: label maps a key to its label (nil: no key
@@ -116,28 +118,46 @@ func (k *Keys) Enabled() bool { return k != nil }
 // Label returns key's label: "" when key labels are off, Other once the
 // limit of distinct labels is reached.
 func (k *Keys) Label(key string) string {
+	l, _ := k.Fresh(key)
+	return l
+}
+
+// Fresh returns key's label as Label does, and whether this is the first
+// time it hands that label out.
+func (k *Keys) Fresh(key string) (string, bool) {
 	if k == nil {
-		return ""
+		return "", false
 	}
 	l := k.label(key)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.seen[l]; ok {
-		return l
+		return l, false
 	}
 	if len(k.seen) >= k.max {
-		return Other
+		fresh := !k.other
+		k.other = true
+		return Other, fresh
 	}
 	k.seen[l] = struct{}{}
-	return l
+	return l, true
 }
 
-// heldSet tracks which acquisitions this process holds, so that a lease
-// counts once however many of Released, ReleaseFailed and Lost it ends
-// with. Safe for concurrent use.
+// heldSet tracks which acquisitions this process holds, and until when:
+// an acquisition counts once however many of Released, ReleaseFailed and
+// Lost it ends with, and stops counting at its local deadline even if no
+// event ever ends it (a handle dropped without Release, a lease left to
+// expire, such as a scheduler's slot lease). Expired entries are dropped
+// as acquisitions come in and when the set is counted, so its size is
+// bounded by the leases held within one lease lifetime, scraped or not.
+// Safe for concurrent use.
 type heldSet struct {
 	mu sync.Mutex
-	m  map[held]struct{}
+	m  map[held]heldEntry
+	// pruneAt is the size at which Acquire next drops expired entries:
+	// twice the size left by the last pruning, so pruning costs O(1) per
+	// acquisition, amortised.
+	pruneAt int
 }
 
 type held struct {
@@ -145,23 +165,49 @@ type held struct {
 	token lease.Token
 }
 
-// Acquire records key's acquisition with token; it reports false if it was
-// already recorded.
-func (h *heldSet) Acquire(key string, token lease.Token) bool {
+type heldEntry struct {
+	label string    // the key label
+	until time.Time // the local deadline, on the Translator's clock
+}
+
+// minPrune is the smallest size at which Acquire prunes.
+const minPrune = 64
+
+// Acquire records key's acquisition with token, labelled label, as held
+// until until; now is the time. It reports false if it was already
+// recorded.
+func (h *heldSet) Acquire(key string, token lease.Token, label string, until, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
-		h.m = make(map[held]struct{})
+		h.m = make(map[held]heldEntry)
 	}
 	if _, ok := h.m[held{key, token}]; ok {
 		return false
 	}
-	h.m[held{key, token}] = struct{}{}
+	if len(h.m) >= max(h.pruneAt, minPrune) {
+		h.prune(now)
+	}
+	h.m[held{key, token}] = heldEntry{label: label, until: until}
 	return true
 }
 
+// Renew moves the end of key's acquisition with token to until, if it is
+// recorded and its end has not passed at now. An acquisition that was
+// never recorded (a lease adopted with lease.Client.Adopt) or whose local
+// deadline passed is not counted again.
+func (h *heldSet) Renew(key string, token lease.Token, until, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.m[held{key, token}]; ok && e.until.After(now) && until.After(e.until) {
+		e.until = until
+		h.m[held{key, token}] = e
+	}
+}
+
 // End forgets the acquisition; it reports whether it was recorded, that is
-// whether this is the first end of it.
+// whether this is the first end of it (its local deadline may have passed
+// already).
 func (h *heldSet) End(key string, token lease.Token) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -170,4 +216,34 @@ func (h *heldSet) End(key string, token lease.Token) bool {
 	}
 	delete(h.m, held{key, token})
 	return true
+}
+
+// Count drops the entries whose end has passed at now and returns how many
+// are left under each label.
+func (h *heldSet) Count(now time.Time) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prune(now)
+	n := make(map[string]int)
+	for _, e := range h.m {
+		n[e.label]++
+	}
+	return n
+}
+
+// Len returns the number of entries, expired ones included.
+func (h *heldSet) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
+// prune drops the entries whose end has passed at now. h.mu is held.
+func (h *heldSet) prune(now time.Time) {
+	for k, e := range h.m {
+		if !e.until.After(now) {
+			delete(h.m, k)
+		}
+	}
+	h.pruneAt = 2 * len(h.m)
 }

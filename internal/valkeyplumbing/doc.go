@@ -1,7 +1,8 @@
 // Package valkeyplumbing is the one home of what every package of this module
 // that talks to Valkey needs to agree on: whether a request was applied, not
 // applied, or has an unknown outcome ([Classify] and the reasons a server
-// refused it, [NoPermission] and [WrongType]), the shard-channel
+// refused it, [NoPermission], [WrongType], [LoginRefused], [UnknownCommand],
+// and whether no retry cures the refusal, [Misconfigured]), the shard-channel
 // subscription that wakes waiters up ([Subscribe]), the Lua helpers
 // that compare and advance fencing tokens exactly and bound them by the
 // server's clock ([TokenScript]), a walk of the keys of every primary

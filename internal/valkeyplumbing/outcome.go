@@ -79,3 +79,50 @@ func WrongType(err error) bool {
 	verr, ok := replyError(err)
 	return ok && strings.Contains(verr.Error(), "WRONGTYPE")
 }
+
+// LoginRefused reports whether err is the server refusing the client's
+// login (WRONGPASS: a wrong password, an unknown or disabled user), or a
+// command on a connection that never logged in (NOAUTH). valkey-go logs in
+// again on every new connection, so a password changed after the client
+// connected shows up here on the next command.
+func LoginRefused(err error) bool {
+	verr, ok := replyError(err)
+	if !ok {
+		return false
+	}
+	msg := verr.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
+}
+
+// UnknownCommand reports whether err is the server refusing a command it
+// does not know: renamed or disabled (rename-command), or a server, or a
+// proxy in front of it, that is not Valkey or Redis.
+func UnknownCommand(err error) bool {
+	verr, ok := replyError(err)
+	return ok && strings.HasPrefix(verr.Error(), "ERR unknown command")
+}
+
+// Misconfigured reports whether err is a refusal that no retry cures: a
+// refused login, a missing ACL permission, a record of another type under
+// the key (another program writes under the prefix), an unknown command.
+// Refusals that pass (OOM, READONLY during a failover, BUSY, LOADING,
+// MISCONF) are not.
+func Misconfigured(err error) bool {
+	return LoginRefused(err) || NoPermission(err) || WrongType(err) || UnknownCommand(err)
+}
+
+// NotRESP reports whether err is valkey-go failing to read a reply because
+// the peer does not speak RESP: the address is another service's (an HTTP
+// server, PostgreSQL, ...). valkey-go says so in plain text errors only.
+func NotRESP(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"received unknown message type: ", "received unexpected number byte: ", "received unexpected simple string message ending without CRLF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

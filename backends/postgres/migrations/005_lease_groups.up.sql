@@ -7,8 +7,11 @@
 -- written as acquire.sql, renew.sql and release.sql write one: expiry on
 -- the database's clock (statement_timestamp(), read once per call), a
 -- thousand years before now for a release, tokens greatest(last + 1,
--- microseconds since 1970). So Renew, Release, Inspect, List,
--- ForceRelease, Sweep and CheckGuard serve them unchanged.
+-- microseconds since 1970), and the history of 004_lease_history (a
+-- grant sets acquired_at and renewed_at and counts a transition on a row
+-- that existed and was free; a set's grant over a key its acquisition
+-- still holds counts none; an extension or renewal sets renewed_at). So Renew, Release, Inspect, List, ForceRelease, Sweep and
+-- CheckGuard serve them unchanged.
 --
 -- The functions are SECURITY INVOKER (the default): they need the role's
 -- own privileges on the table, and EXECUTE, which PostgreSQL grants to
@@ -117,7 +120,7 @@ BEGIN
         END LOOP;
 
         IF v_mine IS NOT NULL THEN
-            UPDATE public.leases AS l SET expires_at = v_now + p_ttl
+            UPDATE public.leases AS l SET expires_at = v_now + p_ttl, renewed_at = v_now
             WHERE l.key = v_prefix || v_mine AND l.nonce = p_nonce AND l.expires_at > v_now
             RETURNING l.token, l.owner INTO r_token, r_owner;
             IF FOUND THEN
@@ -136,15 +139,18 @@ BEGIN
             r_remaining := v_first - v_now;
             RETURN;
         END IF;
-        INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at)
+        INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at, acquired_at, renewed_at)
         VALUES (v_prefix || v_slot, p_owner, p_nonce,
                 greatest(v_max + 1, (extract(epoch FROM v_now) * 1000000)::bigint),
-                v_now + p_ttl)
+                v_now + p_ttl, v_now, v_now)
         ON CONFLICT (key) DO UPDATE SET
             owner = excluded.owner,
             nonce = excluded.nonce,
             token = greatest(l.token + 1, excluded.token),
-            expires_at = excluded.expires_at
+            expires_at = excluded.expires_at,
+            acquired_at = excluded.acquired_at,
+            renewed_at = excluded.renewed_at,
+            transitions = l.transitions + 1
         WHERE l.expires_at <= v_now
         RETURNING l.token INTO r_token;
         IF FOUND THEN
@@ -239,14 +245,17 @@ BEGIN
 
     r_granted := true;
     IF v_extend THEN
-        UPDATE public.leases AS l SET expires_at = v_now + p_ttl
+        UPDATE public.leases AS l SET expires_at = v_now + p_ttl, renewed_at = v_now
         WHERE l.key = ANY (p_keys);
         r_token := v_same;
         RETURN;
     END IF;
     r_token := greatest(v_max + 1, (extract(epoch FROM v_now) * 1000000)::bigint);
     UPDATE public.leases AS l
-    SET owner = p_owner, nonce = p_nonce, token = r_token, expires_at = v_now + p_ttl
+    SET owner = p_owner, nonce = p_nonce, token = r_token, expires_at = v_now + p_ttl,
+        acquired_at = v_now, renewed_at = v_now,
+        transitions = l.transitions
+                      + CASE WHEN l.expires_at <= v_now AND l.key <> ALL (v_new) THEN 1 ELSE 0 END
     WHERE l.key = ANY (p_keys);
 END
 $body$;
@@ -286,7 +295,7 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    UPDATE public.leases AS l SET expires_at = v_now + p_ttl
+    UPDATE public.leases AS l SET expires_at = v_now + p_ttl, renewed_at = v_now
     WHERE l.key = ANY (p_keys);
     r_outcome := 0;
 END

@@ -6,6 +6,11 @@
 -- One row: whether $3 holds the key now, and the holder's token, owner and
 -- remaining time as an interval (those of $3 when granted).
 --
+-- A grant sets acquired_at and renewed_at to now and counts one more
+-- transition on a row that existed (a new row starts at 0); an extension
+-- by the holding nonce sets renewed_at only. The values come from VALUES
+-- (excluded), read once.
+--
 -- The row is always written: ON CONFLICT locks it (which already costs a
 -- write), and each column keeps its value unless the key is free or $3
 -- holds it. So RETURNING shows the latest version of the row, the one
@@ -25,15 +30,19 @@
 -- Not writing the row when the key is held would need a second
 -- read of it (the statement's snapshot may predate the version the
 -- conflict check saw), which costs more than the write saves.
-INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at)
+INSERT INTO public.leases AS l (key, owner, nonce, token, expires_at, acquired_at, renewed_at)
 VALUES ($1::text, $2::text, $3::text,
         (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-        statement_timestamp() + $4::interval)
+        statement_timestamp() + $4::interval, statement_timestamp(), statement_timestamp())
 ON CONFLICT (key) DO UPDATE SET
     owner = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.owner ELSE l.owner END,
     nonce = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.nonce ELSE l.nonce END,
     token = CASE WHEN l.expires_at <= statement_timestamp()
                  THEN greatest(l.token + 1, excluded.token) ELSE l.token END,
     expires_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
-                      THEN excluded.expires_at ELSE l.expires_at END
+                      THEN excluded.expires_at ELSE l.expires_at END,
+    acquired_at = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.acquired_at ELSE l.acquired_at END,
+    renewed_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
+                      THEN excluded.renewed_at ELSE l.renewed_at END,
+    transitions = CASE WHEN l.expires_at <= statement_timestamp() THEN l.transitions + 1 ELSE l.transitions END
 RETURNING l.nonce = $3::text, l.token, l.owner, l.expires_at - statement_timestamp()

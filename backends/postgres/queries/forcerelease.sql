@@ -14,7 +14,9 @@
 -- previous version of this statement wrote that, losing the time.
 --
 -- $1 key, $2 token or 0, $3 notification channel or ''.
--- One row (outcome, token, held, owner, remaining microseconds). Outcome
+-- One row (outcome, token, held, owner, remaining microseconds,
+-- acquired_at, renewed_at, transitions: the row's history, as it was
+-- before when this statement released it, as it is now otherwise). Outcome
 -- 1 released: the row as it was before, the holder this statement ended.
 -- Outcome 0 ($2 = 0) nothing held: held is false, whatever the row shows
 -- by the time the statement reads it again (below). Outcome 2 the
@@ -41,9 +43,10 @@ WITH before AS (
       AND ($2::bigint = 0 OR l.token = $2::bigint)
     RETURNING l.token, l.owner,
               floor(extract(epoch FROM b.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us,
-              coalesce(l.watched_until > statement_timestamp(), false) AS watched
+              coalesce(l.watched_until > statement_timestamp(), false) AS watched,
+              l.acquired_at, l.renewed_at, l.transitions
 ), announced AS (
-    SELECT r.token, r.owner, r.left_us,
+    SELECT r.token, r.owner, r.left_us, r.acquired_at, r.renewed_at, r.transitions,
            CASE WHEN r.watched AND $3::text <> ''
                 THEN (SELECT 1 FROM pg_notify($3::text, $1::text)) ELSE 0 END AS notified
     FROM released AS r
@@ -59,12 +62,16 @@ SELECT coalesce(CASE WHEN r.token IS NOT NULL THEN 1 END,
        r.token IS NOT NULL OR ($2::bigint <> 0 AND coalesce(f.held, false)),
        coalesce(r.owner, CASE WHEN $2::bigint <> 0 AND f.held THEN f.owner END, ''),
        CASE WHEN r.token IS NOT NULL THEN r.left_us
-            WHEN $2::bigint <> 0 AND f.held THEN f.left_us ELSE 0 END
+            WHEN $2::bigint <> 0 AND f.held THEN f.left_us ELSE 0 END,
+       CASE WHEN r.token IS NOT NULL THEN r.acquired_at ELSE f.acquired_at END,
+       CASE WHEN r.token IS NOT NULL THEN r.renewed_at ELSE f.renewed_at END,
+       coalesce(r.transitions, f.transitions, 0)
 FROM (SELECT 1) AS one
 LEFT JOIN announced AS r ON true
 LEFT JOIN LATERAL (
     SELECT l.token, l.expires_at, l.expires_at > statement_timestamp() AS held, l.owner,
-           floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us
+           floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us,
+           l.acquired_at, l.renewed_at, l.transitions
     FROM public.leases AS l
     WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM released)
     FOR SHARE

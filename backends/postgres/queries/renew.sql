@@ -20,12 +20,17 @@
 -- microsecond does it for another nonce or token (which reads as
 -- superseded) or for this acquisition (which then holds the key). That
 -- test comes before the one for a forced release, so a renewal that
--- applies evaluates no more than it must.
+-- applies evaluates no more than it must. A renewal also sets renewed_at
+-- to now; a refused one writes it back unchanged.
 UPDATE public.leases AS l
 SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
                            AND l.expires_at > statement_timestamp()
                       THEN statement_timestamp() + $4::interval
-                      ELSE l.expires_at END
+                      ELSE l.expires_at END,
+    renewed_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
+                           AND l.expires_at > statement_timestamp()
+                      THEN statement_timestamp()
+                      ELSE l.renewed_at END
 WHERE l.key = $1::text
 RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
                WHEN l.expires_at = statement_timestamp() + $4::interval THEN 0

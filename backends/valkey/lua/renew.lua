@@ -26,5 +26,5 @@ local now = t[1] * 1000000 + t[2]
 if tonumber(r[3]) <= now then
   return 2
 end
-redis.call('HSET', rec, 'expires', now + ARGV[3])
+redis.call('HSET', rec, 'expires', now + ARGV[3], 'renewed', now)
 return 1

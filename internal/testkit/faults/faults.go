@@ -525,6 +525,29 @@ func Valkey(t *testing.T) []Fault {
 				return c.Do(ctxT(t), c.B().Eval().Script(`return redis.call('SET', KEYS[1], 'v')`).Numkeys(1).Key("k").Build()).Error()
 			})
 		}, Check: wantNoPermission},
+		{Name: "refused: WRONGPASS after the password changed", Want: applied.No, Run: func(t *testing.T) error {
+			return withLimitedUser(t, func(c valkey.Client) error {
+				admin := ValkeyClient(t, limitedAddr(c))
+				ctx := ctxT(t)
+				if err := admin.Do(ctx, admin.B().AclSetuser().Username("limited").Rule("resetpass", ">changed").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+				if err := admin.Do(ctx, admin.B().ClientKill().User("limited").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				for range 3 { // the first command may find the old connection closed
+					if err = c.Do(ctx, c.B().Get().Key("k").Build()).Error(); valkeyplumbing.Classify(err) != applied.Unknown {
+						break
+					}
+				}
+				return err
+			})
+		}, Check: func(t *testing.T, err error) {
+			if !valkeyplumbing.LoginRefused(err) || !valkeyplumbing.Misconfigured(err) {
+				t.Fatalf("%v: LoginRefused %v, Misconfigured %v", err, valkeyplumbing.LoginRefused(err), valkeyplumbing.Misconfigured(err))
+			}
+		}},
 		{Name: "connection refused", Want: applied.No, Run: func(t *testing.T) error {
 			_, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{closedPort(t)}, DisableCache: true})
 			return err
@@ -560,7 +583,15 @@ func withLimitedUser(t *testing.T, fn func(valkey.Client) error) error {
 
 func wantNoPermission(t *testing.T, err error) {
 	t.Helper()
-	if !valkeyplumbing.NoPermission(err) {
-		t.Fatalf("%v: NoPermission false", err)
+	if !valkeyplumbing.NoPermission(err) || !valkeyplumbing.Misconfigured(err) {
+		t.Fatalf("%v: NoPermission %v, Misconfigured %v", err, valkeyplumbing.NoPermission(err), valkeyplumbing.Misconfigured(err))
 	}
+}
+
+// limitedAddr returns the address of the one server c talks to.
+func limitedAddr(c valkey.Client) string {
+	for addr := range c.Nodes() {
+		return addr
+	}
+	return ""
 }

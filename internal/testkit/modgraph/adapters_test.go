@@ -14,12 +14,16 @@ var storeClients = []string{
 	"github.com/jackc/pgx/v5",
 	"github.com/jackc/puddle/v2",
 	"github.com/Masterminds/squirrel",
+	// and the schedulers, which only programs using leasescheduler link
+	"github.com/go-co-op/gocron/v2",
+	"github.com/robfig/cron/v3",
 }
 
 // TestAdaptersLinkNoStoreClient checks that leaseprom and leaseotel link
-// no store's client, and no package of this module that does: a program
-// on PostgreSQL alone gets no valkey-go by importing an adapter, and one
-// on Valkey alone no pgx or squirrel.
+// no store's client and no scheduler, and no package of this module that
+// does (only the event leaves): a program on PostgreSQL alone gets no
+// valkey-go by importing an adapter, one on Valkey alone no pgx or
+// squirrel, and one without scheduled jobs no gocron.
 func TestAdaptersLinkNoStoreClient(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
@@ -35,7 +39,7 @@ func TestAdaptersLinkNoStoreClient(t *testing.T) {
 					t.Errorf("%s links %s (module %s)", adapter, pkg, mod)
 				}
 			}
-			for _, own := range []string{"cache", "leasequeue", "fence", "backends"} {
+			for _, own := range []string{"cache", "leasequeue", "leasescheduler", "fence", "backends"} {
 				p := "github.com/golib/lease/" + own
 				if pkg == p || strings.HasPrefix(pkg, p+"/") && !strings.HasSuffix(pkg, "event") {
 					t.Errorf("%s links %s", adapter, pkg)

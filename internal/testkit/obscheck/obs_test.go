@@ -34,7 +34,13 @@ import (
 	"github.com/golib/lease/leasequeue"
 )
 
-func TestMain(m *testing.M) { os.Exit(testserver.MainLeakChecked(m)) }
+func TestMain(m *testing.M) {
+	code := testserver.MainLeakChecked(m)
+	if code == 0 {
+		code = checkAlertsExercised()
+	}
+	os.Exit(code)
+}
 
 // rig is one process's observability: both adapters on every event.
 type rig struct {
@@ -47,7 +53,13 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	r := &rig{metrics: leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})}
+	return newLabelledRig(t, func(k string) string { return k })
+}
+
+// newLabelledRig is newRig with keyLabel as both adapters' key label.
+func newLabelledRig(t *testing.T, keyLabel func(string) string) *rig {
+	t.Helper()
+	r := &rig{metrics: leaseprom.New(leaseprom.Options{KeyLabel: keyLabel})}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(r.metrics)
 	r.scrape = httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
@@ -58,7 +70,7 @@ func newRig(t *testing.T) *rig {
 	r.spans = tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(r.spans))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()); _ = tp.Shutdown(context.Background()) })
-	tel, err := leaseotel.New(leaseotel.Options{MeterProvider: mp, TracerProvider: tp, KeyAttribute: func(k string) string { return k }})
+	tel, err := leaseotel.New(leaseotel.Options{MeterProvider: mp, TracerProvider: tp, KeyAttribute: keyLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +148,12 @@ func (r *rig) otel(t *testing.T, name string, attrs ...string) float64 {
 				for _, p := range d.DataPoints {
 					if has(p.Attributes) {
 						sum += float64(p.Value)
+					}
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					if has(p.Attributes) {
+						sum += p.Value
 					}
 				}
 			case metricdata.Histogram[float64]:

@@ -21,7 +21,8 @@
 // with SIGSTOP and resume with SIGCONT.
 // [PostgresServer.StartReplica] adds an asynchronous streaming replica of a
 // dedicated PostgreSQL server, which [PostgresServer.Promote] turns into a
-// primary: a failover.
+// primary: a failover. [PgBouncer] puts a PgBouncer in front of a database, in
+// the pool mode a test asks for.
 //
 // # TestMain
 //
