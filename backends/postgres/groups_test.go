@@ -633,3 +633,46 @@ REVOKE EXECUTE ON FUNCTION public.leases_permit(text, text, text, interval, inte
 		t.Fatalf("RenewSet without its function = %v, want lease.ErrMisconfigured naming the function and saying to migrate", err)
 	}
 }
+
+// TestPermitUpdatesStayHOT: the permits' partial index is on key alone,
+// which no update changes, so the updates of permit rows stay HOT (no new
+// index entries), as those of other rows do.
+func TestPermitUpdatesStayHOT(t *testing.T) {
+	t.Parallel()
+	_, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		s, err := leasepostgres.New(tx, leasepostgres.Options{DisableNotify: true})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for i := range 3 {
+			r := lease.AcquireRequest{Key: "sem/hot", Owner: "o", Nonce: fmt.Sprint("n", i), TTL: time.Minute}
+			slot, tok, err := s.AcquirePermit(ctx, r, 2)
+			if err != nil {
+				return err
+			}
+			a := lease.Acquisition{Key: lease.PermitKey(r.Key, slot), Nonce: r.Nonce, Token: tok}
+			if err := s.Renew(ctx, a, time.Minute); err != nil {
+				return err
+			}
+			if err := s.Release(ctx, a); err != nil {
+				return err
+			}
+		}
+		var upd, hot int64
+		err = tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+			WHERE relid = 'public.leases'::regclass`).Scan(&upd, &hot)
+		if err != nil {
+			return err
+		}
+		if upd < 8 || hot != upd {
+			t.Errorf("%d updates of permit rows, %d of them HOT; want all HOT", upd, hot)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
