@@ -170,9 +170,9 @@
 // pg_notify itself, but only for a key that a waiter marked (one short
 // UPDATE when the wait starts, renewed every minute): NOTIFY makes
 // committing transactions queue on a global lock, which releases that
-// nobody waits for should not pay. Watching a semaphore's key marks the
-// rows of its permits, and the release of a permit (by Release or
-// ReleaseSet) wakes the watches of its key and of its semaphore's key. Trying again when the holder's
+// nobody waits for should not pay. ReleaseSet notifies for each key it
+// releases, as Release does for its key, and a permit is watched by its
+// permit key. Trying again when the holder's
 // remaining time runs out stays the fallback, so a lost notification only
 // costs time. Store.Close gives the listener's
 // connection back. Options.DisableNotify turns all of this off.

@@ -3,8 +3,6 @@ package postgres
 import (
 	"strings"
 	"testing"
-
-	"github.com/golib/lease/lease"
 )
 
 // TestRenderFunctionNames: the functions and the index of migration 005
@@ -39,27 +37,5 @@ func TestRenderFunctionNames(t *testing.T) {
 	}
 	if got := d.render("public.leases_permit public.leases leases_permits $body$"); got != `"public"."leases_permit" "public"."leases" "leases_permits" $body$` {
 		t.Errorf("default names render as %q", got)
-	}
-}
-
-func TestSemaphoreOf(t *testing.T) {
-	for _, tc := range []struct {
-		key, sem string
-		ok       bool
-	}{
-		{lease.PermitKey("jobs", 0), "jobs", true},
-		{lease.PermitKey("jobs", 255), "jobs", true},
-		{lease.PermitKey("a/permit/1", 7), "a/permit/1", true},
-		{lease.PermitKey("", 3), "", true},
-		{"jobs/permit/", "", false},
-		{"jobs/permit/01", "", false},
-		{"jobs/permit/x", "", false},
-		{"jobs/permit/-1", "", false},
-		{"jobs", "", false},
-	} {
-		sem, ok := semaphoreOf(tc.key)
-		if sem != tc.sem || ok != tc.ok {
-			t.Errorf("semaphoreOf(%q) = %q, %v; want %q, %v", tc.key, sem, ok, tc.sem, tc.ok)
-		}
 	}
 }

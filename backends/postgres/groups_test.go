@@ -551,10 +551,10 @@ func deadlocks(t *testing.T, pool *pgxpool.Pool) int64 {
 	return n
 }
 
-// TestPermitReleaseWakesWatchers: the release of a permit wakes a waiter
-// watching the semaphore's key and one watching the permit's key, and
-// ReleaseSet wakes a waiter watching a key of the set.
-func TestPermitReleaseWakesWatchers(t *testing.T) {
+// TestGroupReleasesWakeWatchers: the release of a permit wakes a waiter
+// watching the permit's key, and ReleaseSet wakes a waiter watching a key
+// of the set; watching a held key wakes nobody before its release.
+func TestGroupReleasesWakeWatchers(t *testing.T) {
 	t.Parallel()
 	s, pool := freshStore(t, leasepostgres.Options{})
 	ctx := ctxT(t)
@@ -566,21 +566,20 @@ func TestPermitReleaseWakesWatchers(t *testing.T) {
 	if set.Token, err = s.AcquireSet(ctx, keys, lease.AcquireRequest{Owner: set.Owner, Nonce: set.Nonce, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	semC, permitC, setC, otherC := watch(t, s, sem), watch(t, s, p.a.Key), watch(t, s, "set/y"), watch(t, s, "sem/other")
-	settle(t, s, pool, semC, permitC, setC, otherC)
+	permitC, setC, otherC := watch(t, s, p.a.Key), watch(t, s, "set/y"), watch(t, s, lease.PermitKey("sem/other", 0))
+	settle(t, s, pool, permitC, setC, otherC)
 
 	if err := s.Release(ctx, p.a); err != nil {
 		t.Fatal(err)
 	}
-	receive(t, "release of a permit (semaphore watch)", semC)
-	receive(t, "release of a permit (permit watch)", permitC)
+	receive(t, "release of a permit", permitC)
 	if err := s.ReleaseSet(ctx, keys, set); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, "release of a set", setC)
 	select {
 	case <-otherC:
-		t.Fatal("the watch of another semaphore woke up")
+		t.Fatal("the watch of another semaphore's permit woke up")
 	default:
 	}
 }
@@ -675,4 +674,43 @@ func TestPermitUpdatesStayHOT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWatchOfHeldKeyIsQuiet: once the listener listens, watching a key
+// that is held wakes nobody until its release (the mark found it held, so
+// its release notifies), while watching a key released before the mark
+// wakes the watch at once. A waiter for a semaphore watches each permit,
+// and one for a set each key: a wake-up per key would make it ask again
+// once per key for nothing.
+func TestWatchOfHeldKeyIsQuiet(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	first := watch(t, s, "first")
+	settle(t, s, pool, first)
+
+	held := lease.Acquisition{Key: "held", Owner: "o", Nonce: "held-nonce"}
+	var err error
+	if held.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: held.Key, Owner: held.Owner, Nonce: held.Nonce, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	gone := lease.Acquisition{Key: "gone", Owner: "o", Nonce: "gone-nonce"}
+	if gone.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: gone.Key, Owner: gone.Owner, Nonce: gone.Nonce, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	heldC, goneC := watch(t, s, held.Key), watch(t, s, gone.Key)
+	leasepostgres.WaitMarked(s)
+	receive(t, "the mark of a released key", goneC)
+	select {
+	case <-heldC:
+		t.Fatal("the watch of a held key woke up before its release")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := s.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, "release of the held key", heldC)
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,18 +54,20 @@ func (w *watch) wake() {
 }
 
 // WatchReleases implements lease.ReleaseWatcher with LISTEN/NOTIFY: the
-// channel receives a value when a Release of key commits.
+// channel receives a value when a release of key commits (Release, or
+// ReleaseSet of a set with key; a permit of a semaphore is watched by its
+// permit key, lease.PermitKey).
 //
 // A release notifies only if someone marked the key as waited for, since
 // NOTIFY makes every committing transaction that sends one queue on a
 // global lock. So WatchReleases marks the key, in the background and with
 // one short statement (queries/watch.sql), for five minutes, renewed every
 // minute while the watch lasts. The channel also receives a value when
-// that mark is set and whenever the listener (re)starts listening, since a
-// release may have gone unseen before: the waiter then simply tries again.
-//
-// A watch of a semaphore's key (see lease.PermitKey) also marks the rows
-// of its permits, and receives a value when any of them is released.
+// that mark is set and did not find the key held, and whenever the
+// listener (re)starts listening, since a release may have gone unseen
+// before: the waiter then simply tries again. A key the mark found held
+// is released after the mark, which notifies, so a waiter that watches
+// many keys at once is not woken once per key for nothing.
 //
 // All watches of a Store share one listener, which holds one connection
 // from the pool while any watch is active (and for a short while after),
@@ -121,15 +122,19 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 }
 
 // armLocked marks keys as waited for, in a goroutine of its own, and then,
-// if wake is set, wakes their watches: a key's release may have committed
-// before its mark, unannounced. The caller holds s.mu and has checked
-// that the Store is not closed.
+// if wake is set, wakes the watches of each key that the mark did not
+// find held: its release may have committed before the mark, unannounced.
+// A key the mark found held (see queries/watch.sql) needs no wake-up: its
+// release comes after the mark and notifies. So a waiter that watches many
+// keys (every permit of a semaphore, every key of a set) is not woken
+// once per key for nothing. The caller holds s.mu and has checked that
+// the Store is not closed.
 func (s *Store) armLocked(keys []string, wake bool) {
 	s.w.arms.Add(1)
 	go func() {
 		defer s.w.arms.Done()
 		for _, key := range keys {
-			if s.arm(key) == nil && wake {
+			if held, err := s.arm(key); err == nil && wake && !held {
 				s.wakeKey(key)
 			}
 		}
@@ -137,17 +142,18 @@ func (s *Store) armLocked(keys []string, wake bool) {
 }
 
 // arm runs queries/watch.sql for key, on a connection of the listener's
-// pool, bounded by armTimeout and by Close.
-func (s *Store) arm(key string) error {
+// pool, bounded by armTimeout and by Close. It reports whether the key is
+// held by an acquisition whose release will notify.
+func (s *Store) arm(key string) (held bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, armTimeout)
 	defer cancel()
 	c, err := s.lisPool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Release()
-	_, err = c.Exec(ctx, s.q.watch, key)
-	return err
+	err = c.QueryRow(ctx, s.q.watch, key).Scan(&held)
+	return held, err
 }
 
 // rearm marks every watched key again. It wakes no watch: each key was
@@ -178,34 +184,6 @@ func (s *Store) wakeKey(key string) {
 		w.wake()
 	}
 }
-
-// wakeReleased wakes the watches of key, released, and if key is a permit
-// key (lease.PermitKey(sem, i)), also those of its semaphore sem: a
-// waiter for a permit watches the semaphore's key, and watch.sql marked
-// the semaphore's permit rows for it.
-func (s *Store) wakeReleased(key string) {
-	s.wakeKey(key)
-	if sem, ok := semaphoreOf(key); ok {
-		s.wakeKey(sem)
-	}
-}
-
-// semaphoreOf returns sem if key is lease.PermitKey(sem, i) for some slot
-// i, written as PermitKey writes it (decimal, no leading zero).
-func semaphoreOf(key string) (string, bool) {
-	i := strings.LastIndex(key, permitInfix)
-	if i < 0 {
-		return "", false
-	}
-	slot := key[i+len(permitInfix):]
-	if slot == "" || len(slot) > 1 && slot[0] == '0' || strings.Trim(slot, "0123456789") != "" {
-		return "", false
-	}
-	return key[:i], true
-}
-
-// permitInfix separates a semaphore's key from the slot in a permit key.
-const permitInfix = "/permit/"
 
 func (s *Store) wakeAll() {
 	s.mu.Lock()
@@ -295,7 +273,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		cancel()
 		switch {
 		case err == nil:
-			s.wakeReleased(n.Payload)
+			s.wakeKey(n.Payload)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case wctx.Err() != nil && !c.Conn().IsClosed():

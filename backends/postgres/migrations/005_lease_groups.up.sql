@@ -28,13 +28,12 @@
 -- it holds only keys before it: leases_setacquire inserts a missing key
 -- (ON CONFLICT DO NOTHING, which waits for a concurrent insert of the same
 -- key) or locks it FOR UPDATE, key by key in that order; leases_setrenew
--- and leases_setrelease lock key by key in that order before they write;
--- watch.sql locks a semaphore's permit rows with ORDER BY ... FOR UPDATE
--- in that order. Of any two such statements waiting for each other, the
+-- and leases_setrelease lock key by key in that order before they write.
+-- Of any two such statements waiting for each other, the
 -- one that waits for the greater key holds the smaller one that the other
 -- waits for, which is impossible: it holds only keys below the one it
 -- waits for. The other statements (acquire, renew, release, force
--- release, guard) lock one row and wait for nothing else meanwhile, and
+-- release, watch, guard) lock one row and wait for nothing else meanwhile, and
 -- sweep.sql never waits (SKIP LOCKED), so none of them can close a cycle.
 -- leases_permit takes a transaction-scoped advisory lock of its semaphore
 -- first and then the row of one free slot; a racer that takes that slot

@@ -2,27 +2,26 @@
 -- notifies (release.sql). Rows marked for at least four more minutes are
 -- left alone, so that many waiters do not rewrite the row.
 --
--- The permit rows of a semaphore named $1 (lease.PermitKey($1, i): the
--- keys from $1 || '/permit/' up to $1 || '/permit0' in byte order, found
--- through the index leases_permits of migration 005) are marked too, so
--- that a waiter for a permit of the semaphore $1 hears the release of each
--- permit (the listener wakes the watches of $1 on a permit's release).
--- The rows are locked in byte order of their keys before they are
--- written, as the set functions of migration 005 lock theirs, so that a
--- watch and a set never wait for each other in a cycle.
---
 -- $1 key.
-UPDATE public.leases AS l
-SET watched_until = clock_timestamp() + interval '5 minutes'
-FROM (
-    SELECT w.key
-    FROM public.leases AS w
-    WHERE (w.key = $1::text
-           OR (w.key COLLATE "C" >= ($1::text || '/permit/')
-               AND w.key COLLATE "C" < ($1::text || '/permit0')
-               AND w.key LIKE '%/permit/%'))
-      AND (w.watched_until IS NULL OR w.watched_until < clock_timestamp() + interval '4 minutes')
-    ORDER BY w.key COLLATE "C"
-    FOR UPDATE
-) AS m
-WHERE l.key = m.key
+-- One row: whether the key is held by an acquisition whose release will
+-- notify, so that the waiter need not ask again now. It is true when the
+-- row shows a lease that has not expired and carries a mark: the version
+-- this statement marked (the latest), or, when another waiter's mark
+-- left the row alone, the version the statement's snapshot shows, marked
+-- already, so any release that committed after it notified. It is false
+-- without a row, for an expired or released lease, and for a row whose
+-- snapshot version carries no mark (a mark set since could have come
+-- after a release that did not notify): the waiter then asks again.
+WITH marked AS (
+    UPDATE public.leases AS l
+    SET watched_until = clock_timestamp() + interval '5 minutes'
+    WHERE l.key = $1::text
+      AND (l.watched_until IS NULL OR l.watched_until < clock_timestamp() + interval '4 minutes')
+    RETURNING l.expires_at > clock_timestamp() AS held
+)
+SELECT coalesce(
+    (SELECT m.held FROM marked AS m),
+    (SELECT l.expires_at > clock_timestamp() AND l.watched_until > clock_timestamp()
+     FROM public.leases AS l
+     WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM marked)),
+    false)
