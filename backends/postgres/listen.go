@@ -20,6 +20,9 @@ const (
 	rearmEvery = time.Minute
 	// armTimeout bounds one marking statement.
 	armTimeout = 2 * time.Second
+	// armBatches is how many batches of keys the marking goroutine marks
+	// at most before it wakes the watches of those it did not find held.
+	armBatches = 4
 	// listenBackoffMin and listenBackoffMax bound the pause before the
 	// listener tries again after losing its connection.
 	listenBackoffMin = 50 * time.Millisecond
@@ -41,6 +44,12 @@ type watchers struct {
 	cancel  context.CancelFunc // stops that goroutine
 	wg      sync.WaitGroup     // every listener goroutine, also those exiting
 	arms    sync.WaitGroup     // every marking goroutine
+
+	// Keys waiting to be marked, and whether a marking goroutine runs:
+	// one goroutine marks them in turn, so that the keys of one waiter,
+	// watched one after another, are marked in one pass (see armLocked).
+	pending []pendingMark
+	arming  bool
 }
 
 type watch struct{ c chan struct{} }
@@ -121,24 +130,66 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	return w.c, stop, nil
 }
 
-// armLocked marks keys as waited for, in a goroutine of its own, and then,
-// if wake is set, wakes the watches of each key that the mark did not
-// find held: its release may have committed before the mark, unannounced.
-// A key the mark found held (see queries/watch.sql) needs no wake-up: its
-// release comes after the mark and notifies. So a waiter that watches many
-// keys (every permit of a semaphore, every key of a set) is not woken
-// once per key for nothing. The caller holds s.mu and has checked that
-// the Store is not closed.
+// pendingMark is a key to mark, and whether to wake its watches if the
+// mark does not find it held.
+type pendingMark struct {
+	key  string
+	wake bool
+}
+
+// armLocked marks keys as waited for, in the background, and then, if
+// wake is set, wakes the watches of each key that the mark did not find
+// held: its release may have committed before the mark, unannounced. A
+// key the mark found held (see queries/watch.sql) needs no wake-up: its
+// release comes after the mark and notifies.
+//
+// One goroutine marks the keys of every call in turn, and wakes the
+// watches only once it has no key left to mark: a waiter for a semaphore
+// or a set watches every permit or key, one call after another, and is
+// then woken once for them all instead of once per key. The caller holds
+// s.mu and has checked that the Store is not closed.
 func (s *Store) armLocked(keys []string, wake bool) {
+	for _, key := range keys {
+		s.w.pending = append(s.w.pending, pendingMark{key, wake})
+	}
+	if s.w.arming {
+		return
+	}
+	s.w.arming = true
 	s.w.arms.Add(1)
-	go func() {
-		defer s.w.arms.Done()
-		for _, key := range keys {
-			if held, err := s.arm(key); err == nil && wake && !held {
+	go s.armPending()
+}
+
+// armPending marks the pending keys until none is left, and then wakes
+// the watches of those it did not find held. Under a steady stream of new
+// watches it wakes them also after every armBatches batches, so that no
+// wake-up waits for long.
+func (s *Store) armPending() {
+	defer s.w.arms.Done()
+	var wake []string
+	for batches := 1; ; batches++ {
+		s.mu.Lock()
+		batch := s.w.pending
+		s.w.pending = nil
+		if len(batch) == 0 {
+			s.w.arming = false
+		}
+		s.mu.Unlock()
+		if len(batch) == 0 || batches%armBatches == 0 {
+			for _, key := range wake {
 				s.wakeKey(key)
 			}
+			wake = wake[:0]
 		}
-	}()
+		if len(batch) == 0 {
+			return
+		}
+		for _, m := range batch {
+			if held, err := s.arm(m.key); err == nil && m.wake && !held {
+				wake = append(wake, m.key)
+			}
+		}
+	}
 }
 
 // arm runs queries/watch.sql for key, on a connection of the listener's
