@@ -45,6 +45,11 @@ type watchers struct {
 	wg      sync.WaitGroup     // every listener goroutine, also those exiting
 	arms    sync.WaitGroup     // every marking goroutine
 
+	// listening: the listener's LISTEN is in effect. While it is not, new
+	// watches are not marked: the listener marks every watched key once
+	// it listens (again).
+	listening bool
+
 	// Keys waiting to be marked, and whether a marking goroutine runs:
 	// one goroutine marks them in turn, so that the keys of one waiter,
 	// watched one after another, are marked in one pass (see armLocked).
@@ -71,12 +76,14 @@ func (w *watch) wake() {
 // NOTIFY makes every committing transaction that sends one queue on a
 // global lock. So WatchReleases marks the key, in the background and with
 // one short statement (queries/watch.sql), for five minutes, renewed every
-// minute while the watch lasts. The channel also receives a value when
-// that mark is set and did not find the key held, and whenever the
-// listener (re)starts listening, since a release may have gone unseen
-// before: the waiter then simply tries again. A key the mark found held
-// is released after the mark, which notifies, so a waiter that watches
-// many keys at once is not woken once per key for nothing.
+// minute while the watch lasts; the mark is set once the listener listens,
+// and set again whenever it listens anew after losing its connection.
+// The channel also receives a value when a mark does not find the key
+// held, since its release may have gone unseen before: the waiter then
+// simply tries again. A key the mark finds held is released after the
+// mark, which notifies, so its watch stays quiet until then, and a waiter
+// that watches many keys at once (the permits of a semaphore, the keys of
+// a set) is not woken for the held ones.
 //
 // All watches of a Store share one listener, which holds one connection
 // from the pool while any watch is active (and for a short while after),
@@ -112,7 +119,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		s.w.wg.Add(1)
 		go s.listen(lctx)
 	}
-	s.armLocked([]string{key}, true)
+	if s.w.listening {
+		s.armLocked([]string{key}, true)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -128,6 +137,22 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		})
 	}
 	return w.c, stop, nil
+}
+
+// dedupe returns the marks of batch with each key once, in the order of
+// their first mark, waking if any of its marks does.
+func dedupe(batch []pendingMark) []pendingMark {
+	at := make(map[string]int, len(batch))
+	out := batch[:0:0]
+	for _, m := range batch {
+		if i, ok := at[m.key]; ok {
+			out[i].wake = out[i].wake || m.wake
+			continue
+		}
+		at[m.key] = len(out)
+		out = append(out, m)
+	}
+	return out
 }
 
 // pendingMark is a key to mark, and whether to wake its watches if the
@@ -149,6 +174,9 @@ type pendingMark struct {
 // then woken once for them all instead of once per key. The caller holds
 // s.mu and has checked that the Store is not closed.
 func (s *Store) armLocked(keys []string, wake bool) {
+	if len(keys) == 0 {
+		return
+	}
 	for _, key := range keys {
 		s.w.pending = append(s.w.pending, pendingMark{key, wake})
 	}
@@ -184,7 +212,7 @@ func (s *Store) armPending() {
 		if len(batch) == 0 {
 			return
 		}
-		for _, m := range batch {
+		for _, m := range dedupe(batch) {
 			if held, err := s.arm(m.key); err == nil && m.wake && !held {
 				wake = append(wake, m.key)
 			}
@@ -227,7 +255,7 @@ func (s *Store) rearm() {
 	s.armLocked(keys, false)
 }
 
-// wakeKey wakes the watches of key; wakeAll wakes every watch.
+// wakeKey wakes the watches of key.
 func (s *Store) wakeKey(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,14 +264,28 @@ func (s *Store) wakeKey(key string) {
 	}
 }
 
-func (s *Store) wakeAll() {
+// startListening records that LISTEN is in effect and marks every watched
+// key, waking the watches of those the marks do not find held.
+func (s *Store) startListening() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, set := range s.w.byKey {
-		for w := range set {
-			w.wake()
-		}
+	s.w.listening = true
+	if s.closed {
+		return
 	}
+	keys := make([]string, 0, len(s.w.byKey))
+	for key := range s.w.byKey {
+		keys = append(keys, key)
+	}
+	s.armLocked(keys, true)
+}
+
+// stopListening records that LISTEN is no longer in effect: the
+// listener's connection is gone.
+func (s *Store) stopListening() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.listening = false
 }
 
 // idleExit reports whether the listener may exit because no watch is
@@ -315,8 +357,11 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		return err
 	}
-	// Releases may have committed before LISTEN took effect.
-	s.wakeAll()
+	// Releases may have committed before LISTEN took effect: mark every
+	// watched key (again), which wakes the watches of those not found
+	// held. A key found held is released later, and notifies.
+	s.startListening()
+	defer s.stopListening()
 	armed := time.Now()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, min(s.idle, rearmEvery))
