@@ -54,11 +54,13 @@ func (m Mark) Admit(resource string, snap lease.Snapshot) (Mark, error) {
 }
 
 // ValidateSnapshot reports whether snap can fence a write: it must carry a
-// token (take it from Handle.Snapshot) and a valid lease key. Every fenced
+// token (take it from Handle.Snapshot, or for a lease on a set of keys
+// from Handle.SnapshotFor, as the Snapshot of a set has none) and a valid
+// lease key. Every fenced
 // write checks it before any I/O; the error wraps ErrInvalid.
 func ValidateSnapshot(snap lease.Snapshot) error {
 	if snap.Token == 0 {
-		return invalid("snapshot of lease %q has no token (take it from Handle.Snapshot)", snap.Key)
+		return invalid("snapshot of lease %q has no token (take it from Handle.Snapshot; a set of keys has one snapshot per key: take it from Handle.SnapshotFor(key))", snap.Key)
 	}
 	if err := lease.ValidateKey(snap.Key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -165,14 +165,22 @@ func (c *Client) Observer() Observer { return c.obs }
 // Acquire returns the context's cause, or ErrIndeterminate as above:
 // cancellation never reads as success.
 func (c *Client) Acquire(ctx context.Context, key string, p Policy) (*Handle, error) {
-	return c.acquire(ctx, key, p, false)
+	t, err := leaseTarget(key)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, &t, p, false)
 }
 
 // TryAcquire makes exactly one attempt to acquire the lease on key, bounded
 // by p's OperationTimeout, ignoring p's Wait and MaxAttempts. It never
 // waits for a holder. Errors are as for Acquire.
 func (c *Client) TryAcquire(ctx context.Context, key string, p Policy) (*Handle, error) {
-	return c.acquire(ctx, key, p, true)
+	t, err := leaseTarget(key)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, &t, p, true)
 }
 
 // Inspect returns the state of key as the backend sees it. It never reveals
@@ -194,19 +202,26 @@ type attempts struct {
 	unanswered int           // attempts whose outcome is unknown
 }
 
-func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (*Handle, error) {
+// leaseTarget validates key and returns the target of Acquire.
+func leaseTarget(key string) (target, error) {
 	if err := ValidateKey(key); err != nil {
-		return nil, wrapOp("acquire", "", err)
+		return target{}, wrapOp("acquire", "", err)
 	}
+	return target{kind: leaseKind, op: "acquire", key: key}, nil
+}
+
+// acquire runs the acquire loop of Acquire, AcquirePermit and AcquireSet
+// (once: their Try variants) for t, which the caller validated.
+func (c *Client) acquire(ctx context.Context, t *target, p Policy, once bool) (*Handle, error) {
 	if !p.valid() {
-		return nil, wrapOp("acquire", key, fmt.Errorf("%w: the zero Policy; build one with NewPolicy", ErrInvalidPolicy))
+		return nil, wrapOp(t.op, t.key, fmt.Errorf("%w: the zero Policy; build one with NewPolicy", ErrInvalidPolicy))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, wrapOp("acquire", key, context.Cause(ctx))
+		return nil, wrapOp(t.op, t.key, context.Cause(ctx))
 	}
 	o := p.o
 	// 130 bits from crypto/rand, shared by every attempt of this call.
-	req := AcquireRequest{Key: key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
+	req := AcquireRequest{Key: t.key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
 	at := attempts{start: c.clock.Now()}
 	var (
 		lastErr  error
@@ -230,7 +245,7 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		// OperationTimeout runs on real time, whatever c's clock.
 		octx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
-		tok, err := c.b.Acquire(octx, req)
+		g, err := t.attempt(octx, c.b, req)
 		cancel()
 		if !c.quiet {
 			at.latency = c.clock.Now().Sub(sent) // for the event only
@@ -238,13 +253,18 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		if err == nil {
 			if ctx.Err() != nil {
 				// Granted after the caller gave up: hand it back.
-				granted := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce, Token: tok}
-				return nil, c.acquireFailed(ctx, granted, p, at, context.Cause(ctx))
+				return nil, c.acquireFailed(ctx, t, req.Nonce, g, p, at, context.Cause(ctx))
 			}
-			h := &Handle{c: c, key: key, nonce: req.Nonce, token: tok, policy: p, deadline: sent.Add(p.LocalLifetime())}
+			h := &Handle{c: c, key: g.key, nonce: req.Nonce, token: g.token, policy: p, deadline: sent.Add(p.LocalLifetime())}
+			switch t.kind {
+			case permitKind:
+				h.sem, h.slot = t.key, g.slot
+			case setKind:
+				h.keys = t.keys
+			}
 			if !c.quiet {
 				now := c.clock.Now()
-				c.obs.Observe(&Acquired{EventInfo{Key: key, Owner: c.owner, Token: tok, Latency: at.latency},
+				c.obs.Observe(&Acquired{EventInfo{Key: g.key, Owner: c.owner, Token: g.token, Latency: at.latency},
 					at.n, now.Sub(at.start), h.deadline.Sub(now)})
 			}
 			c.maybeSweep()
@@ -266,12 +286,12 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		var na *NotAcquiredError
 		held := errors.As(err, &na)
 		if released == nil && held && (watchAt.IsZero() || !c.clock.Now().Before(watchAt)) {
-			// One live watch per call; a setup that failed is tried
-			// again only once Poll has passed, and until then the waiter
-			// polls every Retry.
+			// One live watch per call (on every key t watches); a setup
+			// that failed is tried again only once Poll has passed, and
+			// until then the waiter polls every Retry.
 			if w, ok := c.b.(ReleaseWatcher); ok {
 				wctx, cancel := context.WithTimeout(ctx, o.OperationTimeout)
-				ch, stop, werr := w.WatchReleases(wctx, key)
+				ch, stop, werr := watch(wctx, w, t.watched())
 				cancel()
 				if werr == nil {
 					released = ch
@@ -297,7 +317,9 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 			// renewed since the last attempt (its lease now ends later
 			// than the last attempt's answer allowed) is alive: with
 			// release notifications, checking again before Poll has
-			// passed would only find it renewed again.
+			// passed would only find it renewed again. (For a semaphore,
+			// the holder is the one whose permit ends first; for a set,
+			// the holder of the first key held.)
 			pause = na.Remaining
 			if na.Token == seen.token && sent.Add(na.Remaining).After(seen.until) {
 				pause = max(pause, o.Poll)
@@ -331,28 +353,30 @@ func (c *Client) acquire(ctx context.Context, key string, p Policy, once bool) (
 		}
 		lastErr = w
 	}
-	a := Acquisition{Key: key, Owner: c.owner, Nonce: req.Nonce}
-	return nil, c.acquireFailed(ctx, a, p, at, lastErr)
+	return nil, c.acquireFailed(ctx, t, req.Nonce, grant{}, p, at, lastErr)
 }
 
-// acquireFailed cleans up after a failed Acquire. If an attempt went
-// unanswered, or a grant arrived too late (a.Token is then set), it
-// releases acquisition a under a context detached from ctx and bounded by
-// OperationTimeout. The outcome stays unknown after an unanswered attempt
-// whatever the release says (see Client.Acquire); a late grant with no
-// unanswered attempt before it is settled by a release that answers.
-func (c *Client) acquireFailed(ctx context.Context, a Acquisition, p Policy, at attempts, err error) error {
-	if at.unanswered > 0 || a.Token != 0 {
+// acquireFailed cleans up after a failed acquire call for t with the
+// acquisition secret nonce. If an attempt went unanswered, or a grant g
+// arrived too late (g.token is then set), it releases what the attempts
+// may have granted (see target.cleanup) under a context detached from ctx
+// and bounded by OperationTimeout. The outcome stays unknown after an
+// unanswered attempt whatever the release says (see Client.Acquire); a
+// late grant with no unanswered attempt before it is settled by a release
+// that answers.
+func (c *Client) acquireFailed(ctx context.Context, t *target, nonce string, g grant, p Policy, at attempts, err error) error {
+	if at.unanswered > 0 || g.token != 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.o.OperationTimeout)
-		rerr := c.b.Release(rctx, a)
+		a := Acquisition{Key: t.key, Owner: c.owner, Nonce: nonce, Token: g.token}
+		rerr := t.cleanup(rctx, c.b, a, g, at.unanswered > 0)
 		cancel()
 		if at.unanswered > 0 || (rerr != nil && !errors.Is(rerr, ErrLost)) {
 			err = &unknownAcquireError{err: err, release: rerr}
 		}
 	}
-	err = wrapOp("acquire", a.Key, err)
+	err = wrapOp(t.op, t.key, err)
 	if !c.quiet {
-		c.obs.Observe(&AcquireFailed{EventInfo{Key: a.Key, Owner: c.owner, Latency: at.latency, Err: err},
+		c.obs.Observe(&AcquireFailed{EventInfo{Key: t.key, Owner: c.owner, Latency: at.latency, Err: err},
 			at.n, c.clock.Now().Sub(at.start)})
 	}
 	return err

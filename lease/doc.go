@@ -31,6 +31,19 @@
 // backend says the acquisition is gone, or the local deadline passes
 // without a confirmed renewal. Run the protected work under Context.
 //
+// # Semaphores and sets
+//
+// Client.AcquirePermit takes one of n permits of a semaphore: a lease on
+// the permit key PermitKey(key, slot) whose token is above every earlier
+// token of any permit of the semaphore, so that a resource can be fenced
+// per slot (Handle.Snapshot) or per semaphore (Handle.SnapshotFor(key)).
+// Client.AcquireSet takes the leases on several keys all or nothing, with
+// one token above each key's earlier tokens; fence each key's resource
+// with Handle.SnapshotFor. Both wait, retry and clean up as Acquire does,
+// and need a backend with the PermitAcquirer or SetAcquirer capability.
+// docs/semaphores-and-sets.md says which primitive to choose and how to
+// fence it.
+//
 // # What a lease does not do
 //
 // A lease does not stop work that outlives it: a process paused by garbage

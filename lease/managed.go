@@ -76,7 +76,7 @@ func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		return nil, wrapOp("manage", h.key, err)
+		return nil, h.wrap("manage", err)
 	}
 	m := &Managed{h: h, lost: make(chan struct{}), done: make(chan struct{})}
 	m.ctx, m.cancelCtx = context.WithCancelCause(ctx)
@@ -293,7 +293,7 @@ func (m *Managed) stopped(last error) {
 // *LostError, or one wrapped by renew.
 func (m *Managed) lose(err error) {
 	if _, ok := err.(*opError); !ok {
-		err = wrapOp("renew", m.h.key, err)
+		err = m.h.wrap("renew", err)
 	}
 	m.h.noteLost(err)
 	m.mu.Lock()

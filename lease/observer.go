@@ -45,6 +45,9 @@ type Event interface {
 
 // EventInfo holds the fields every event carries.
 type EventInfo struct {
+	// Key is the handle's Key: for a permit its permit key, for a set its
+	// keys joined by ","; for an AcquireFailed event of a semaphore, the
+	// semaphore's key.
 	Key   string
 	Owner string
 	// Token is the acquisition's token; 0 when none was granted.
@@ -63,7 +66,8 @@ type EventInfo struct {
 func (e EventInfo) Info() EventInfo { return e }
 
 type (
-	// Acquired is emitted when Acquire or TryAcquire gets the lease.
+	// Acquired is emitted when Acquire or TryAcquire gets the lease, and
+	// when AcquirePermit, AcquireSet or their Try variants get theirs.
 	Acquired struct {
 		EventInfo
 		// Attempts is the number of backend attempts made, at least 1.
@@ -81,9 +85,11 @@ type (
 		// instant, so that an observer can compare it with its own clock.
 		Remaining time.Duration
 	}
-	// AcquireFailed is emitted when Acquire or TryAcquire gives up after at
+	// AcquireFailed is emitted when Acquire or TryAcquire (or
+	// AcquirePermit, AcquireSet and their Try variants) gives up after at
 	// least one backend attempt. A call refused before any I/O (an invalid
-	// key or policy, a context already done) emits nothing.
+	// key or policy, a backend without the capability, a context already
+	// done) emits nothing.
 	AcquireFailed struct {
 		EventInfo
 		// Attempts is the number of backend attempts made, at least 1.

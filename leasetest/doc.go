@@ -23,6 +23,14 @@
 //	}
 //
 // Optional capabilities (lease.ReleaseWatcher, lease.Lister,
-// lease.ForceReleaser) have cases of their own, which a backend that lacks
-// the capability skips.
+// lease.ForceReleaser, lease.PermitAcquirer, lease.SetAcquirer) have cases
+// of their own, which a backend that lacks the capability skips. The
+// semaphore and set cases check at most N permit holders, permit and set
+// tokens above every earlier token (also after a record's end, with
+// Suite.NewRetentionBackend), what lowering the number of permits does,
+// idempotent retries, refused forged and stale releases, waiters woken by
+// a release rather than by polling, sets taken all or nothing and without
+// deadlock, partial loss of a set, and fences (package fence's Memory)
+// admitting permit and set snapshots and refusing superseded ones. The
+// keys of each set share a hash tag ("{…}"), as a Valkey cluster needs.
 package leasetest

@@ -84,6 +84,8 @@ func cases() []testCase {
 	all = append(all, standbyCases()...)
 	all = append(all, managedCases()...)
 	all = append(all, adminCases()...)
+	all = append(all, semaphoreCases()...)
+	all = append(all, setCases()...)
 	all = append(all, historyCases()...)
 	all = append(all, sweepCases()...)
 	return all
@@ -94,6 +96,10 @@ type env struct {
 	t *testing.T
 	s Suite
 	b lease.Backend
+	// tag and tagged make the keys of setKeys: a hash tag of the
+	// subtest's own, and how many keys it made.
+	tag    string
+	tagged int
 }
 
 // key returns a key unique to this subtest.

@@ -121,23 +121,40 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 	now := s.clock.Now()
 	if r := s.live(req.Key, now); r != nil {
 		if r.nonce == req.Nonce {
-			r.expires, r.renewed = now.Add(req.TTL), now
+			s.extend(r, now, req.TTL)
 			return r.token, nil
 		}
 		return 0, &lease.NotAcquiredError{Key: req.Key, Holder: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
 	}
-	r := s.recs[req.Key]
+	tok := s.floor + 1
+	if r := s.recs[req.Key]; r != nil {
+		tok = r.token + 1
+	}
+	s.grant(req.Key, req, tok, now)
+	return tok, nil
+}
+
+// grant grants key, which no live acquisition holds, to the acquisition
+// req.Nonce for req.TTL with token tok, above the key's last token.
+// s.mu must be held.
+func (s *Store) grant(key string, req lease.AcquireRequest, tok lease.Token, now time.Time) {
+	r := s.recs[key]
 	if r == nil {
 		s.forgetSome(now)
-		r = &record{token: s.floor}
-		s.recs[req.Key] = r
+		r = &record{}
+		s.recs[key] = r
 	} else {
 		r.transitions++
 	}
-	r.token++
+	r.token = tok
 	r.owner, r.nonce, r.held, r.forced, r.expires = req.Owner, req.Nonce, true, false, now.Add(req.TTL)
 	r.acquired, r.renewed = now, now
-	return r.token, nil
+}
+
+// extend extends the live acquisition of r to ttl from now. s.mu must be
+// held.
+func (s *Store) extend(r *record, now time.Time, ttl time.Duration) {
+	r.expires, r.renewed = now.Add(ttl), now
 }
 
 // check returns the live record of a, or the *lease.LostError saying why
@@ -171,7 +188,7 @@ func (s *Store) Renew(ctx context.Context, a lease.Acquisition, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	r.expires, r.renewed = now.Add(ttl), now
+	s.extend(r, now, ttl)
 	return nil
 }
 

@@ -38,6 +38,20 @@ func hourTable(t *testing.T) *fencepostgres.Table {
 	return table
 }
 
+// raceTable returns a table like hourTable's whose retirement waits up
+// to a minute for its locks: retireRace holds the floor row the
+// retirement needs while it lines up the stale writer, which on a loaded
+// machine takes longer than the default RetireLockTimeout of 100 ms (the
+// retirement then gave up, and the race never lined up).
+func raceTable(t *testing.T) *fencepostgres.Table {
+	t.Helper()
+	table, err := fencepostgres.NewTable(fencepostgres.TableOptions{Retention: time.Hour, RetireLockTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
 // walk sweeps s to the end of its walk, limit records a page, and
 // returns what it removed.
 func walk(t *testing.T, s lease.Sweeper, limit int, dry bool) []string {
@@ -376,7 +390,7 @@ func txOn(tx func(context.Context, fencepostgres.Beginner, lease.Snapshot, []str
 func TestTableRetireRace(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	wantFloor(t, retireRace(t, pool, hourTable(t), txOn(fencepostgres.Tx, pool)), 4, 5)
+	wantFloor(t, retireRace(t, pool, raceTable(t), txOn(fencepostgres.Tx, pool)), 4, 5)
 	if m := readMark(t, pool, "r"); !m.IsZero() {
 		t.Fatalf("fence of r = %v; want none", m)
 	}
@@ -389,7 +403,7 @@ func TestTableRetireRace(t *testing.T) {
 func TestTableRetireRaceWithoutLock(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	err := retireRace(t, pool, fencepostgres.WithoutRetireLock(hourTable(t)), txOn(fencepostgres.Tx, pool))
+	err := retireRace(t, pool, fencepostgres.WithoutRetireLock(raceTable(t)), txOn(fencepostgres.Tx, pool))
 	if err != nil {
 		t.Fatalf("without the lock the stale writer got %v; the race no longer shows", err)
 	}
@@ -408,7 +422,7 @@ func TestTableRetireRaceRepeatableRead(t *testing.T) {
 			t.Parallel()
 			pool := newPool(t)
 			db := fencepostgres.WithTxOptions(pool, pgx.TxOptions{IsoLevel: iso})
-			err := retireRace(t, pool, hourTable(t), txOn(fencepostgres.Tx, db))
+			err := retireRace(t, pool, raceTable(t), txOn(fencepostgres.Tx, db))
 			if !fence.IsRetryable(err) || !errors.Is(err, fence.ErrConflict) {
 				t.Fatalf("stale writer behind a retirement at %s = %v; want ErrConflict", iso, err)
 			}
@@ -417,7 +431,7 @@ func TestTableRetireRaceRepeatableRead(t *testing.T) {
 
 			unchecked := newPool(t)
 			db = fencepostgres.WithTxOptions(unchecked, pgx.TxOptions{IsoLevel: iso})
-			if err := retireRace(t, unchecked, hourTable(t), txOn(fencepostgres.WithoutSerializedCheck(hourTable(t)).Tx, db)); err != nil {
+			if err := retireRace(t, unchecked, raceTable(t), txOn(fencepostgres.WithoutSerializedCheck(hourTable(t)).Tx, db)); err != nil {
 				t.Fatalf("without the check: %v; the hole no longer shows", err)
 			}
 			t.Logf("%s without the check: token 4 admitted behind the retirement that raised the floor to 5", iso)
