@@ -23,9 +23,11 @@ baseline=lease
 round() {
 	bench -test.bench "(Cycle|SerialPaired)/backend=${BACKEND:-}" -test.benchtime "${BENCHTIME:-2000x}"
 }
-layout="-col /backend -row /impl"
+# A row per backend; in the Cycle tables a column per impl, each compared
+# with lease, the first.
+layout="-col /impl -row /backend"
 tables() {
-	stat -filter '.name:SerialPaired .unit:(x-lease OR x-leases3 OR x-obtainmulti)' -row /vs,/impl
+	stat -filter '.name:SerialPaired .unit:(x-lease OR x-leases3 OR x-obtainmulti)'
 	stat -filter '.name:Cycle .unit:(sec/op OR server-us/cycle OR allocs/op)'
 }
 . ../lib.sh
