@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	valkey "github.com/valkey-io/valkey-go"
 
+	leasepostgres "github.com/golib/lease/backends/postgres"
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/lease"
@@ -27,6 +29,26 @@ func TestGroupsValkey(t *testing.T) {
 func TestGroupsValkeyCluster(t *testing.T) {
 	t.Parallel()
 	groupsOnValkey(t, testserver.ValkeyCluster(t).Addrs())
+}
+
+// TestGroupsPostgres runs leasectl on the permits and sets of a
+// PostgreSQL lease table.
+func TestGroupsPostgres(t *testing.T) {
+	t.Parallel()
+	url := migratedDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := leasepostgres.New(pool, leasepostgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	groupsSuite(t, store, []string{"--postgres", url})
 }
 
 func groupsOnValkey(t *testing.T, addrs []string) {
