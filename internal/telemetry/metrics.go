@@ -34,7 +34,7 @@ const (
 	OperationLabel
 	JobLabel    // a leasescheduler job's name: bounded by the program's own jobs
 	ResultLabel // a scheduled run's jobevent.Result
-	KindLabel   // what was acquired: one of Kinds
+	KindLabel   // what was acquired: KindLease, KindPermit or KindSet
 )
 
 // Spec describes one metric; both adapters build their instruments from
@@ -136,9 +136,6 @@ const (
 	KindSet    = "set"    // a set of keys: AcquireSet
 )
 
-// Kinds are the values of the kind label.
-var Kinds = []string{KindLease, KindPermit, KindSet}
-
 // zeros lists the counters and histograms whose label values are known in
 // advance, with those values (of their one label other than the key or
 // job label): the adapters create these series at 0, so that rate() and
@@ -225,7 +222,7 @@ type Point struct {
 	Zero      bool
 	Value     float64
 	Key       string // the bounded key label; "" when key labels are off
-	Kind      string // one of Kinds, on the metrics of acquisitions
+	Kind      string // KindLease, KindPermit or KindSet, on the metrics of acquisitions
 	Outcome   string
 	Reason    string
 	Operation string
@@ -294,7 +291,7 @@ type Span struct {
 	Name       string
 	Start, End time.Time
 	Key        string // the lease's key; empty in a job's span (lease.job.*)
-	Kind       string // one of Kinds in a lease.* span of package lease; else empty
+	Kind       string // KindLease, KindPermit or KindSet in a span of package lease; else empty
 	Job        string // the job's name, in a job's span
 	Token      lease.Token
 	Err        error
