@@ -424,8 +424,8 @@ func TestAlertHeldByTwoQuietOnSlots(t *testing.T) {
 	}
 }
 
-// TestAlertHeldByTwoQuietOnPermits: two replicas hold two permits each of
-// one semaphore, whose key label ("exports") stands for the semaphore, and
+// TestAlertHeldByTwoQuietOnPermits: two replicas on a real Valkey server
+// hold two permits each of one semaphore, whose key label ("exports") stands for the semaphore, and
 // one of them a set of two keys. Four permits under one key label are not
 // two holders of a lease: LeaseHeldByTwo must not fire. lease_held counts
 // them under kind="permit" (and the set once, under kind="set" and the
@@ -434,7 +434,11 @@ func TestAlertHeldByTwoQuietOnSlots(t *testing.T) {
 func TestAlertHeldByTwoQuietOnPermits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := leasememory.New(leasememory.Options{})
+	vk := dial(t, testserver.Valkey(t).Addr())
+	store, err := leasevalkey.New(vk, leasevalkey.Options{Prefix: fmt.Sprintf("obs%d:lease:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, b := newProcess(t, "a", store), newProcess(t, "b", store)
 	p := newProm(t, time.Now())
 	p.target("a", a.scrape.URL)
@@ -450,7 +454,8 @@ func TestAlertHeldByTwoQuietOnPermits(t *testing.T) {
 			mine = append(mine, h)
 		}
 	}
-	set, err := a.client.TryAcquireSet(ctx, []string{"accounts/42", "accounts/17"}, long)
+	// One hash tag, as a set needs on a cluster.
+	set, err := a.client.TryAcquireSet(ctx, []string{"accounts/{17-42}/42", "accounts/{17-42}/17"}, long)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +493,7 @@ func TestAlertHeldByTwoQuietOnPermits(t *testing.T) {
 		for _, kv := range s.Attributes {
 			if kv.Key == "lease.kind" && kv.Value.AsString() == "set" {
 				sets++
-				if key := attrString(s.Attributes, "lease.key"); key != "accounts/17,accounts/42" {
+				if key := attrString(s.Attributes, "lease.key"); key != "accounts/{17-42}/17,accounts/{17-42}/42" {
 					t.Errorf("%s span of the set has lease.key %q", s.Name, key)
 				}
 			}
