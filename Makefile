@@ -2,7 +2,10 @@
 #
 #   make test   install the test servers if needed, go vet, then every test with
 #               the race detector against real Valkey and PostgreSQL servers
-#               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips)
+#               (LEASE_REQUIRE_SERVERS=1: a missing server fails, never skips);
+#               the chaos module's short rows run beside the other tests, and
+#               their output follows them (also in
+#               internal/testkit/chaos/testdata/out/make-test.log)
 #   make bench  the comparison benchmarks of bench/ (PostgreSQL, leasequeue,
 #               Valkey, semaphores and sets), each in ROUNDS interleaved
 #               rounds (default 6), with benchstat's tables and the ratios
@@ -53,17 +56,27 @@ test: deps
 		LEASE_REQUIRE_SERVERS=1 $(GO) test -count=1 -v -run '^(TestSharedValkey|TestSharedPostgres)$$' ./internal/testkit/testserver \
 		| grep -E '(shared (Valkey|PostgreSQL) |^(ok|FAIL|---))'
 	@echo "==> go vet ./..."; time $(GO) vet ./...
-	@echo "==> go test -race -count=1 -parallel $(PARALLEL) ./... (LEASE_REQUIRE_SERVERS=1)"; \
-		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -parallel $(PARALLEL) ./...
-	@echo "==> internal/testkit/obscheck (own module): go vet, go test -race"; \
-		cd internal/testkit/obscheck && $(GO) vet ./... && \
-		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
-	@echo "==> internal/testkit/chaos (own module): go vet, go test -race (the short rows)"; \
-		cd internal/testkit/chaos && $(GO) vet ./... && \
-		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
-	@echo "==> examples/migrate (own module): go vet, go test -race (goose and golang-migrate)"; \
-		cd examples/migrate && $(GO) vet ./... && \
-		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
+	@# The chaos module's short rows run beside the product module's tests:
+	@# both mostly wait on servers and timers, and one after the other they
+	@# would not fit in ten minutes on 2 cores. Its output is printed when
+	@# it ends, and its failure fails the target.
+	@mkdir -p $(CHAOS_OUT); chaos_log=$(CHAOS_OUT)/make-test.log; \
+		( cd internal/testkit/chaos && $(GO) vet ./... && \
+		  time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... ) > $$chaos_log 2>&1 & chaos=$$!; \
+		status=0; \
+		echo "==> go test -race -count=1 -parallel $(PARALLEL) ./... (LEASE_REQUIRE_SERVERS=1)"; \
+		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -parallel $(PARALLEL) ./... || status=1; \
+		echo "==> internal/testkit/obscheck (own module): go vet, go test -race"; \
+		( cd internal/testkit/obscheck && $(GO) vet ./... && \
+		  time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... ) || status=1; \
+		echo "==> examples/migrate (own module): go vet, go test -race (goose and golang-migrate)"; \
+		( cd examples/migrate && $(GO) vet ./... && \
+		  time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... ) || status=1; \
+		chaos_status=0; wait $$chaos || chaos_status=$$?; \
+		echo "==> internal/testkit/chaos (own module, run beside the above): go vet, go test -race (the short rows)"; \
+		cat $$chaos_log; \
+		if [ $$chaos_status -ne 0 ]; then status=1; fi; \
+		exit $$status
 
 bench: deps
 	@bash scripts/install-deps.sh bench
