@@ -38,6 +38,10 @@ STATICCHECK := $(GOBIN_DIR)/staticcheck
 .PHONY: test bench bench-micro lint deps chaos
 
 DURATION ?= 10m
+# Parallel tests mostly wait on servers, TTLs and timers, not on the CPU:
+# on 2 cores, four at a time (go test's default is GOMAXPROCS) halves the
+# longest packages and still leaves every test its timing headroom.
+PARALLEL ?= 4
 CHAOS_OUT := internal/testkit/chaos/testdata/out
 
 deps:
@@ -48,8 +52,8 @@ test: deps
 		LEASE_REQUIRE_SERVERS=1 $(GO) test -count=1 -v -run '^(TestSharedValkey|TestSharedPostgres)$$' ./internal/testkit/testserver \
 		| grep -E '(shared (Valkey|PostgreSQL) |^(ok|FAIL|---))'
 	@echo "==> go vet ./..."; time $(GO) vet ./...
-	@echo "==> go test -race -count=1 ./... (LEASE_REQUIRE_SERVERS=1)"; \
-		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...
+	@echo "==> go test -race -count=1 -parallel $(PARALLEL) ./... (LEASE_REQUIRE_SERVERS=1)"; \
+		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -parallel $(PARALLEL) ./...
 	@echo "==> internal/testkit/obscheck (own module): go vet, go test -race"; \
 		cd internal/testkit/obscheck && $(GO) vet ./... && \
 		time LEASE_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./...

@@ -181,7 +181,7 @@ func New(client valkey.Client, leases *lease.Client, o Options) (*Cache, error) 
 	c := &Cache{client: client, leases: leases, store: store, policy: policy,
 		prefix: o.Prefix, tagPrefix: "{" + keyspace.Escape(o.Prefix),
 		ttl: o.TTL, stale: o.StaleFor, wait: o.Wait, obs: o.Observer}
-	c.marks = &Sweeper{client: client, store: store, prefix: c.prefix, tagPrefix: c.tagPrefix}
+	c.marks = &Sweeper{client: client, store: store, prefix: c.prefix}
 	if c.obs == NopObserver {
 		c.obs = nil
 	}

@@ -77,7 +77,12 @@
 // With the default prefixes the entry "page:/home" has the record
 // lease:{cache:page:%2Fhome} and the value cache:{cache:page:%2Fhome}:value
 // (in a hash tag '%', '{', '}' and '/' are written as %25, %7B, %7D and
-// %2F).
+// %2F). In general the entry's names are the record's name after the
+// Store's prefix, after the Cache's Prefix: a cache key that holds a hash
+// tag {t} has its record in t's slot, lease:{t}:<escaped lease key>, and
+// its value at <Prefix>{t}:<escaped lease key>:value (the key
+// "report/{2026}" has the value cache:{2026}:cache:report%2F%7B2026%7D:value),
+// in the slot of the application's own keys tagged {t}.
 // Because record, value, marker and mark share one hash slot, both scripts
 // are atomic on a Valkey Cluster too, and a Get reads one node.
 //

@@ -46,9 +46,17 @@ func (c *Cache) checkKey(op, key string) error {
 }
 
 // readNames returns the names of key's freshness marker and value, in one
-// allocation for a key without a reserved byte: the hit path needs nothing
-// else. key must have passed checkKey.
+// allocation for a key without a reserved byte whose lease key is
+// recorded as <store prefix>{<escaped lease key>} (it holds no hash tag
+// and is no permit's key): the hit path needs nothing else. key must have
+// passed checkKey.
 func (c *Cache) readNames(key string) (fresh, value string) {
+	if strings.IndexByte(key, '{') >= 0 || keyspace.IsPermit(c.prefix, key) {
+		// The record has a tag of its own: the names are the record's name
+		// after the Store's prefix, under the Cache's.
+		base := c.prefix + keyspace.Record("", c.prefix+key)
+		return base + freshSuffix, base + valueSuffix
+	}
 	// The names are <Prefix>{<escaped Prefix><escaped key>}<suffix>, the
 	// record's hash tag (keyspace escapes piece by piece as it does whole,
 	// so the tag is the escaped lease key Prefix + key).
@@ -85,10 +93,10 @@ func (c *Cache) entryKeys(op, key, fresh, value string) (keys, error) {
 	base := strings.TrimSuffix(fresh, freshSuffix)
 	lk := c.prefix + key
 	rec := c.store.RecordKey(lk)
-	// The entry's hash tag must be the record's, or the scripts would touch
-	// two slots: check it here, on every path that writes.
-	if tag := base[len(c.prefix):]; rec != c.store.Prefix()+tag {
-		return keys{}, fmt.Errorf("cache: %s %q: the lease Store names the record %q, whose hash tag is not %s", op, key, rec, tag)
+	// The entry's names must follow the record's, or the scripts would
+	// touch two slots: check it here, on every path that writes.
+	if after := base[len(c.prefix):]; rec != c.store.Prefix()+after {
+		return keys{}, fmt.Errorf("cache: %s %q: the lease Store names the record %q, not %s after its prefix", op, key, rec, after)
 	}
 	return keys{
 		key:     key,

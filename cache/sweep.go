@@ -38,10 +38,9 @@ var (
 // background, under its sweep lease (see lease.ClientOptions.SweepEvery).
 // Cache.Sweep does the same walk. A Sweeper is safe for concurrent use.
 type Sweeper struct {
-	client    valkey.Client
-	store     *leasevalkey.Store
-	prefix    string
-	tagPrefix string // '{' and the escaped prefix, as in Cache
+	client valkey.Client
+	store  *leasevalkey.Store
+	prefix string
 }
 
 // NewSweeper returns the Sweeper of the invalidation marks that the Caches
@@ -65,7 +64,7 @@ func NewSweeper(client valkey.Client, store *leasevalkey.Store, prefix string) (
 	if err := checkPrefix("NewSweeper", prefix); err != nil {
 		return nil, err
 	}
-	return &Sweeper{client: client, store: store, prefix: prefix, tagPrefix: "{" + keyspace.Escape(prefix)}, nil
+	return &Sweeper{client: client, store: store, prefix: prefix}, nil
 }
 
 // checkPrefix returns why prefix cannot be a Cache's Prefix, naming the
@@ -117,8 +116,10 @@ func (s *Sweeper) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepP
 	if ctx.Err() != nil {
 		return lease.SweepPage{}, s.sweepError(fmt.Errorf("not sent: %w", context.Cause(ctx)))
 	}
-	head, tail := s.prefix+s.tagPrefix, "}"+markSuffix
-	match := valkeyplumbing.GlobEscape(head) + "*" + valkeyplumbing.GlobEscape(tail)
+	// The names of marks after the Prefix follow the records' names after
+	// the Store's prefix, whose three forms (see the lease Store) share
+	// only the '{': parseMark picks the marks out.
+	match := valkeyplumbing.GlobEscape(s.prefix+"{") + "*" + valkeyplumbing.GlobEscape(markSuffix)
 	names, next, err := valkeyplumbing.ScanPrimaries(ctx, s.client, o.Cursor, match, "string", o.Limit)
 	if err != nil {
 		return lease.SweepPage{}, s.sweepError(err)
@@ -174,22 +175,23 @@ func (s *Sweeper) Sweep(ctx context.Context, o lease.SweepOptions) (lease.SweepP
 // Prefix and Store. It accepts a name only if the entry's names give it
 // back exactly.
 func (s *Sweeper) parseMark(name string) (leaseKey, record string, ok bool) {
-	inner, ok := strings.CutPrefix(name, s.prefix+"{")
+	inner, ok := strings.CutPrefix(name, s.prefix)
 	if !ok {
 		return "", "", false
 	}
-	inner, ok = strings.CutSuffix(inner, "}"+markSuffix)
+	inner, ok = strings.CutSuffix(inner, markSuffix)
 	if !ok {
 		return "", "", false
 	}
-	lk, ok := keyspace.Unescape(inner)
+	lk, ok := keyspace.ParseRecord("", inner)
 	if !ok || !strings.HasPrefix(lk, s.prefix) || lease.ValidateKey(lk) != nil || len(lk) == len(s.prefix) {
 		return "", "", false
 	}
-	if s.prefix+s.store.HashTag(lk)+markSuffix != name {
+	record = s.store.RecordKey(lk)
+	if s.prefix+record[len(s.store.Prefix()):]+markSuffix != name {
 		return "", "", false
 	}
-	return lk, s.store.RecordKey(lk), true
+	return lk, record, true
 }
 
 // sweepError explains an error of a sweep.

@@ -32,56 +32,32 @@ var forceReleaseScript = valkey.NewLuaScript(forceReleaseLua, valkey.WithLoadSHA
 // release.lua's.
 const outcomeNotHeld = 0
 
-// recordLayout returns what recordKey puts before and after the escaped
-// key in the record names under prefix. It asks recordKey itself (the
-// names of keys "a" and "b" differ only where the key goes), so that List
-// follows the encoding wherever it is defined.
-func recordLayout(prefix string) (head, tail string) {
-	a, b := recordKey(prefix, "a"), recordKey(prefix, "b")
-	i := 0
-	for i < len(a) && i < len(b) && a[i] == b[i] {
-		i++
-	}
-	return a[:i], a[min(i+1, len(a)):]
-}
-
-// escapedKey returns key as it appears in its record's name.
-func escapedKey(prefix, key string) string {
-	if key == "" {
-		return ""
-	}
-	head, tail := recordLayout(prefix)
-	name := recordKey(prefix, key)
-	return name[len(head) : len(name)-len(tail)]
-}
-
-// recordPrefix returns what the names of the records of every key that
-// starts with keyPrefix start with: the encoding escapes each byte on its
-// own, so the escaped keyPrefix starts every such escaped key.
-func recordPrefix(prefix, keyPrefix string) string {
-	head, _ := recordLayout(prefix)
-	return head + escapedKey(prefix, keyPrefix)
-}
-
 // parseRecordKey returns the lease key whose record is named name, or false
-// if name is not the record of any key under prefix (another program's
-// key, a fence, a cache entry in the same hash slot). It accepts a name
-// only if recordKey gives it back exactly.
+// if name is not the record of any valid key under prefix (another
+// program's key, a semaphore's token key, a fence, a cache entry in the
+// same hash slot). It accepts a name only if recordKey gives it back
+// exactly.
 func parseRecordKey(prefix, name string) (string, bool) {
-	head, tail := recordLayout(prefix)
-	inner, ok := strings.CutPrefix(name, head)
-	if !ok {
-		return "", false
-	}
-	inner, ok = strings.CutSuffix(inner, tail)
-	if !ok {
-		return "", false
-	}
-	key, ok := keyspace.Unescape(inner)
-	if !ok || recordKey(prefix, key) != name || lease.ValidateKey(key) != nil {
+	key, ok := keyspace.ParseRecord(prefix, name)
+	if !ok || lease.ValidateKey(key) != nil {
 		return "", false
 	}
 	return key, true
+}
+
+// recordNamePrefix returns what the records under prefix of every lease
+// key starting with keyPrefix start with, for the SCAN MATCH of List and
+// Sweep. If keyPrefix holds a hash tag, so does every key that starts with
+// it, and their records all start with the record of keyPrefix itself
+// (escaping piece by piece is escaping whole). Otherwise such keys may
+// hold a tag of their own, or be permits of a semaphore whose key is
+// shorter than keyPrefix, so it is what every record under prefix starts
+// with, and the caller filters the keys (parseRecordKey).
+func recordNamePrefix(prefix, keyPrefix string) string {
+	if keyspace.HashTag(keyPrefix) != keyPrefix {
+		return recordKey(prefix, keyPrefix)
+	}
+	return prefix + "{"
 }
 
 // List implements lease.Lister with SCAN (never KEYS) on every primary
@@ -184,9 +160,7 @@ func (s *Store) scanRecords(ctx context.Context, op, keyPrefix, cursor string, l
 	if ctx.Err() != nil {
 		return nil, "", beforeSend(ctx, op)
 	}
-	_, tail := recordLayout(s.prefix)
-	pattern := valkeyplumbing.GlobEscape(recordPrefix(s.prefix, keyPrefix)) + "*" + valkeyplumbing.GlobEscape(tail)
-	names, next, err := valkeyplumbing.ScanPrimaries(ctx, s.client, cursor, pattern, "hash", limit)
+	names, next, err := valkeyplumbing.ScanPrimaries(ctx, s.client, cursor, valkeyplumbing.GlobEscape(recordNamePrefix(s.prefix, keyPrefix))+"*", "hash", limit)
 	if errors.Is(err, valkeyplumbing.ErrWalk) {
 		return nil, "", fmt.Errorf("leasevalkey: %s: %w", op, err)
 	}

@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,62 @@ func TestListLimitBoundsThePage(t *testing.T) {
 		if len(seen) != n {
 			t.Errorf("limit %d: the pages held %d distinct keys, want %d", limit, len(seen), n)
 		}
+	}
+}
+
+// TestListReadsEveryLayout lists keys of every record layout (plain,
+// holding a hash tag, permits of a semaphore, and a semaphore's token
+// key, which is no lease) under key prefixes that cut them anywhere, on a
+// standalone server and on a cluster: each listing holds exactly the
+// leases whose keys start with its prefix.
+func TestListReadsEveryLayout(t *testing.T) {
+	t.Parallel()
+	keys := []string{
+		"plain", "pl{}ain", "{acct}/17", "{acct}/42", "x{acct}", "{acct}", "sem/permit/0", "sem/permit/12",
+		"sem/permit/03", "sem/permitx", "{t}sem/permit/1", "sem{/permit/1", "semaphore",
+	}
+	prefixes := []string{"", "p", "{", "{acct}", "{acct}/", "{acct}/4", "x{", "sem", "sem/permit/", "sem/permit/1", "{t}", "zzz"}
+	for _, topo := range []struct {
+		name   string
+		client func(testing.TB) valkey.Client
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			s := newStore(t, topo.client(t))
+			for _, k := range keys {
+				acquire(t, s, k, "o", time.Minute)
+			}
+			// A permit granted through AcquirePermit leaves the semaphore's
+			// token key, which List must pass over.
+			if _, _, err := s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: "o", Nonce: "n", TTL: time.Minute}, 2); err != nil {
+				t.Fatal(err)
+			}
+			keys := append(keys, "sem/permit/1")
+			for _, p := range prefixes {
+				var got []string
+				for cursor, pages := "", 0; pages == 0 || cursor != ""; pages++ {
+					recs, next, err := s.List(ctx, p, cursor, 3)
+					if err != nil || pages > 1000 {
+						t.Fatalf("List(%q): %v (page %d)", p, err, pages)
+					}
+					for _, r := range recs {
+						got = append(got, r.Key)
+					}
+					cursor = next
+				}
+				var want []string
+				for _, k := range keys {
+					if strings.HasPrefix(k, p) {
+						want = append(want, k)
+					}
+				}
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Errorf("List(%q) = %q, want %q", p, got, want)
+				}
+			}
+		})
 	}
 }

@@ -21,10 +21,11 @@
 //
 // Acquire, Renew, Release and Inspect are each one Lua script, run with
 // EVALSHA (falling back to EVAL once after a server restart or failover
-// forgot the script). The scripts are loaded so that the server computes
-// their hash. Mutating scripts are never retried by valkey-go: a transport
-// retry could run a script that was already applied, and only lease.Client
-// knows when a retry is safe.
+// forgot the script), and so are the operations of semaphores and sets
+// (AcquirePermit, AcquireSet, RenewSet, ReleaseSet). The scripts are
+// loaded so that the server computes their hash. Mutating scripts are
+// never retried by valkey-go: a transport retry could run a script that
+// was already applied, and only lease.Client knows when a retry is safe.
 //
 // # Server-side expiry
 //
@@ -40,18 +41,67 @@
 //
 // where the escaped key is the lease key with '%', '{', '}' and '/'
 // replaced by %25, %7B, %7D and %2F: the record of "billing/nightly" is
-// lease:{billing%2Fnightly}. Every Valkey name of this module is built
-// the same way, so no two things share a name. The braces are a hash tag: the record, and the shard
-// channel <Prefix>{<escaped key>}:released on which Release announces that
-// the key is free, live in one hash slot, and no lease key can name
-// another key's record or move it to another slot. The record holds the
-// fields token (the last token issued), owner, nonce (the holder's secret),
-// expires (microseconds since the Unix epoch on the server's clock; 0
-// once released, -1 once force-released), and the history that Inspect and
-// List return as lease.Record's AcquiredAt, RenewedAt and Transitions:
-// acquired and renewed (microseconds, set by the acquire and renew
-// scripts) and transitions (the grants after the first). A record takes
-// about 230 bytes plus the key and owner strings (MEMORY USAGE, Valkey 8).
+// lease:{billing%2Fnightly}. Two kinds of keys are recorded apart, so that
+// one script may take several of them on a cluster:
+//
+//	<Prefix>{<t>}:<escaped key>        a key holding a hash tag {t}
+//	<Prefix>{<escaped sem>}:permit:<n> permit n of semaphore sem, sem/permit/n
+//
+// A key holds a hash tag by the server's own rule: the bytes between its
+// first '{' and the first '}' after it, if there are any. Its record is
+// then in the hash slot of the key itself: the records of "{acct}/17" and
+// "{acct}/42" are lease:{acct}:%7Bacct%7D%2F17 and
+// lease:{acct}:%7Bacct%7D%2F42, in the slot of the application's own keys
+// tagged {acct}. The permits of a semaphore (lease.PermitKey: the
+// semaphore's key, "/permit/" and the slot in decimal) share the slot of
+// the semaphore's escaped key, or of its hash tag if it holds one. Every
+// Valkey name of this module is built by one encoding (the module's
+// internal/keyspace), so no two things share a name: the prefix holds no
+// brace and no tag a '}', so the first {…} of a record's name is its hash
+// tag; the escaped key holds no brace, and no lease key can name another
+// key's record or move it to another slot. Store.HashTag gives a key's
+// tag, Store.RecordKey its record.
+//
+// The shard channel <record>:released, on which Release announces that
+// the key is free, lives in the record's slot. The record holds the
+// fields token (the last token issued), owner, nonce (the holder's
+// secret), expires (microseconds since the Unix epoch on the server's
+// clock; 0 once released, -1 once force-released), and the history that
+// Inspect and List return as lease.Record's AcquiredAt, RenewedAt and
+// Transitions: acquired and renewed (microseconds, set by the scripts
+// that grant and extend leases) and transitions (the grants after the
+// first). A record takes about 230 bytes plus the key and owner strings
+// (MEMORY USAGE, Valkey 8).
+//
+// # Semaphores and sets
+//
+// Store implements lease.PermitAcquirer and lease.SetAcquirer. A permit
+// of a semaphore and a key of a set are ordinary leases, recorded as
+// above: Renew, Release, Inspect, List, ForceRelease, Sweep and
+// WatchReleases serve them unchanged.
+//
+// AcquirePermit reads the records of every permit below the number of
+// permits, in one script, and grants the lowest free one; its token is
+// above the last token of every permit of the semaphore, also of those
+// beyond a number of permits that was lowered since: the semaphore keeps
+// the highest token AcquirePermit issued to its permits in a token key,
+// the hash <Prefix>{<escaped sem>}/permits (<Prefix>{<t>}:<escaped
+// sem>/permits for a semaphore holding the hash tag {t}), in the permits'
+// slot, which ends a retention after the semaphore's last grant.
+//
+// AcquireSet takes every key of a set, or none, in one script, with one
+// token above the last token of each key. On a cluster the records of a
+// set must share a hash slot: give the keys of a set one hash tag, as in
+// "{acct}/17" and "{acct}/42"; a set across slots is refused before any
+// I/O with an error matching lease.ErrInvalidKey. A standalone or
+// sentinel server takes any set.
+//
+// Upgrading from a version without these layouts, the record of a key
+// holding a hash tag, or of a permit's key (whatever the key's name, once
+// it ends in "/permit/" and a number), moves to its new name: the new
+// version does not see the leases such keys hold under the old one. Do
+// not run the old and the new version side by side while such keys are
+// held; the records of other keys keep their names.
 //
 // # Retention
 //
@@ -91,7 +141,8 @@
 // Store.Guard returns the coordinates of an acquisition for writes that must
 // happen only while it is current. Such a write, run as a Lua script in the
 // record's hash slot (its keys carry the same {…} hash tag as
-// guard.Guard.Record, which Store.HashTag returns), is allowed if HMGET record token owner expires
+// guard.Guard.Record, which Store.HashTag returns), is allowed if HMGET
+// record token owner expires
 // returns the guard's token and owner and an expiry later than TIME in
 // microseconds. It must never read the nonce field.
 //

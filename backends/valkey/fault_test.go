@@ -51,6 +51,21 @@ func warmUp(t *testing.T, s *leasevalkey.Store) {
 	if _, err := s.Inspect(ctx, "warm-up"); err != nil {
 		t.Fatal(err)
 	}
+	p := mustPermit(t, s, "warm-up", "o", 1, time.Minute)
+	if err := s.Release(ctx, p.a); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"warm-up/1", "warm-up/2"}
+	set, err := acquireSet(t, s, keys, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewSet(ctx, keys, set, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseSet(ctx, keys, set); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // commandStats returns the calls per command since the last CONFIG RESETSTAT.
@@ -84,7 +99,8 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	ttl := time.Minute
 	warmUp(t, s)
 
-	var acq lease.Acquisition
+	var acq, set lease.Acquisition
+	keys := []string{"s/1", "s/2", "s/3"}
 	for _, op := range []struct {
 		name   string
 		script string // the command the server must see, once
@@ -98,6 +114,17 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		{"renew", "evalsha", func() error { return s.Renew(ctx, acq, ttl) }},
 		{"inspect", "evalsha_ro", func() error { _, err := s.Inspect(ctx, "k"); return err }},
 		{"release", "evalsha", func() error { return s.Release(ctx, acq) }},
+		{"acquire permit", "evalsha", func() (err error) {
+			_, _, err = s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: "o", Nonce: rand.Text(), TTL: ttl}, 5)
+			return err
+		}},
+		{"acquire set", "evalsha", func() (err error) {
+			set = lease.Acquisition{Owner: "o", Nonce: rand.Text()}
+			set.Token, err = s.AcquireSet(ctx, keys, lease.AcquireRequest{Owner: set.Owner, Nonce: set.Nonce, TTL: ttl})
+			return err
+		}},
+		{"renew set", "evalsha", func() error { return s.RenewSet(ctx, keys, set, ttl) }},
+		{"release set", "evalsha", func() error { return s.ReleaseSet(ctx, keys, set) }},
 	} {
 		if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/lease"
 )
 
@@ -110,13 +111,17 @@ func (s *Store) Prefix() string { return s.prefix }
 func (s *Store) RecordKey(key string) string { return recordKey(s.prefix, key) }
 
 // HashTag returns the hash tag of key's record, braces included:
-// RecordKey(key) is Prefix() + HashTag(key). Any name that carries it as
-// its first '{…}' lives in the record's hash slot, so a script can touch
-// that name and the record together, even on a cluster. In the tag, '%',
-// '{', '}' and '/' of key are escaped as %25, %7B, %7D and %2F; other
-// bytes are kept, and escaping key piece by piece gives the same result as
-// escaping it whole.
-func (s *Store) HashTag(key string) string { return recordKey(s.prefix, key)[len(s.prefix):] }
+// RecordKey(key) starts with Prefix() + HashTag(key). Any name that
+// carries it as its first '{…}' lives in the record's hash slot, so a
+// script can touch that name and the record together, even on a cluster.
+// If key holds a hash tag of its own (the bytes between its first '{' and
+// the first '}' after it, if any), that is the record's, as it is: the
+// record of "{acct}/17" is in the slot of the application's keys tagged
+// {acct}. Otherwise the tag is the key, or for a permit's key the
+// semaphore's key (see lease.PermitKey), with '%', '{', '}' and '/'
+// escaped as %25, %7B, %7D and %2F; other bytes are kept, and escaping
+// piece by piece gives the same result as escaping whole.
+func (s *Store) HashTag(key string) string { return "{" + keyspace.RecordTag(key) + "}" }
 
 // Guard returns the coordinates of the acquisition snap in this Store, for
 // writes that must happen only while it is current. It fails if snap is

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	leasevalkey "github.com/golib/lease/backends/valkey"
 	"github.com/golib/lease/guard"
+	"github.com/golib/lease/internal/keyspace"
 	"github.com/golib/lease/internal/testkit/testserver"
 	"github.com/golib/lease/internal/testkit/valkeyacl"
 	"github.com/golib/lease/lease"
@@ -70,6 +72,7 @@ func TestKeysStaySeparate(t *testing.T) {
 	keys := []string{
 		"a", "a}", "a}:token", "{a}", "{a}:x", "}{", "{", "}", "{}", "a b", " ", "%", "%7D", "a%7Db", "a}b",
 		"ключ/日本語/🔒", "{user1000}.following", strings.Repeat("}", lease.MaxKeyLen),
+		"{a}:%7Ba%7D", "{tenant/42}/job", "x{a{b}c}", "sem/permit/0", "sem/permit/1", "sem/permit/01", "{a}/permit/0",
 	}
 	for _, topo := range []struct {
 		name   string
@@ -116,10 +119,22 @@ func TestKeysStaySeparate(t *testing.T) {
 	}
 }
 
-// checkSlot checks that rec lies in the slot of key's escaped form alone.
+// permitKey matches the key of a semaphore's permit.
+var permitKey = regexp.MustCompile(`^(.+)/permit/(0|[1-9][0-9]*)$`)
+
+// checkSlot checks that rec lies in the slot of key itself if key holds a
+// hash tag, in that of its semaphore's escaped key if key is a permit's,
+// and otherwise in the slot of key's escaped form alone.
 func checkSlot(t *testing.T, c valkey.Client, key, rec string) {
 	t.Helper()
-	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "/", "%2F").Replace(key)
+	escape := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "/", "%2F").Replace
+	esc := escape(key)
+	if m := permitKey.FindStringSubmatch(key); m != nil {
+		esc = escape(m[1])
+	}
+	if keyspace.HashTag(key) != key {
+		esc = key
+	}
 	slotOf := func(k string) int64 {
 		n, err := c.Do(ctxT(t), c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
 		if err != nil {
@@ -443,6 +458,7 @@ func TestDocumentedACLRuleIsEnough(t *testing.T) {
 			t.Fatalf("Check: %v", err)
 		}
 		renewWatchRelease(ctx, t, s, "acl")
+		permitsAndSets(ctx, t, s)
 		if _, err := s.Inspect(ctx, "acl"); err != nil {
 			t.Fatal(err)
 		}
@@ -521,10 +537,29 @@ func TestScriptCommandsRefused(t *testing.T) {
 				if p := pttl(t, admin, s.RecordKey("acl")); p != -2 {
 					t.Fatalf("record after the refused Acquire: PTTL %d, want -2 (none)", p)
 				}
+				_, err = acquireSet(t, s, []string{"acl/1", "acl/2"}, "o", time.Minute)
+				if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+					t.Fatalf("AcquireSet = %v, want a definite permission error", err)
+				}
+				if p := pttl(t, admin, s.RecordKey("acl/1")); p != -2 {
+					t.Fatalf("record after the refused AcquireSet: PTTL %d, want -2 (none)", p)
+				}
+			}
+			// A permit's grant is refused before its record is written.
+			_, err := acquirePermit(t, s, "acl/sem", "o", 2, time.Minute)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("AcquirePermit = %v, want a definite permission error", err)
+			}
+			for _, name := range []string{s.RecordKey(lease.PermitKey("acl/sem", 0)), keyspace.PermitTokens(s.Prefix(), "acl/sem")} {
+				if p := pttl(t, admin, name); p != -2 {
+					t.Fatalf("%q after the refused AcquirePermit: PTTL %d, want -2 (none)", name, p)
+				}
+			}
+			if cmd == "persist" {
 				return
 			}
 			a := acquire(t, s, "acl", "o", time.Minute)
-			err := s.Release(ctx, a)
+			err = s.Release(ctx, a)
 			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
 				t.Fatalf("Release = %v, want a definite permission error", err)
 			}
@@ -536,6 +571,20 @@ func TestScriptCommandsRefused(t *testing.T) {
 			}
 			if p := pttl(t, admin, s.RecordKey("acl")); p != -1 {
 				t.Fatalf("held record after the refused releases: PTTL %d, want -1", p)
+			}
+			keys := []string{"acl/1", "acl/2"}
+			set, err := acquireSet(t, s, keys, "o", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.ReleaseSet(ctx, keys, set)
+			if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
+				t.Fatalf("ReleaseSet = %v, want a definite permission error", err)
+			}
+			for _, k := range keys {
+				if r, err := s.Inspect(ctx, k); err != nil || !r.Held || r.Token != set.Token || pttl(t, admin, s.RecordKey(k)) != -1 {
+					t.Fatalf("after the refused ReleaseSet Inspect(%q) = %+v, %v; want it still held, without a TTL", k, r, err)
+				}
 			}
 		})
 	}
@@ -562,6 +611,27 @@ func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, 
 	case <-ch:
 	case <-ctx.Done():
 		t.Fatal("no release notification")
+	}
+}
+
+// permitsAndSets takes a permit of a semaphore and a set and ends them,
+// failing t unless every step works.
+func permitsAndSets(ctx context.Context, t *testing.T, s *leasevalkey.Store) {
+	t.Helper()
+	p := mustPermit(t, s, "acl/sem", "o", 3, time.Minute)
+	if err := s.Release(ctx, p.a); err != nil {
+		t.Fatal(err)
+	}
+	keys := tagged("acl", "/1", "/2")
+	set, err := acquireSet(t, s, keys, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewSet(ctx, keys, set, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseSet(ctx, keys, set); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -597,6 +667,7 @@ func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
 	for _, key := range []string{"a", "b/c", "{d}"} { // on several nodes
 		renewWatchRelease(ctx, t, s, key)
 	}
+	permitsAndSets(ctx, t, s)
 	for _, n := range cl.Nodes() {
 		user, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, Username: "leases", Password: "secret"})
 		if err != nil {

@@ -3,7 +3,6 @@ package fencevalkey_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -325,31 +324,6 @@ func TestValkeyTokensCompareExactly(t *testing.T) {
 		var se *fence.StaleError
 		if !errors.As(err, &se) || se.Current != planted {
 			t.Fatalf("Claim with %d on a fence at %d = %v; want stale", top, planted, err)
-		}
-	}
-}
-
-// TestKeySlot compares the client-side slot with the server's.
-func TestKeySlot(t *testing.T) {
-	t.Parallel()
-	c := cluster(t)
-	ctx := ctxT(t)
-	keys := []string{"", "a", "{a}", "x{a}y", "{}", "{}a", "a{}{b}", "{a}{b}", "a{b", "a}b{c}", "{user1000}.following", "foo{{bar}}zap", "{{}}"}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 200 {
-		b := make([]byte, rng.IntN(12))
-		for i := range b {
-			b[i] = "ab{}x\xff"[rng.IntN(6)]
-		}
-		keys = append(keys, string(b))
-	}
-	for _, k := range keys {
-		want, err := c.Do(ctx, c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fencevalkey.KeySlot(k); int64(got) != want {
-			t.Errorf("KeySlot(%q) = %d; server says %d", k, got, want)
 		}
 	}
 }

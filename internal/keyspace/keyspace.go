@@ -12,18 +12,39 @@
 // each package checks), tag is [Tag] of the names the key belongs to, and
 // suffix is a fixed word of the package (":ready", ":released", …) or
 // empty. The tag is the key's hash tag: the server hashes only the bytes
-// between the first '{' and the first '}' after it, so keys that carry one
-// tag are in one hash slot and one script may touch them, even on a
-// cluster. Since neither prefix nor tag holds a brace, [Name] is one to
-// one: the prefix is what precedes the first '{', the tag what follows it
-// up to the first '}', the suffix the rest, and [Tag] splits back into its
-// parts. The exceptions to [Tag] are in package fence: the fence key,
-// whose tag is the resource name itself, unescaped (users put
+// between the first '{' and the first '}' after it ([HashTag]), so keys
+// that carry one tag are in one hash slot and one script may touch them,
+// even on a cluster. Since neither prefix nor tag holds a brace, [Name] is
+// one to one: the prefix is what precedes the first '{', the tag what
+// follows it up to the first '}', the suffix the rest, and [Tag] splits
+// back into its parts. The exceptions to [Tag] are in package fence: the
+// fence key, whose tag is the resource name itself, unescaped (users put
 // "{resource}" in their own keys, and a resource holds no brace, so fence
 // keys are one to one as well), and the floor key, whose tag is a short
 // string of letters and digits in the hash slot it stands for, and whose
-// suffix is ":floor:" and the escaped lease key. Packages with one prefix share one namespace; different
-// packages need different prefixes (the defaults differ).
+// suffix is ":floor:" and the escaped lease key. Packages with one prefix
+// share one namespace; different packages need different prefixes (the
+// defaults differ). Keys and channels are apart on the server (a channel
+// may be named as a key is), and each is one to one within its own kind.
+//
+// # Lease records
+//
+// The lease record of a key, the hash the Valkey lease Store keeps it in,
+// is named by [Record], in one of three forms:
+//
+//	prefix{Escape(key)}                a key without a hash tag, not a permit's
+//	prefix{t}:Escape(key)              a key holding the hash tag {t}
+//	prefix{Escape(sem)}:permit:n       sem + "/permit/" + n, permit n of semaphore sem
+//
+// so that the record of a key with a hash tag is in the slot of the key
+// itself (the records of "{acct}/17" and "{acct}/42" share the slot of the
+// application's own keys tagged {acct}), and the permits of one semaphore
+// share one; other keys have the layout from
+// before there were either. A permit of a semaphore whose key holds a
+// hash tag holds it too, and takes the second form. [ParseRecord] reads a record's name back into
+// its key. The release channel of a record is its name and ":released".
+// A semaphore also has a token key, [PermitTokens]: its name holds a '/'
+// after the tag, which no record's does.
 //
 // # Derived lease keys
 //
@@ -106,8 +127,10 @@ func Tag(parts ...string) string {
 // Name returns prefix + "{" + tag + "}" + suffix, the name of a Valkey key
 // or channel in the hash slot of tag. Neither prefix nor tag may hold a
 // brace: prefixes are checked by their packages ([ValidPrefix]), tags come
-// from [Tag] or are resource names checked to hold none. suffix starts
-// with ':' by convention, or is empty.
+// from [Tag] or are resource names checked to hold none; the one
+// exception, a lease key's own hash tag in [Record], holds no '}', which
+// is enough for the name to be one to one. suffix starts with ':' by
+// convention, or is empty.
 func Name(prefix, tag, suffix string) string {
 	return prefix + "{" + tag + "}" + suffix
 }

@@ -36,10 +36,13 @@ func (p prefixes) all() []string {
 
 // A kind builds one kind of Valkey name from drawn inputs, through the
 // package that uses it where that package exports the name; it returns
-// the name and the names of the keys one script touches with it.
+// the name and the names of the keys one script touches with it. Channel
+// kinds name shard channels, which the server keeps apart from keys: a
+// channel may be named as a key is.
 type kind struct {
-	name string
-	make func(t *rapid.T, p prefixes, draw func(string) string) (name string, slotmates []string)
+	name    string
+	make    func(t *rapid.T, p prefixes, draw func(string) string) (name string, slotmates []string)
+	channel bool
 }
 
 func must[T any](v T, err error) T {
@@ -58,13 +61,22 @@ var kinds = []kind{
 	{"lease record", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
 		k := draw("key")
-		return s.RecordKey(k), []string{s.Prefix() + s.HashTag(k) + ":released"}
-	}},
+		return s.RecordKey(k), []string{s.RecordKey(k) + ":released", s.Prefix() + s.HashTag(k)}
+	}, false},
 	{"lease release channel", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
 		k := draw("key")
 		return s.RecordKey(k) + ":released", []string{s.RecordKey(k)}
-	}},
+	}, true},
+	{"lease permit tokens", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
+		// The token key of a semaphore, which the Store does not export:
+		// the script that acquires a permit touches it and the records of
+		// the permits. (A permit's record is a lease record: names draws
+		// permits' keys too.)
+		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
+		sem := draw("semaphore")
+		return keyspace.PermitTokens(p.lease, sem), []string{s.RecordKey(lease.PermitKey(sem, 0)), s.RecordKey(lease.PermitKey(sem, lease.MaxPermits-1))}
+	}, false},
 	{"fence key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		f := must(fencevalkey.New(noServer{}, fencevalkey.Options{Prefix: p.fence}))
 		r := draw("resource")
@@ -72,7 +84,7 @@ var kinds = []kind{
 			r = keyspace.Tag(r) + "r" // a resource holds no brace
 		}
 		return f.FenceKey(r), []string{p.fence + "x:{" + r + "}:data"}
-	}},
+	}, false},
 	{"floor key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		// One floor per lease key and hash slot: the name depends on the
 		// resource only through its slot, so the resource is not an
@@ -83,21 +95,28 @@ var kinds = []kind{
 		f := must(fencevalkey.New(noServer{}, fencevalkey.Options{Prefix: p.fence}))
 		r := rapid.SampledFrom([]string{"a", "b", "x/y", "jobs/7"}).Draw(t, "resource")
 		return f.FloorKey(r, draw("lease key")), nil
-	}},
+	}, false},
 	{"cache entry", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
 		c := must(cache.New(noServer{}, must(lease.NewClient(s, lease.ClientOptions{Owner: "o"})), cache.Options{Prefix: p.cache, TTL: time.Second}))
 		key := draw("key")
-		suffix := rapid.SampledFrom([]string{":value", ":fresh", ":invalidated", ":published"}).Draw(t, "suffix")
-		name := p.cache + s.HashTag(c.LeaseKey(key)) + suffix
-		return name, []string{s.RecordKey(c.LeaseKey(key)), p.cache + s.HashTag(c.LeaseKey(key)) + ":value"}
-	}},
+		suffix := rapid.SampledFrom([]string{":value", ":fresh", ":invalidated"}).Draw(t, "suffix")
+		rec := s.RecordKey(c.LeaseKey(key))
+		base := p.cache + rec[len(s.Prefix()):]
+		return base + suffix, []string{rec, base + ":value"}
+	}, false},
+	{"cache channel", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
+		s := must(leasevalkey.New(noServer{}, leasevalkey.Options{Prefix: p.lease}))
+		c := must(cache.New(noServer{}, must(lease.NewClient(s, lease.ClientOptions{Owner: "o"})), cache.Options{Prefix: p.cache, TTL: time.Second}))
+		rec := s.RecordKey(c.LeaseKey(draw("key")))
+		return p.cache + rec[len(s.Prefix()):] + ":published", []string{rec}
+	}, true},
 	{"queue set", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		src := must(leasequeue.NewValkeySource(noServer{}, draw("queue"), leasequeue.ValkeyOptions{Prefix: p.queue}))
 		set := rapid.SampledFrom([]string{":ready", ":due", ":done", ":dead", ":since"}).Draw(t, "set")
 		name := strings.TrimSuffix(src.ReadyKey(), ":ready") + set
 		return name, []string{src.ReadyKey()}
-	}},
+	}, false},
 	{"queue item key", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		src := must(leasequeue.NewValkeySource(noServer{}, draw("queue"), leasequeue.ValkeyOptions{Prefix: p.queue}))
 		id := draw("id")
@@ -105,21 +124,23 @@ var kinds = []kind{
 		// The claim script touches the queue's keys and the items it
 		// picks: all in the queue's slot.
 		return src.ItemKey(id, suffix), []string{src.ItemKey(id, "item"), src.ItemKey(id, "fence"), src.ReadyKey()}
-	}},
+	}, false},
 	{"group member set", func(t *rapid.T, p prefixes, draw func(string) string) (string, []string) {
 		return keyspace.Name(p.queue, keyspace.Tag(draw("group")), ":members"), nil
-	}},
+	}, false},
 }
 
 // TestNamesNeverMeet draws names of every kind and checks that two names
 // are equal only if they are of one kind and were made of the same
 // inputs, and that each name shares its hash tag with the keys a script
 // touches with it. Packages with one prefix share one namespace; the
-// prefixes of different packages must differ, as the defaults do.
+// prefixes of different packages must differ, as the defaults do. Keys
+// and channels are compared apart, as the server keeps them.
 func TestNamesNeverMeet(t *testing.T) {
 	names := rapid.OneOf(
 		rapid.StringMatching(`[a%{}/:2579BDF]{1,8}`),
-		rapid.StringMatching(`(a|/|:|item|fence:|%2F|%|\{|\}){1,5}`),
+		rapid.StringMatching(`(a|/|:|item|fence:|%2F|%|\{|\}|\{a\}|permit|/permit/|:permit:|0|7|/permits|:released){1,5}`),
+		rapid.StringMatching(`(a|/|:|\{|\}|\{a\}|%){1,3}/permit/(0|7|12)`), // the keys of permits
 		rapid.StringN(1, 16, 64),
 	).Filter(func(s string) bool { return fence.ValidateResource(s) == nil })
 	prefix := rapid.StringMatching(`[a-z:/%]{1,6}`)
@@ -135,7 +156,7 @@ func TestNamesNeverMeet(t *testing.T) {
 				seen[x] = true
 			}
 		}
-		made := map[string]string{} // name → what made it
+		made := map[string]string{} // name (channels marked) → what made it
 		for i := range 12 {
 			k := rapid.SampledFrom(kinds).Draw(t, fmt.Sprint("kind", i))
 			var inputs []string
@@ -146,10 +167,14 @@ func TestNamesNeverMeet(t *testing.T) {
 			}
 			name, mates := k.make(t, p, draw)
 			what := k.name + " " + strings.Join(inputs, " ")
-			if other, ok := made[name]; ok && other != what {
+			id := name
+			if k.channel {
+				id = "channel " + name
+			}
+			if other, ok := made[id]; ok && other != what {
 				t.Fatalf("%s and %s are both named %q", other, what, name)
 			}
-			made[name] = what
+			made[id] = what
 			for _, m := range mates {
 				if HashTag(m) != HashTag(name) {
 					t.Fatalf("%s: %q and %q, which one script touches, are in different hash slots", what, name, m)

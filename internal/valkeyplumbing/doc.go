@@ -6,8 +6,9 @@
 // subscription that wakes waiters up ([Subscribe]), the Lua helpers
 // that compare and advance fencing tokens exactly and bound them by the
 // server's clock ([TokenScript]), a walk of the keys of every primary
-// with SCAN ([ScanPrimaries]), and the read-only twin of a script for a
-// dry run ([NoWrites]).
+// with SCAN ([ScanPrimaries]), the read-only twin of a script for a
+// dry run ([NoWrites]), and the cluster hash slot of a name ([KeySlot]),
+// which decides whether one script may touch several keys on a cluster.
 //
 // backends/valkey, fence, cache and leasequeue use it and keep no copy of
 // their own; they only choose the words of their errors.

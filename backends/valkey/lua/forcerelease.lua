@@ -1,6 +1,6 @@
 #!lua
 -- forcerelease: end whichever acquisition holds the lease recorded in the
--- hash KEYS[1] (see acquire.lua for its fields), for an operator, keeping
+-- hash KEYS[1] (see record.lua for its fields), for an operator, keeping
 -- the record, and so the token, for the retention, and announce the
 -- release on a shard channel as release.lua does. It sets the expiry to -1, not 0 as
 -- release.lua does, so that renew.lua and release.lua can tell the ended

@@ -1,5 +1,5 @@
 #!lua flags=no-writes
--- inspect: read the lease recorded in the hash KEYS[1] (see acquire.lua for
+-- inspect: read the lease recorded in the hash KEYS[1] (see record.lua for
 -- its fields) without changing it. It never returns the nonce.
 --
 -- KEYS[1]  the lease record

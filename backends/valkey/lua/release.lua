@@ -1,6 +1,6 @@
 #!lua
 -- release: end one acquisition of the lease recorded in the hash KEYS[1]
--- (see acquire.lua for its fields), keeping the record, and so the token,
+-- (see record.lua for its fields), keeping the record, and so the token,
 -- for the retention, and announce the release on a shard channel.
 --
 -- KEYS[1]  the lease record
@@ -14,29 +14,21 @@
 -- or released), 3 if another acquisition holds or held the lease since, 4
 -- if forcerelease.lua ended it, 5 if there is no record.
 local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 'token', 'nonce', 'expires')
-if not r[1] then
-  return 5
+local r = record.read(rec)
+local token = ARGV[2]
+if token == '0' then
+  token = r[1]
 end
-if r[2] ~= ARGV[1] or (ARGV[2] ~= '0' and r[1] ~= ARGV[2]) then
-  return 3
-end
-if r[3] == '-1' then
-  return 4
-end
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-if tonumber(r[3]) <= now then
-  return 2
+local outcome = record.check(r, ARGV[1], token, record.now())
+if outcome ~= 1 then
+  return outcome
 end
 -- Announce first: a script that fails part-way keeps what it wrote, so a
 -- user refused the channel (an ACL without &channels) must fail before the
 -- writes, leaving the lease as it was, not released behind an error, and a
 -- held lease's record without a TTL. PEXPIRE, which a user may be refused
 -- too, comes before HSET for the same reason.
-redis.call('SPUBLISH', ARGV[3], r[1])
-if ARGV[4] ~= '0' then
-  redis.call('PEXPIRE', rec, ARGV[4])
-end
-redis.call('HSET', rec, 'expires', '0')
+record.announce(ARGV[3], r[1])
+record.keep(rec, ARGV[4])
+record.close(rec)
 return 1

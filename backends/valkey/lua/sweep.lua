@@ -1,5 +1,5 @@
 #!lua
--- sweep: remove the record of a lease (see acquire.lua for its fields) if
+-- sweep: remove the record of a lease (see record.lua for its fields) if
 -- the lease expired more than a retention ago, on this server's clock.
 -- Store.Sweep runs it on every record its SCAN finds.
 --

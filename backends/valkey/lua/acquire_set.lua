@@ -1,0 +1,52 @@
+#!lua
+-- acquire_set: grant the leases on a set of keys, all or none, to one
+-- acquisition, with one token. Each key's lease is an ordinary lease
+-- record (see record.lua), held by the set's nonce.
+--
+-- KEYS     the records of the set's keys, in the order of the keys
+-- ARGV[1]  owner
+-- ARGV[2]  nonce
+-- ARGV[3]  TTL in microseconds
+--
+-- Returns the token (an integer) when the set is granted or, for a nonce
+-- that holds every key of it with one token, extended; or {index, token,
+-- owner, remaining microseconds} of the first key (1-based, in the order
+-- of KEYS) that another acquisition holds, changing nothing.
+--
+-- The token is above the last token of every key and never below the
+-- clock (record.next_token). A nonce that holds only some of the keys (one
+-- was force-released since) gets them all again with a new token.
+local now = record.now()
+local recs, last, mine, token = {}, 0, true, nil
+for i, rec in ipairs(KEYS) do
+  local r = record.read(rec)
+  recs[i] = r
+  last = math.max(last, record.token(r))
+  local left = record.left(r, now)
+  if left > 0 and r[2] ~= ARGV[2] then
+    return {i, record.token(r), r[4], left}
+  end
+  if left <= 0 or (token and r[1] ~= token) then
+    mine = false
+  end
+  token = r[1]
+end
+if mine then
+  -- The same acquisition asks again (a retry after an unanswered attempt):
+  -- extend it and return its token.
+  for _, rec in ipairs(KEYS) do
+    redis.call('PERSIST', rec)
+  end
+  for _, rec in ipairs(KEYS) do
+    record.extend(rec, now, now + ARGV[3])
+  end
+  return tonumber(token)
+end
+token = record.next_token(last, now)
+for _, rec in ipairs(KEYS) do
+  redis.call('PERSIST', rec)
+end
+for i, rec in ipairs(KEYS) do
+  record.grant(rec, recs[i], token, ARGV[1], ARGV[2], now, now + ARGV[3])
+end
+return token

@@ -1,0 +1,134 @@
+-- record: the lease record and what every script that grants, extends or
+-- ends a lease does to it. scripts.go puts this text at the top of
+-- acquire.lua, renew.lua, release.lua and the scripts of semaphores and
+-- sets (acquire_permit.lua, acquire_set.lua, renew_set.lua,
+-- release_set.lua), after their first line, so that they keep one record
+-- format and one token rule.
+--
+-- A lease record is a hash with the fields
+--   token    the last token issued for the key (decimal)
+--   owner    the owner string of the last acquisition
+--   nonce    the secret of the last acquisition
+--   expires  when the last acquisition ends, in microseconds since the Unix
+--            epoch on this server's clock (0 once released, -1 once ended
+--            by forcerelease.lua)
+--   acquired when the last acquisition was granted (microseconds)
+--   renewed  when it was last extended (renew.lua, renew_set.lua, or a
+--            script that grants, again for its nonce), microseconds;
+--            acquired until then
+--   transitions  how many grants the record saw after its first (0 for
+--            the first); a record written by an older version, without
+--            the field, counts from 0
+-- While the lease is held the record has no TTL, so that the volatile-*
+-- maxmemory policies cannot evict it. Once the lease ended the record is
+-- kept for a retention: release.lua, release_set.lua and forcerelease.lua
+-- give it that TTL, and sweep.lua removes the record of a lease that
+-- expired once the retention passed.
+--
+-- Numbers are passed to HSET as Lua numbers, which the server writes as
+-- exact decimal integers below 2^53 (tokens and expiry times are).
+--
+-- A script that fails part-way keeps what it wrote, and the Store reports
+-- a refused script as not applied: so every script runs the commands a
+-- user may be refused (PERSIST, SPUBLISH, PEXPIRE) before its first HSET.
+local record = {}
+
+-- record.now() returns the server's clock in microseconds since the Unix
+-- epoch.
+function record.now()
+  local t = redis.call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+
+-- record.read(rec) returns the fields token, nonce, expires, owner and
+-- transitions of the record rec, in that order (false for a missing one).
+function record.read(rec)
+  return redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner', 'transitions')
+end
+
+-- record.token(r) returns the last token of a record read by record.read,
+-- 0 if there is none.
+function record.token(r)
+  return tonumber(r[1]) or 0
+end
+
+-- record.left(r, now) returns how long the lease of a record read by
+-- record.read is still held at now, in microseconds: 0 or less if it is
+-- free.
+function record.left(r, now)
+  return (tonumber(r[3]) or 0) - now
+end
+
+-- record.next_token(last, now) returns the token of a new grant after the
+-- token last: never below last + 1, and never below the clock, so that
+-- tokens keep rising even after the record was lost (a restart without
+-- persistence, a failover to a replica that missed writes) or removed
+-- after its retention.
+function record.next_token(last, now)
+  local token = last + 1
+  if token < now then
+    token = now
+  end
+  return token
+end
+
+-- record.grant(rec, r, token, owner, nonce, now, expires) records a new
+-- grant at now in rec, whose fields record.read returned as r. The caller
+-- ran PERSIST on rec first: granting removes any TTL the record carries
+-- from an ended lease.
+function record.grant(rec, r, token, owner, nonce, now, expires)
+  -- A record that existed saw a grant before this one: one more transition.
+  local transitions = 0
+  if r[1] then
+    transitions = (tonumber(r[5]) or 0) + 1
+  end
+  redis.call('HSET', rec, 'token', token, 'owner', owner, 'nonce', nonce, 'expires', expires,
+    'acquired', now, 'renewed', now, 'transitions', transitions)
+end
+
+-- record.extend(rec, now, expires) extends the lease held in rec to
+-- expires, renewed at now.
+function record.extend(rec, now, expires)
+  redis.call('HSET', rec, 'expires', expires, 'renewed', now)
+end
+
+-- record.check(r, nonce, token, now) says what the record r, read by
+-- record.read, holds for the acquisition (nonce, token): 1 if it holds the
+-- lease now, 2 if it expired (or was released), 3 if another acquisition
+-- holds or held the lease since, 4 if forcerelease.lua ended it, 5 if
+-- there is no record.
+function record.check(r, nonce, token, now)
+  if not r[1] then
+    return 5
+  end
+  if r[2] ~= nonce or r[1] ~= token then
+    return 3
+  end
+  if r[3] == '-1' then
+    return 4
+  end
+  if tonumber(r[3]) <= now then
+    return 2
+  end
+  return 1
+end
+
+-- record.announce(channel, token) announces on the shard channel of a
+-- record (in its hash slot) that the lease with token is free.
+function record.announce(channel, token)
+  redis.call('SPUBLISH', channel, token)
+end
+
+-- record.keep(rec, retention) gives the record of an ended lease the
+-- retention (milliseconds, a string) as its TTL; "0" keeps it forever.
+function record.keep(rec, retention)
+  if retention ~= '0' then
+    redis.call('PEXPIRE', rec, retention)
+  end
+end
+
+-- record.close(rec) marks the lease of rec released.
+function record.close(rec)
+  redis.call('HSET', rec, 'expires', '0')
+end
+
