@@ -35,7 +35,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 		defer c.Release()
 		db = c
 	}
-	rows, err := db.Query(ctx, loadQuery("list", s.names.qualified), prefix, cursor, min(int64(limit), math.MaxInt64-1)+1)
+	rows, err := db.Query(ctx, loadQuery("list", s.names), prefix, cursor, min(int64(limit), math.MaxInt64-1)+1)
 	if err != nil {
 		return nil, "", classify(err, s.names.qualified)
 	}
@@ -109,7 +109,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		left    int64
 		h       history
 	)
-	ok, err := s.queryRow(ctx, loadQuery("forcerelease", s.names.qualified),
+	ok, err := s.queryRow(ctx, loadQuery("forcerelease", s.names),
 		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left, &h.acquired, &h.renewed, &h.transitions)
 	if err != nil {
 		return lease.Record{}, err

@@ -52,7 +52,10 @@ const poolerProbeTimeout = 3 * time.Second
 // nothing: it reads catalogs and settings, and runs one Inspect. Problems
 // are:
 //
-//   - the lease table missing, or lacking a column the statements use;
+//   - the lease table missing, or lacking a column the statements use, or
+//     the functions beside it that AcquirePermit, AcquireSet, RenewSet
+//     and ReleaseSet call (migration 005) missing, or without EXECUTE for
+//     the role;
 //   - a versions table (Table + "_migrations", kept by Migrate) that lists
 //     fewer migrations than this version of the package has;
 //   - a role without USAGE on the schema, or without SELECT, INSERT or
@@ -139,6 +142,7 @@ func (s *Store) Diagnose(ctx context.Context) CheckReport {
 			problem("the role lacks DELETE on lease table %s: the records of ended leases are never removed (Store.Sweep, which a lease.Client runs in the background, fails), so the table keeps a row per key ever used; GRANT DELETE ON %s TO the role, or set Options.Retention to lease.KeepForever", table, table)
 		}
 		s.checkColumns(ctx, &r)
+		s.checkFunctions(ctx, &r)
 		if persistence == "u" {
 			advise("lease table %s is UNLOGGED: a crash of the database server or a failover empties it and frees every lease at once (tokens stay safe)", table)
 		}
@@ -185,6 +189,43 @@ WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 	}
 	if len(wrong) > 0 {
 		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks columns %s: it was not created by this version's migrations; %s", s.names.qualified, strings.Join(slices.Sorted(slices.Values(wrong)), ", "), pgplumbing.MigrateHint(migrateFn)))
+	}
+}
+
+// groupFunctions are the functions of migration 005 beside the lease
+// table, by the suffix of their names and their argument types.
+var groupFunctions = []struct{ suffix, args string }{
+	{fnPermit, "text, text, text, interval, integer"},
+	{fnSetAcquire, "text[], text, text, interval"},
+	{fnSetRenew, "text[], text, bigint, interval"},
+	{fnSetRelease, "text[], text, bigint, text"},
+}
+
+// checkFunctions reports the functions of migration 005 missing, or
+// without EXECUTE for the role: AcquirePermit, AcquireSet, RenewSet and
+// ReleaseSet would fail.
+func (s *Store) checkFunctions(ctx context.Context, r *CheckReport) {
+	var missing, denied []string
+	for _, f := range groupFunctions {
+		sig := pgplumbing.Quote(s.names.schema, s.names.table+f.suffix) + "(" + f.args + ")"
+		var exists, execute bool
+		err := s.db.QueryRow(ctx, `SELECT to_regprocedure($1::text) IS NOT NULL,
+       coalesce(has_function_privilege(to_regprocedure($1::text), 'EXECUTE'), false)`, exec, sig).Scan(&exists, &execute)
+		switch {
+		case err != nil:
+			r.Problems = append(r.Problems, fmt.Errorf("reading the functions of %s: %w", s.names.qualified, classify(err, s.names.qualified)))
+			return
+		case !exists:
+			missing = append(missing, sig)
+		case !execute:
+			denied = append(denied, sig)
+		}
+	}
+	if len(missing) > 0 {
+		r.Problems = append(r.Problems, fmt.Errorf("lease table %s lacks the functions %s of migration 005, which semaphores and sets of keys call: %s", s.names.qualified, strings.Join(missing, ", "), pgplumbing.MigrateHint(migrateFn)))
+	}
+	if len(denied) > 0 {
+		r.Problems = append(r.Problems, fmt.Errorf("the role lacks EXECUTE on %s, which semaphores and sets of keys call: GRANT EXECUTE ON FUNCTION %s TO the role", strings.Join(denied, ", "), strings.Join(denied, ", ")))
 	}
 }
 

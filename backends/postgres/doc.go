@@ -22,6 +22,11 @@
 //	key text PRIMARY KEY, owner text, nonce text, token bigint, expires_at timestamptz,
 //	watched_until timestamptz
 //
+// Beside the table, migration 005 creates four functions named after it
+// (public.leases_permit, leases_setacquire, leases_setrenew and
+// leases_setrelease by default), which the semaphore and set statements
+// call, and a partial index on the permit keys (leases_permits).
+//
 // Release sets expires_at to a thousand years before the release, and
 // ForceRelease to two thousand years before it: long past, so a backward
 // step of the database's clock cannot bring an ended lease back, and
@@ -90,6 +95,23 @@
 //     same statement says whether the acquisition expired or was
 //     superseded;
 //   - Inspect reads the row;
+//   - AcquirePermit (lease.PermitAcquirer) calls leases_permit: permit
+//     acquisitions of one semaphore take turns on a transaction-scoped
+//     advisory lock, read every permit row of the semaphore (through the
+//     partial index, in one range of keys), and extend the caller's own
+//     permit (an idempotent retry) or take the lowest free slot with a
+//     token above every permit's, trying the next free slot in the same
+//     call if another statement took it meanwhile; acquisitions of one
+//     semaphore therefore run one after another on the database;
+//   - AcquireSet (lease.SetAcquirer) calls leases_setacquire, which locks
+//     the keys' rows one at a time in byte order (COLLATE "C"), inserting
+//     a row for a key that has none, stops at the first key held by
+//     another acquisition and removes the rows it inserted, and otherwise
+//     writes every key with one token above all of theirs; RenewSet and
+//     ReleaseSet lock the rows in the same order before they write. Any
+//     set of keys works, and no two set statements can wait for each
+//     other in a cycle: each waits only for a key greater than every key
+//     it holds (migrations/005_lease_groups.up.sql gives the argument);
 //   - Sweep reads a page of rows in key order and, in the same statement,
 //     deletes those whose lease ended a retention ago, skipping rows that
 //     another session has locked and keeping any that an acquisition took
@@ -148,7 +170,9 @@
 // pg_notify itself, but only for a key that a waiter marked (one short
 // UPDATE when the wait starts, renewed every minute): NOTIFY makes
 // committing transactions queue on a global lock, which releases that
-// nobody waits for should not pay. Trying again when the holder's
+// nobody waits for should not pay. ReleaseSet notifies for each key it
+// releases, as Release does for its key, and a permit is watched by its
+// permit key. Trying again when the holder's
 // remaining time runs out stays the fallback, so a lost notification only
 // costs time. Store.Close gives the listener's
 // connection back. Options.DisableNotify turns all of this off.
@@ -177,7 +201,8 @@
 //
 // # Connection poolers
 //
-// The statements need no session state: no session advisory lock, no
+// The statements need no session state: no session advisory lock (the
+// permit function's advisory lock ends with its transaction), no
 // temporary table, no SET. They work through PgBouncer in transaction (or
 // statement) mode. With PgBouncer 1.21 or later and max_prepared_statements
 // set, keep pgx's default exec mode, which prepares each statement once per

@@ -75,8 +75,8 @@ func TestNotSent(t *testing.T) {
 }
 
 func TestRenderReplacesOnlyTheTable(t *testing.T) {
-	for _, name := range []string{"acquire", "renew", "release", "inspect", "guard"} {
-		q := loadQuery(name, `"s"."t"`)
+	for _, name := range []string{"acquire", "renew", "release", "inspect", "guard", "watch", "permit", "setacquire", "setrenew", "setrelease"} {
+		q := loadQuery(name, names{schema: "s", table: "t", qualified: `"s"."t"`})
 		if strings.Contains(q, "leases") || strings.Contains(q, "public") {
 			t.Errorf("%s still names the default table:\n%s", name, q)
 		}

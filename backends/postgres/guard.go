@@ -19,7 +19,7 @@ var quotedQualified = regexp.MustCompile(`^"(?:[^"\x00]|"")+"\."(?:[^"\x00]|"")+
 // guardParts is queries/guard.sql without its comments, split around each
 // mention of the default table, read once: CheckGuard runs in the caller's
 // hot path and only joins the parts with the guard's table.
-var guardParts = defaultTable.Split(loadQuery("guard", DefaultSchema+"."+DefaultTable), -1)
+var guardParts = defaultTable.Split(queryText("guard"), -1)
 
 // CheckGuard reports whether the lease record of g still shows g's
 // acquisition (same owner and token, not expired on the database's

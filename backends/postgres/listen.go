@@ -20,6 +20,9 @@ const (
 	rearmEvery = time.Minute
 	// armTimeout bounds one marking statement.
 	armTimeout = 2 * time.Second
+	// armBatches is how many batches of keys the marking goroutine marks
+	// at most before it wakes the watches of those it did not find held.
+	armBatches = 4
 	// listenBackoffMin and listenBackoffMax bound the pause before the
 	// listener tries again after losing its connection.
 	listenBackoffMin = 50 * time.Millisecond
@@ -41,6 +44,17 @@ type watchers struct {
 	cancel  context.CancelFunc // stops that goroutine
 	wg      sync.WaitGroup     // every listener goroutine, also those exiting
 	arms    sync.WaitGroup     // every marking goroutine
+
+	// listening: the listener's LISTEN is in effect. While it is not, new
+	// watches are not marked: the listener marks every watched key once
+	// it listens (again).
+	listening bool
+
+	// Keys waiting to be marked, and whether a marking goroutine runs:
+	// one goroutine marks them in turn, so that the keys of one waiter,
+	// watched one after another, are marked in one pass (see armLocked).
+	pending []pendingMark
+	arming  bool
 }
 
 type watch struct{ c chan struct{} }
@@ -54,15 +68,22 @@ func (w *watch) wake() {
 }
 
 // WatchReleases implements lease.ReleaseWatcher with LISTEN/NOTIFY: the
-// channel receives a value when a Release of key commits.
+// channel receives a value when a release of key commits (Release, or
+// ReleaseSet of a set with key; a permit of a semaphore is watched by its
+// permit key, lease.PermitKey).
 //
 // A release notifies only if someone marked the key as waited for, since
 // NOTIFY makes every committing transaction that sends one queue on a
 // global lock. So WatchReleases marks the key, in the background and with
 // one short statement (queries/watch.sql), for five minutes, renewed every
-// minute while the watch lasts. The channel also receives a value when
-// that mark is set and whenever the listener (re)starts listening, since a
-// release may have gone unseen before: the waiter then simply tries again.
+// minute while the watch lasts; the mark is set once the listener listens,
+// and set again whenever it listens anew after losing its connection.
+// The channel also receives a value when a mark does not find the key
+// held, since its release may have gone unseen before: the waiter then
+// simply tries again. A key the mark finds held is released after the
+// mark, which notifies, so its watch stays quiet until then, and a waiter
+// that watches many keys at once (the permits of a semaphore, the keys of
+// a set) is not woken for the held ones.
 //
 // All watches of a Store share one listener, which holds one connection
 // from the pool while any watch is active (and for a short while after),
@@ -98,7 +119,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		s.w.wg.Add(1)
 		go s.listen(lctx)
 	}
-	s.armLocked([]string{key}, true)
+	if s.w.listening {
+		s.armLocked([]string{key}, true)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -116,34 +139,100 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	return w.c, stop, nil
 }
 
-// armLocked marks keys as waited for, in a goroutine of its own, and then,
-// if wake is set, wakes their watches: a key's release may have committed
-// before its mark, unannounced. The caller holds s.mu and has checked
-// that the Store is not closed.
+// dedupe returns the marks of batch with each key once, in the order of
+// their first mark, waking if any of its marks does.
+func dedupe(batch []pendingMark) []pendingMark {
+	at := make(map[string]int, len(batch))
+	out := batch[:0:0]
+	for _, m := range batch {
+		if i, ok := at[m.key]; ok {
+			out[i].wake = out[i].wake || m.wake
+			continue
+		}
+		at[m.key] = len(out)
+		out = append(out, m)
+	}
+	return out
+}
+
+// pendingMark is a key to mark, and whether to wake its watches if the
+// mark does not find it held.
+type pendingMark struct {
+	key  string
+	wake bool
+}
+
+// armLocked marks keys as waited for, in the background, and then, if
+// wake is set, wakes the watches of each key that the mark did not find
+// held: its release may have committed before the mark, unannounced. A
+// key the mark found held (see queries/watch.sql) needs no wake-up: its
+// release comes after the mark and notifies.
+//
+// One goroutine marks the keys of every call in turn, and wakes the
+// watches only once it has no key left to mark: a waiter for a semaphore
+// or a set watches every permit or key, one call after another, and is
+// then woken once for them all instead of once per key. The caller holds
+// s.mu and has checked that the Store is not closed.
 func (s *Store) armLocked(keys []string, wake bool) {
+	if len(keys) == 0 {
+		return
+	}
+	for _, key := range keys {
+		s.w.pending = append(s.w.pending, pendingMark{key, wake})
+	}
+	if s.w.arming {
+		return
+	}
+	s.w.arming = true
 	s.w.arms.Add(1)
-	go func() {
-		defer s.w.arms.Done()
-		for _, key := range keys {
-			if s.arm(key) == nil && wake {
+	go s.armPending()
+}
+
+// armPending marks the pending keys until none is left, and then wakes
+// the watches of those it did not find held. Under a steady stream of new
+// watches it wakes them also after every armBatches batches, so that no
+// wake-up waits for long.
+func (s *Store) armPending() {
+	defer s.w.arms.Done()
+	var wake []string
+	for batches := 1; ; batches++ {
+		s.mu.Lock()
+		batch := s.w.pending
+		s.w.pending = nil
+		if len(batch) == 0 {
+			s.w.arming = false
+		}
+		s.mu.Unlock()
+		if len(batch) == 0 || batches%armBatches == 0 {
+			for _, key := range wake {
 				s.wakeKey(key)
 			}
+			wake = wake[:0]
 		}
-	}()
+		if len(batch) == 0 {
+			return
+		}
+		for _, m := range dedupe(batch) {
+			if held, err := s.arm(m.key); err == nil && m.wake && !held {
+				wake = append(wake, m.key)
+			}
+		}
+	}
 }
 
 // arm runs queries/watch.sql for key, on a connection of the listener's
-// pool, bounded by armTimeout and by Close.
-func (s *Store) arm(key string) error {
+// pool, bounded by armTimeout and by Close. It reports whether the key is
+// held by an acquisition whose release will notify.
+func (s *Store) arm(key string) (held bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, armTimeout)
 	defer cancel()
 	c, err := s.lisPool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Release()
-	_, err = c.Exec(ctx, s.q.watch, key)
-	return err
+	err = c.QueryRow(ctx, s.q.watch, key).Scan(&held)
+	return held, err
 }
 
 // rearm marks every watched key again. It wakes no watch: each key was
@@ -166,7 +255,7 @@ func (s *Store) rearm() {
 	s.armLocked(keys, false)
 }
 
-// wakeKey wakes the watches of key; wakeAll wakes every watch.
+// wakeKey wakes the watches of key.
 func (s *Store) wakeKey(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -175,14 +264,28 @@ func (s *Store) wakeKey(key string) {
 	}
 }
 
-func (s *Store) wakeAll() {
+// startListening records that LISTEN is in effect and marks every watched
+// key, waking the watches of those the marks do not find held.
+func (s *Store) startListening() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, set := range s.w.byKey {
-		for w := range set {
-			w.wake()
-		}
+	s.w.listening = true
+	if s.closed {
+		return
 	}
+	keys := make([]string, 0, len(s.w.byKey))
+	for key := range s.w.byKey {
+		keys = append(keys, key)
+	}
+	s.armLocked(keys, true)
+}
+
+// stopListening records that LISTEN is no longer in effect: the
+// listener's connection is gone.
+func (s *Store) stopListening() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.listening = false
 }
 
 // idleExit reports whether the listener may exit because no watch is
@@ -254,8 +357,11 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		return err
 	}
-	// Releases may have committed before LISTEN took effect.
-	s.wakeAll()
+	// Releases may have committed before LISTEN took effect: mark every
+	// watched key (again), which wakes the watches of those not found
+	// held. A key found held is released later, and notifies.
+	s.startListening()
+	defer s.stopListening()
 	armed := time.Now()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, min(s.idle, rearmEvery))

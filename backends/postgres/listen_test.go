@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,12 +44,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// settle waits until the watches of s are marked and the listener
-// listens, and then drains cs of the wake-ups those cause.
+// settle waits until the listener listens and the watches of s are
+// marked, and then drains cs of the wake-ups those cause.
 func settle(t *testing.T, s *leasepostgres.Store, pool *pgxpool.Pool, cs ...<-chan struct{}) {
 	t.Helper()
+	eventually(t, "the listener listens", func() bool { return leasepostgres.Listening(s) && listening(t, pool) == 1 })
 	leasepostgres.WaitMarked(s)
-	eventually(t, "the listener listens", func() bool { return listening(t, pool) == 1 })
 	for range 2 {
 		time.Sleep(20 * time.Millisecond)
 		for _, c := range cs {
@@ -80,10 +81,10 @@ func TestWatchReleasesWakesOnRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1, c2 := watch(t, s, "k1"), watch(t, s, "k2")
-	// The listener wakes every watch once it listens, and marking a key
-	// wakes its watches: a release may have gone unseen before.
-	receive(t, "start of listening (k1)", c1)
-	receive(t, "start of listening (k2)", c2)
+	// Once the listener listens it marks the watched keys, and a mark
+	// that does not find its key held wakes the key's watches: a release
+	// may have gone unseen before. k1 is held: its release notifies.
+	receive(t, "mark of k2, which has no lease", c2)
 	settle(t, s, pool, c1, c2)
 	if err := s.Release(ctx, lease.Acquisition{Key: "k1", Nonce: "n", Token: tok}); err != nil {
 		t.Fatal(err)
@@ -218,29 +219,97 @@ func TestListenerGoesIdle(t *testing.T) {
 }
 
 // TestListenerReconnects: when its connection is killed, the listener
-// takes another and wakes every watch, since releases may have been
-// missed.
+// takes another and marks every watched key again, which wakes the
+// watches of a key released meanwhile (its release notified nobody) and
+// leaves a key still held quiet until its release.
 func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDatabase(t), nil)
-	s := newStore(t, pool, leasepostgres.Options{})
 	ctx := ctxT(t)
-	tok, err := s.Acquire(ctx, lease.AcquireRequest{Key: "k", Owner: "o", Nonce: "n", TTL: time.Minute})
+	if err := leasepostgres.Migrate(ctx, pool, leasepostgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	lp := &gatedPool{pool: pool}
+	lp.open()
+	s, err := leasepostgres.NewWithListenPool(pool, leasepostgres.Options{}, lp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := watch(t, s, "k")
-	settle(t, s, pool, c)
+	defer s.Close()
+	acquire := func(key string) lease.Acquisition {
+		a := lease.Acquisition{Key: key, Owner: "o", Nonce: "n-" + key}
+		var err error
+		if a.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	k, gone := acquire("k"), acquire("gone")
+	c, goneC := watch(t, s, k.Key), watch(t, s, gone.Key)
+	settle(t, s, pool, c, goneC)
+
+	// Hold the listener's next connection back until "gone" is released,
+	// so that its release notifies nobody.
+	lp.shut()
 	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE 'LISTEN%'`); err != nil {
 		t.Fatal(err)
 	}
-	receive(t, "listening again", c)
-	settle(t, s, pool, c)
-	if err := s.Release(ctx, lease.Acquisition{Key: "k", Nonce: "n", Token: tok}); err != nil {
+	eventually(t, "the listener lost its connection", func() bool { return !leasepostgres.Listening(s) })
+	if err := s.Release(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	lp.open()
+	receive(t, "the mark of a key released while the listener was away", goneC)
+	settle(t, s, pool, c, goneC)
+	select {
+	case <-c:
+		t.Fatal("the watch of a key still held woke up when the listener listened again")
+	default:
+	}
+	if err := s.Release(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, "release after reconnecting", c)
+}
+
+// gatedPool hands out the connections of pool while it is open, and
+// makes Acquire wait while it is shut.
+type gatedPool struct {
+	pool *pgxpool.Pool
+	mu   sync.Mutex
+	gate chan struct{} // closed while open
+}
+
+func (g *gatedPool) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate == nil {
+		g.gate = make(chan struct{})
+	}
+	select {
+	case <-g.gate:
+	default:
+		close(g.gate)
+	}
+}
+
+func (g *gatedPool) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gatedPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	select {
+	case <-gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.pool.Acquire(ctx)
 }
 
 func TestDisableNotify(t *testing.T) {

@@ -53,7 +53,7 @@ func Migrate(ctx context.Context, db Beginner, o Options) error {
 		Schema:   n.schema,
 		Versions: n.versions,
 		Lock:     "github.com/golib/lease/backends/postgres.Migrate\x00" + n.qualified,
-		Render:   func(sql string) string { return render(sql, n.qualified) },
+		Render:   n.render,
 		After: func(ctx context.Context, tx pgx.Tx) error {
 			if err := dropTokenCheck(ctx, tx, n.qualified); err != nil {
 				return err

@@ -49,14 +49,38 @@ func GooseMigrations() fs.FS { return gooseMigrations }
 var gooseMigrations = pgmigrate.MustGoose(Migrations())
 
 // defaultTable is how the embedded SQL names the lease table. Every
-// mention of the table in the embedded files has exactly this form, and
-// render replaces it.
+// mention of the table in the embedded files has exactly this form.
 var defaultTable = regexp.MustCompile(`\bpublic\.leases\b`)
 
-// render returns sql with the default table name replaced by table, an
-// already quoted qualified name.
-func render(sql, table string) string {
-	return defaultTable.ReplaceAllLiteralString(sql, table)
+// defaultNames matches how the embedded SQL names the lease table and the
+// objects of migration 005 beside it: the table public.leases, the
+// functions public.leases_permit, public.leases_setacquire, ..., and the
+// index leases_permits, which CREATE INDEX names without its schema.
+// names.render replaces each with the name derived from the Store's
+// table: the table's name plus the same suffix.
+var defaultNames = regexp.MustCompile(`\bpublic\.leases(_[a-z]+)?\b|\bleases_permits\b`)
+
+// bodyTag is the dollar quote around the function bodies of the embedded
+// migrations.
+const bodyTag = "$body$"
+
+// render returns sql with the default names replaced by those of n,
+// quoted. If the schema's or table's name contains the dollar quote
+// around function bodies, the bodies get another one.
+func (n names) render(sql string) string {
+	if strings.Contains(sql, bodyTag) {
+		tag := bodyTag
+		for i := 1; strings.Contains(n.schema, tag) || strings.Contains(n.table, tag); i++ {
+			tag = fmt.Sprintf("$body%d$", i)
+		}
+		sql = strings.ReplaceAll(sql, bodyTag, tag)
+	}
+	return defaultNames.ReplaceAllStringFunc(sql, func(m string) string {
+		if suffix, ok := strings.CutPrefix(m, DefaultSchema+"."+DefaultTable); ok {
+			return pgplumbing.Quote(n.schema, n.table+suffix)
+		}
+		return pgplumbing.Quote(n.table + strings.TrimPrefix(m, DefaultTable))
+	})
 }
 
 // names holds the validated, quoted names of one lease table.
@@ -92,6 +116,8 @@ func newNames(schema, table string) (names, error) {
 type queries struct {
 	acquire, renew, release, inspect, watch string
 	sweep, sweepList                        string
+	// The calls of the functions of migration 005 (lease groups).
+	permit, setAcquire, setRenew, setRelease string
 	// extra is the number of result columns the writing statements
 	// (acquire, renew, release) have beyond those their files document:
 	// 1 with asyncCommit, whose value the Store skips.
@@ -107,29 +133,50 @@ type queries struct {
 // nothing, so its commit has nothing to wait for.
 const asyncCommit = ",\n       pg_catalog.set_config('synchronous_commit', 'off', true)"
 
-func loadQuery(name, table string) string {
+// asyncCommitFrom ends the FROM list of each call of a function of
+// migration 005 (permit.sql, setacquire.sql, setrenew.sql, setrelease.sql)
+// with the same set_config as asyncCommit: a function of one row in FROM
+// adds no column, so these statements keep the columns their files
+// document.
+const asyncCommitFrom = ",\n     pg_catalog.set_config('synchronous_commit', 'off', true) AS async"
+
+// queryText returns queries/name.sql without its comments, naming the
+// default table.
+func queryText(name string) string {
 	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
 	if err != nil {
 		panic(err) // the files are embedded
 	}
-	return render(stripComments(string(b)), table)
+	return stripComments(string(b))
 }
 
-func newQueries(table string, async bool) queries {
+// loadQuery returns queries/name.sql without its comments, for the table
+// and functions of n.
+func loadQuery(name string, n names) string { return n.render(queryText(name)) }
+
+func newQueries(n names, async bool) queries {
 	q := queries{
-		acquire:   loadQuery("acquire", table),
-		renew:     loadQuery("renew", table),
-		release:   loadQuery("release", table),
-		inspect:   loadQuery("inspect", table),
-		watch:     loadQuery("watch", table),
-		sweep:     loadQuery("sweep", table),
-		sweepList: loadQuery("sweeplist", table),
+		acquire:    loadQuery("acquire", n),
+		renew:      loadQuery("renew", n),
+		release:    loadQuery("release", n),
+		inspect:    loadQuery("inspect", n),
+		watch:      loadQuery("watch", n),
+		sweep:      loadQuery("sweep", n),
+		sweepList:  loadQuery("sweeplist", n),
+		permit:     loadQuery("permit", n),
+		setAcquire: loadQuery("setacquire", n),
+		setRenew:   loadQuery("setrenew", n),
+		setRelease: loadQuery("setrelease", n),
 	}
 	if async {
 		q.acquire += asyncCommit
 		q.renew += asyncCommit
 		q.release += asyncCommit
 		q.extra = 1
+		q.permit += asyncCommitFrom
+		q.setAcquire += asyncCommitFrom
+		q.setRenew += asyncCommitFrom
+		q.setRelease += asyncCommitFrom
 	}
 	return q
 }

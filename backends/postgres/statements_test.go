@@ -42,7 +42,8 @@ func (l *statementLog) take() []string {
 
 // TestOneStatementPerOperation checks that every operation, whatever its
 // outcome, sends exactly one statement and no transaction control, also
-// with AsyncCommit.
+// with AsyncCommit: the semaphore and set operations too, whose one
+// statement calls a function of migration 005.
 func TestOneStatementPerOperation(t *testing.T) {
 	t.Parallel()
 	url := newDatabase(t)
@@ -66,6 +67,9 @@ func oneStatementPerOperation(t *testing.T, url string, o leasepostgres.Options)
 
 	a := lease.Acquisition{Key: "k", Owner: "a", Nonce: "nonce-a"}
 	b := lease.Acquisition{Key: "k", Owner: "b", Nonce: "nonce-b"}
+	p := lease.Acquisition{Owner: "p", Nonce: "nonce-p"}
+	set := lease.Acquisition{Owner: "set", Nonce: "nonce-set"}
+	setKeys := []string{"set/1", "set/2", "set/3"}
 	steps := []struct {
 		name string
 		op   func() error
@@ -92,6 +96,36 @@ func oneStatementPerOperation(t *testing.T, url string, o leasepostgres.Options)
 			return wantErr(s.Renew(ctx, lease.Acquisition{Key: "none", Nonce: "x", Token: 1}, time.Minute), lease.ErrLost)
 		}},
 		{"inspect (no record)", func() error { _, err := s.Inspect(ctx, "none"); return err }},
+		{"acquire permit (granted)", func() (err error) {
+			_, p.Token, err = s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: p.Owner, Nonce: p.Nonce, TTL: time.Minute}, 1)
+			return err
+		}},
+		{"acquire permit (same nonce)", func() error {
+			_, _, err := s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: p.Owner, Nonce: p.Nonce, TTL: time.Minute}, 1)
+			return err
+		}},
+		{"acquire permit (all held)", func() error {
+			_, _, err := s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: b.Owner, Nonce: b.Nonce, TTL: time.Minute}, 1)
+			return wantErr(err, lease.ErrNotAcquired)
+		}},
+		{"acquire set (granted)", func() (err error) {
+			set.Token, err = s.AcquireSet(ctx, setKeys, lease.AcquireRequest{Owner: set.Owner, Nonce: set.Nonce, TTL: time.Minute})
+			return err
+		}},
+		{"acquire set (same nonce)", func() error {
+			_, err := s.AcquireSet(ctx, setKeys, lease.AcquireRequest{Owner: set.Owner, Nonce: set.Nonce, TTL: time.Minute})
+			return err
+		}},
+		{"acquire set (a key held)", func() error {
+			_, err := s.AcquireSet(ctx, []string{"set/3", "set/4"}, lease.AcquireRequest{Owner: b.Owner, Nonce: b.Nonce, TTL: time.Minute})
+			return wantErr(err, lease.ErrNotAcquired)
+		}},
+		{"renew set (renewed)", func() error { return s.RenewSet(ctx, setKeys, set, time.Minute) }},
+		{"renew set (superseded)", func() error {
+			return wantErr(s.RenewSet(ctx, setKeys, lease.Acquisition{Nonce: b.Nonce, Token: set.Token}, time.Minute), lease.ErrLost)
+		}},
+		{"release set (released)", func() error { return s.ReleaseSet(ctx, setKeys, set) }},
+		{"release set (expired)", func() error { return wantErr(s.ReleaseSet(ctx, setKeys, set), lease.ErrLost) }},
 	}
 	for _, st := range steps {
 		if err := st.op(); err != nil {
@@ -171,6 +205,50 @@ func TestAsyncCommit(t *testing.T) {
 	}
 	if v := setting(pool); v != "on" {
 		t.Errorf("after the transaction the connection has synchronous_commit = %q, want on", v)
+	}
+
+	// The calls of the functions of migration 005 set it in their FROM
+	// list.
+	for _, step := range []struct {
+		name string
+		op   func(s *leasepostgres.Store) error
+	}{
+		{"acquire permit", func(s *leasepostgres.Store) error {
+			_, _, err := s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: "a", Nonce: "nonce-p", TTL: time.Minute}, 2)
+			return err
+		}},
+		{"acquire set", func(s *leasepostgres.Store) error {
+			_, err := s.AcquireSet(ctx, []string{"x", "y"}, lease.AcquireRequest{Owner: "a", Nonce: "nonce-s", TTL: time.Minute})
+			return err
+		}},
+		{"renew set", func(s *leasepostgres.Store) error {
+			return s.RenewSet(ctx, []string{"x", "y"}, lease.Acquisition{Nonce: "nonce-s"}, time.Minute)
+		}},
+		{"release set", func(s *leasepostgres.Store) error {
+			return s.ReleaseSet(ctx, []string{"x", "y"}, lease.Acquisition{Nonce: "nonce-s"})
+		}},
+	} {
+		name, op := step.name, step.op
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			ts, err := leasepostgres.New(tx, o)
+			if err != nil {
+				return err
+			}
+			defer ts.Close()
+			if err := op(ts); err != nil {
+				return err
+			}
+			if v := setting(tx); v != "off" {
+				t.Errorf("synchronous_commit = %q in the transaction of %s, want off", v, name)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if v := setting(pool); v != "on" {
+		t.Errorf("after the transactions the connection has synchronous_commit = %q, want on", v)
 	}
 }
 

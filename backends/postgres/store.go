@@ -157,7 +157,7 @@ func New(db DB, o Options) (*Store, error) {
 	case retention < 0 && retention != lease.KeepForever:
 		return nil, fmt.Errorf("leasepostgres: New: Retention %v is negative (use lease.KeepForever to keep rows for good)", o.Retention)
 	}
-	s := &Store{db: db, names: n, q: newQueries(n.qualified, o.AsyncCommit), retention: retention, idle: listenIdle}
+	s := &Store{db: db, names: n, q: newQueries(n, o.AsyncCommit), retention: retention, idle: listenIdle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.pool, _ = db.(pooled)
 	if !o.DisableNotify {

@@ -11,7 +11,7 @@ import (
 func TestSweepListMatchesSweep(t *testing.T) {
 	page := func(name string) string {
 		t.Helper()
-		sql := loadQuery(name, `"s"."t"`)
+		sql := loadQuery(name, names{schema: "s", table: "t", qualified: `"s"."t"`})
 		start := strings.Index(sql, "WITH page AS MATERIALIZED (")
 		end := strings.Index(sql, "\n)")
 		if start < 0 || end < start {

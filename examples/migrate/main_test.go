@@ -131,6 +131,14 @@ func useTables(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	if h.Token() <= old.Token {
 		t.Fatalf("token %d after %d: tokens must rise", h.Token(), old.Token)
 	}
+	// Semaphores and sets of keys call functions that the migrations
+	// create beside the table.
+	if _, _, err := store.AcquirePermit(ctx, lease.AcquireRequest{Key: key + "/sem", Owner: "migrate-test", Nonce: "permit", TTL: 10 * time.Second}, 2); err != nil {
+		t.Fatalf("AcquirePermit: %v", err)
+	}
+	if _, err := store.AcquireSet(ctx, []string{key + "/a", key + "/b"}, lease.AcquireRequest{Owner: "migrate-test", Nonce: "set", TTL: 10 * time.Second}); err != nil {
+		t.Fatalf("AcquireSet: %v", err)
+	}
 	write := func(tx pgx.Tx) error { return nil }
 	if err := fencepostgres.Tx(ctx, pool, h.Snapshot(), []string{"migrate/resource"}, write); err != nil {
 		t.Fatalf("fencepostgres.Tx: %v", err)

@@ -3,7 +3,25 @@
 -- left alone, so that many waiters do not rewrite the row.
 --
 -- $1 key.
-UPDATE public.leases AS l
-SET watched_until = clock_timestamp() + interval '5 minutes'
-WHERE l.key = $1::text
-  AND (l.watched_until IS NULL OR l.watched_until < clock_timestamp() + interval '4 minutes')
+-- One row: whether the key is held by an acquisition whose release will
+-- notify, so that the waiter need not ask again now. It is true when the
+-- row shows a lease that has not expired and carries a mark: the version
+-- this statement marked (the latest), or, when another waiter's mark
+-- left the row alone, the version the statement's snapshot shows, marked
+-- already, so any release that committed after it notified. It is false
+-- without a row, for an expired or released lease, and for a row whose
+-- snapshot version carries no mark (a mark set since could have come
+-- after a release that did not notify): the waiter then asks again.
+WITH marked AS (
+    UPDATE public.leases AS l
+    SET watched_until = clock_timestamp() + interval '5 minutes'
+    WHERE l.key = $1::text
+      AND (l.watched_until IS NULL OR l.watched_until < clock_timestamp() + interval '4 minutes')
+    RETURNING l.expires_at > clock_timestamp() AS held
+)
+SELECT coalesce(
+    (SELECT m.held FROM marked AS m),
+    (SELECT l.expires_at > clock_timestamp() AND l.watched_until > clock_timestamp()
+     FROM public.leases AS l
+     WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM marked)),
+    false)
