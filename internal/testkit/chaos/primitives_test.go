@@ -654,10 +654,11 @@ func (b *brokenSemaphore) WatchReleases(ctx context.Context, key string) (<-chan
 // the first, with the goroutine clients of a row through the broken
 // semaphore (the child's is sound); in the long form on PostgreSQL too.
 func TestCheckerCatchesBrokenSemaphore(t *testing.T) {
-	t.Setenv(chaos.EnvOut, t.TempDir())
+	t.Parallel()
 	for _, steal := range []bool{false, true} {
 		name := map[bool]string{false: "ignores its number", true: "grants a held slot again"}[steal]
 		t.Run(name+"/memory", func(t *testing.T) {
+			t.Parallel()
 			ops := runMemoryPrimitives(t, &brokenSemaphore{Backend: leasememory.New(leasememory.Options{}), steal: steal}, 1, time.Second)
 			res := chaos.Check(ops, chaos.CheckOptions{Name: t.Name(), NoFiles: true})
 			if res.OK() {
@@ -674,6 +675,7 @@ func TestCheckerCatchesBrokenSemaphore(t *testing.T) {
 			break // the short form shows the failure on one backend; the long form on all
 		}
 		t.Run("ignores its number/"+b.name, func(t *testing.T) {
+			t.Parallel()
 			target, _, _ := b.target(t)
 			r := startRun(t, target, rowOptions{primitives: true, permits: 1, wrap: func(b lease.Backend) lease.Backend {
 				return &brokenSemaphore{Backend: b}
