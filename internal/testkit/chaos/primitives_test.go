@@ -440,6 +440,7 @@ func TestPermitsAndSets(t *testing.T) {
 		target.FenceAddr = testserver.Valkey(t).Addr()
 		r := startRun(t, target, rowOptions{primitives: true})
 		primitivesRow(t, r, []fault{pauseHolder(r), blackhole(p), repliesLost(p), killValkey(srv, true)}, rowOptions{unknowns: true, deadlines: true})
+		r.withoutDataLoss()
 	})
 	t.Run("valkey-aof", func(t *testing.T) {
 		t.Parallel()
