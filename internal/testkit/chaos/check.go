@@ -95,6 +95,7 @@ func Check(history []Op, o CheckOptions) Result {
 		o.Timeout = time.Minute
 	}
 	res := Result{Recorded: len(history), Counts: CountOps(history)}
+	recorded := history
 	history = Expand(history)
 	ops, notes := porcupineHistory(history)
 	res.Checked = len(ops)
@@ -117,7 +118,7 @@ func Check(history []Op, o CheckOptions) Result {
 	res.Problems = append(res.Problems, outcomes...)
 	if !res.OK() && !o.NoFiles {
 		info.AddAnnotations(notes)
-		res.Files = writeFailure(o.Name, model, info, history, &res)
+		res.Files = writeFailure(o.Name, model, info, recorded, &res)
 	}
 	return res
 }

@@ -120,6 +120,7 @@ func checkPermits(o ModelOptions, history []Op) ([]string, int) {
 		faults   []Op
 	)
 	split := splitAcquisitions(history)
+	attempted := firstAttempts(history)
 	for _, op := range history {
 		switch {
 		case op.Kind == KindAcquire && op.Outcome == OK && op.Sem != "" && op.Key != op.Sem:
@@ -135,10 +136,10 @@ func checkPermits(o ModelOptions, history []Op) ([]string, int) {
 			g, ok := grants[r]
 			if !ok {
 				g = &permitHold{key: op.Key, acq: op.Acq, lane: op.Lane, token: op.Token, from: math.MaxInt64, to: math.MinInt64}
-				grants[r], first[r] = g, op.Call
+				grants[r], first[r] = g, attempted[op.Acq]
 			}
 			g.from = min(g.from, grantedBy(o, op))
-			first[r] = min(first[r], op.Call)
+			first[r] = min(first[r], attempted[op.Acq])
 		case op.Kind == KindRelease && (op.Outcome == OK || op.Outcome == Unknown):
 			r := acqRef{op.Key, op.Acq}
 			ends[r] = append(ends[r], op)
@@ -184,6 +185,24 @@ func checkPermits(o ModelOptions, history []Op) ([]string, int) {
 		}
 	}
 	return problems, len(grants)
+}
+
+// firstAttempts returns the call time of the first acquire attempt of
+// each acquisition. An attempt whose outcome was unknown may have been
+// granted, and the next attempt of the same call (the same secret) then
+// gets the same grant again, idempotently: that grant may have happened
+// any time after the first attempt was called.
+func firstAttempts(history []Op) map[string]int64 {
+	first := map[string]int64{}
+	for _, op := range history {
+		if op.Kind != KindAcquire || op.Acq == "" {
+			continue
+		}
+		if c, ok := first[op.Acq]; !ok || op.Call < c {
+			first[op.Acq] = op.Call
+		}
+	}
+	return first
 }
 
 // holdUntil returns a time until which the hold of key under token
@@ -281,13 +300,15 @@ func overlap(sem string, n int, holds []permitHold) string {
 
 // checkSemaphoreTokens checks that permit tokens rise across each
 // semaphore as a whole, whatever the slot: no token granted to two
-// acquisitions of one semaphore, and a grant called after another grant
-// of the semaphore returned has a higher token. The model checks each
+// acquisitions of one semaphore, and a grant whose acquisition's first
+// attempt was called after another grant of the semaphore returned has a
+// higher token. The model checks each
 // permit key on its own; this is what lets a resource be fenced by the
 // semaphore's key. Idempotent re-grants (the same acquisition and token
 // again) and acquisitions in a split brain are left out.
 func checkSemaphoreTokens(history []Op) []string {
 	split := splitAcquisitions(history)
+	attempted := firstAttempts(history)
 	bySem := map[string][]Op{}
 	type grant struct {
 		key, acq string
@@ -317,7 +338,12 @@ func checkSemaphoreTokens(history []Op) []string {
 			}
 			byToken[g.Token] = g
 		}
+		// A grant may have happened as early as the first attempt of its
+		// acquisition (see firstAttempts).
 		byCall := slices.Clone(grants)
+		for i := range byCall {
+			byCall[i].Call = attempted[byCall[i].Acq]
+		}
 		slices.SortFunc(byCall, func(a, b Op) int { return cmp.Compare(a.Call, b.Call) })
 		byReturn := slices.Clone(grants)
 		slices.SortFunc(byReturn, func(a, b Op) int { return cmp.Compare(a.Return, b.Return) })
@@ -330,7 +356,7 @@ func checkSemaphoreTokens(history []Op) []string {
 				}
 			}
 			if top.Token != 0 && g.Token < top.Token {
-				problems = append(problems, fmt.Sprintf("semaphore %s: %s was granted token %d (lane %s at %s) after %s had returned with token %d (lane %s at %s): permit tokens must rise across the semaphore",
+				problems = append(problems, fmt.Sprintf("semaphore %s: %s was granted token %d (lane %s, its first attempt at %s) after %s had returned with token %d (lane %s at %s): permit tokens must rise across the semaphore",
 					sem, g.Key, g.Token, g.Lane, fmtMicros(g.Call), top.Key, top.Token, top.Lane, fmtMicros(top.Return)))
 			}
 		}

@@ -102,6 +102,12 @@ func TestPermitAndSetModel(t *testing.T) {
 			permitGrant("a/0", "A", 0, 2, 5, 0, 10, ttl),
 			permitGrant("b/0", "B", 1, 2, 3, 20, 30, ttl),
 		}, false, "must rise across the semaphore"},
+		{"a permit granted by an unanswered attempt, returned by the retry", []chaos.Op{
+			{Lane: "a/0", Kind: chaos.KindAcquire, Key: "s", Sem: "s", Permits: 2, Acq: "A", TTL: ttl, Outcome: chaos.Unknown,
+				Call: t0, Return: t0 + 150*ms},
+			permitGrant("b/0", "B", 1, 2, 6, 20, 30, ttl),
+			permitGrant("a/1", "A", 0, 2, 5, 200, 210, ttl),
+		}, true, ""},
 		{"concurrent permit grants in any token order", []chaos.Op{
 			permitGrant("a/0", "A", 0, 2, 5, 0, 30, ttl),
 			permitGrant("b/0", "B", 1, 2, 3, 10, 20, ttl),
