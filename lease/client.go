@@ -264,8 +264,9 @@ func (c *Client) acquire(ctx context.Context, t *target, p Policy, once bool) (*
 			}
 			if !c.quiet {
 				now := c.clock.Now()
-				c.obs.Observe(&Acquired{EventInfo{Key: g.key, Owner: c.owner, Token: g.token, Latency: at.latency},
-					at.n, now.Sub(at.start), h.deadline.Sub(now)})
+				info := h.info()
+				info.Latency = at.latency
+				c.obs.Observe(&Acquired{info, at.n, now.Sub(at.start), h.deadline.Sub(now)})
 			}
 			c.maybeSweep()
 			return h, nil
@@ -376,8 +377,11 @@ func (c *Client) acquireFailed(ctx context.Context, t *target, nonce string, g g
 	}
 	err = wrapOp(t.op, t.key, err)
 	if !c.quiet {
-		c.obs.Observe(&AcquireFailed{EventInfo{Key: t.key, Owner: c.owner, Latency: at.latency, Err: err},
-			at.n, c.clock.Now().Sub(at.start)})
+		info := EventInfo{Key: t.key, Keys: t.keys, Owner: c.owner, Latency: at.latency, Err: err}
+		if t.kind == permitKind {
+			info.Semaphore = t.key
+		}
+		c.obs.Observe(&AcquireFailed{info, at.n, c.clock.Now().Sub(at.start)})
 	}
 	return err
 }

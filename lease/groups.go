@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,7 +23,30 @@ const MaxSetKeys = 64
 // same lease as that permit; keep semaphores and plain leases apart by
 // their names.
 func PermitKey(key string, slot int) string {
-	return key + "/permit/" + strconv.Itoa(slot)
+	return key + permitInfix + strconv.Itoa(slot)
+}
+
+// permitInfix separates a semaphore's key from a slot in a permit key.
+const permitInfix = "/permit/"
+
+// ParsePermitKey reports whether key has the form of a permit key,
+// PermitKey(semaphore, slot) with a non-empty semaphore and a slot from 0
+// to MaxPermits−1 written as PermitKey writes it (no sign, no leading
+// zero), and if so returns them: PermitKey(ParsePermitKey(key)) is key.
+// It is what tools such as leasectl use to group a listing by semaphore.
+// A key of this form that the application leased itself with Acquire
+// reads as a permit too (see PermitKey).
+func ParsePermitKey(key string) (semaphore string, slot int, ok bool) {
+	i := strings.LastIndex(key, permitInfix)
+	if i <= 0 {
+		return "", 0, false
+	}
+	digits := key[i+len(permitInfix):]
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || n >= MaxPermits || strconv.Itoa(n) != digits {
+		return "", 0, false
+	}
+	return key[:i], n, true
 }
 
 // PermitAcquirer is an optional Backend capability, found by type

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/golib/lease/backends/memory"
 	"github.com/golib/lease/lease"
 	"github.com/golib/lease/leasetest"
@@ -252,4 +254,119 @@ func TestPermitCleanupUnderOneContext(t *testing.T) {
 	if r, _ := b.Inspect(ctx, "jobs/permit/0"); r.Held {
 		t.Fatalf("permit 0 still held after the clean-up: %+v", r)
 	}
+}
+
+// TestGroupEventsSayWhatTheyAreAbout: every event of a permit names its
+// semaphore, and every event of a set its keys, so that an observer can
+// label them without parsing Key; a lease's events carry neither.
+func TestGroupEventsSayWhatTheyAreAbout(t *testing.T) {
+	store, c, obs, p := groupFixture(t)
+	ctx := context.Background()
+	permit, err := c.TryAcquirePermit(ctx, "jobs", 1, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquirePermit(ctx, "jobs", 1, p); err == nil {
+		t.Fatal("a second permit of one was granted")
+	}
+	set, err := c.TryAcquireSet(ctx, []string{"b", "a"}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquireSet(ctx, []string{"c", "a"}, p); err == nil {
+		t.Fatal("an overlapping set was granted")
+	}
+	plain, err := c.TryAcquire(ctx, "plain", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*lease.Handle{permit, set, plain} {
+		if err := h.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := set.StartManaged(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ForceRelease(ctx, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Renew(ctx); err == nil {
+		t.Fatal("a set with a force-released key renewed")
+	}
+	for _, h := range []*lease.Handle{permit, set, plain} {
+		h.Release(ctx)
+	}
+	m.Stop(ctx)
+	kinds := map[string]int{}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	for _, e := range obs.events {
+		i := e.Info()
+		kind := fmt.Sprintf("%T", e)
+		switch {
+		case i.Key == "jobs" || i.Key == "jobs/permit/0":
+			if i.Semaphore != "jobs" || i.Keys != nil {
+				t.Errorf("%s of a permit: Semaphore %q, Keys %q; want jobs and none", kind, i.Semaphore, i.Keys)
+			}
+			kinds["permit "+kind]++
+		case strings.Contains(i.Key, ","):
+			if i.Semaphore != "" || strings.Join(i.Keys, ",") != i.Key {
+				t.Errorf("%s of set %q: Semaphore %q, Keys %q; want none and the set's keys", kind, i.Key, i.Semaphore, i.Keys)
+			}
+			kinds["set "+kind]++
+		default:
+			if i.Semaphore != "" || i.Keys != nil {
+				t.Errorf("%s of lease %q: Semaphore %q, Keys %q; want neither", kind, i.Key, i.Semaphore, i.Keys)
+			}
+		}
+	}
+	for _, want := range []string{
+		"permit *lease.Acquired", "permit *lease.AcquireFailed", "permit *lease.Renewed", "permit *lease.Released",
+		"set *lease.Acquired", "set *lease.AcquireFailed", "set *lease.Renewed", "set *lease.RenewFailed", "set *lease.ReleaseFailed",
+	} {
+		if kinds[want] == 0 {
+			t.Errorf("no %s event recorded; got %v", want, kinds)
+		}
+	}
+}
+
+// TestParsePermitKey: ParsePermitKey reads what PermitKey writes, and
+// nothing else.
+func TestParsePermitKey(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		sem  string
+		slot int
+		ok   bool
+	}{
+		{"jobs/permit/0", "jobs", 0, true},
+		{"a/permit/b/permit/255", "a/permit/b", 255, true},
+		{"{acct}/permit/17", "{acct}", 17, true},
+		{"jobs/permit/256", "", 0, false}, // MaxPermits and above
+		{"jobs/permit/01", "", 0, false},  // not as PermitKey writes it
+		{"jobs/permit/-1", "", 0, false},
+		{"jobs/permit/+1", "", 0, false},
+		{"jobs/permit/", "", 0, false},
+		{"/permit/3", "", 0, false}, // no semaphore
+		{"jobs/permit/3/x", "", 0, false},
+		{"jobs", "", 0, false},
+	} {
+		sem, slot, ok := lease.ParsePermitKey(tc.key)
+		if sem != tc.sem || slot != tc.slot || ok != tc.ok {
+			t.Errorf("ParsePermitKey(%q) = %q, %d, %v; want %q, %d, %v", tc.key, sem, slot, ok, tc.sem, tc.slot, tc.ok)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		sem := rapid.StringMatching(`[a-z/{}0-9]{1,12}(/permit/[0-9]{1,3})?`).Draw(t, "semaphore")
+		slot := rapid.IntRange(0, lease.MaxPermits-1).Draw(t, "slot")
+		if s, n, ok := lease.ParsePermitKey(lease.PermitKey(sem, slot)); !ok || s != sem || n != slot {
+			t.Fatalf("ParsePermitKey(PermitKey(%q, %d)) = %q, %d, %v", sem, slot, s, n, ok)
+		}
+		key := rapid.StringMatching(`[a-z]{0,3}(/permit/)?[0-9+-]{0,4}`).Draw(t, "key")
+		if s, n, ok := lease.ParsePermitKey(key); ok && lease.PermitKey(s, n) != key {
+			t.Fatalf("ParsePermitKey(%q) = %q, %d: PermitKey gives %q", key, s, n, lease.PermitKey(s, n))
+		}
+	})
 }

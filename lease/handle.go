@@ -138,6 +138,11 @@ func (h *Handle) wrap(op string, err error) error {
 	return wrapOp(op, h.key, err)
 }
 
+// info returns the fields of h's events that do not change.
+func (h *Handle) info() EventInfo {
+	return EventInfo{Key: h.key, Semaphore: h.sem, Keys: h.keys, Owner: h.c.owner, Token: h.token}
+}
+
 func (h *Handle) acquisition() Acquisition {
 	return Acquisition{Key: h.key, Owner: h.c.owner, Nonce: h.nonce, Token: h.token}
 }
@@ -167,7 +172,7 @@ func (h *Handle) renew(ctx context.Context, watchdog *time.Timer) error {
 	h.mu.Lock()
 	released, deadline := h.released, h.deadline
 	h.mu.Unlock()
-	info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token}
+	info := h.info()
 	if released {
 		return h.wrap("renew", h.releasedError())
 	}
@@ -322,7 +327,8 @@ func (h *Handle) Release(ctx context.Context) error {
 		err = h.wrap("release", err)
 	}
 	if !h.c.quiet {
-		info := EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Latency: h.c.clock.Now().Sub(start), Err: err}
+		info := h.info()
+		info.Latency, info.Err = h.c.clock.Now().Sub(start), err
 		if err != nil {
 			h.c.obs.Observe(&ReleaseFailed{info})
 		} else {

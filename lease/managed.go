@@ -309,6 +309,8 @@ func (m *Managed) lose(err error) {
 	// The event before Lost closes, so that whoever sees Lost closed can
 	// count on the observer having been told.
 	h := m.h
-	h.c.obs.Observe(&Lost{EventInfo{Key: h.key, Owner: h.c.owner, Token: h.token, Err: err}})
+	info := h.info()
+	info.Err = err
+	h.c.obs.Observe(&Lost{info})
 	close(m.lost)
 }

@@ -48,7 +48,17 @@ type EventInfo struct {
 	// Key is the handle's Key: for a permit its permit key, for a set its
 	// keys joined by ","; for an AcquireFailed event of a semaphore, the
 	// semaphore's key.
-	Key   string
+	Key string
+	// Semaphore is the semaphore's key for a permit (Key is then
+	// PermitKey(Semaphore, slot), or Semaphore itself in AcquireFailed),
+	// and "" otherwise. Metrics label a permit by it, so that a
+	// semaphore's slots share one label.
+	Semaphore string
+	// Keys are a set's keys, sorted and without duplicates, and nil
+	// otherwise (then the event is about the one key Key). The slice is
+	// shared with the handle and with the set's other events, so that no
+	// event copies it: read it, never modify it.
+	Keys  []string
 	Owner string
 	// Token is the acquisition's token; 0 when none was granted.
 	Token Token

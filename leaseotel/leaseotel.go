@@ -20,14 +20,14 @@
 // lower case, units as UCUM: "s" for durations, "{lease}" for counts), and
 // attributes are namespaced "lease.*":
 //
-//	lease.held                      up-down counter  leases this process holds now, observed at collection [lease.key]
-//	lease.acquisitions              counter          Acquire and TryAcquire calls [lease.key, lease.outcome]
-//	lease.acquire.attempts          counter          backend acquire attempts those calls made [lease.key]
-//	lease.acquire.wait.duration     histogram, s     from an Acquire call to its end, waiting included [lease.outcome]
+//	lease.held                      up-down counter  leases, permits and sets this process holds now, observed at collection [lease.key, lease.kind]
+//	lease.acquisitions              counter          Acquire, AcquirePermit and AcquireSet calls (and Try…) [lease.key, lease.kind, lease.outcome]
+//	lease.acquire.attempts          counter          backend acquire attempts those calls made [lease.key, lease.kind]
+//	lease.acquire.wait.duration     histogram, s     from such a call to its end, waiting included [lease.kind, lease.outcome]
 //	lease.backend.request.duration  histogram, s     one backend request, waiting excluded [lease.operation, lease.outcome]
-//	lease.renewals                  counter          renewals [lease.key, lease.outcome]
-//	lease.losses                    counter          leases lost [lease.key, lease.lost.reason]
-//	lease.releases                  counter          releases [lease.key, lease.outcome]
+//	lease.renewals                  counter          renewals [lease.key, lease.kind, lease.outcome]
+//	lease.losses                    counter          leases, permits and sets lost [lease.key, lease.kind, lease.lost.reason]
+//	lease.releases                  counter          releases [lease.key, lease.kind, lease.outcome]
 //	lease.unknown_outcomes          counter          requests whose outcome is unknown [lease.operation]
 //	lease.handover.duration         histogram, s     from a release to the next grant of the key in this process
 //	lease.cache.gets                counter          cache Gets: hit, loaded, shared, stale, or an error outcome [lease.outcome]
@@ -49,8 +49,9 @@
 //	lease.job.last_success          gauge, s         when a run of the job last ended ok, Unix seconds [lease.job.name]
 //
 // They are the metrics of package leaseprom under OpenTelemetry names, with
-// the same outcome, reason and result values (see leaseprom's
-// documentation), built from one table so the two cannot drift. As there,
+// the same kind (lease, permit, set), outcome, reason and result values
+// (see leaseprom's documentation), built from one table so the two cannot
+// drift. As there,
 // lease.held is counted at each collection, so a lease that ended by
 // expiry (its local deadline passed without a renewal, release or loss)
 // has left it, and counters whose label values are known in advance start
@@ -60,7 +61,10 @@
 //
 // Metrics carry no lease.key attribute unless Options.KeyAttribute is set,
 // and then at most Options.MaxKeyValues distinct values (100 by default),
-// the rest reading "other". lease.job.name is the name of one of the
+// the rest reading "other". As in leaseprom, a permit is labelled by
+// KeyAttribute of its semaphore's key and a set by KeyAttribute of its
+// first key in byte order, so a semaphore's slots and the many sets of a
+// few keys make no more values than their keys. lease.job.name is the name of one of the
 // program's own jobs, a set the program bounds. Spans always carry
 // lease.token, and lease.key (lease.job.name for a job's run): spans are
 // sampled one by one, not aggregated.
@@ -78,8 +82,11 @@
 // items it removed) and lease.job.run (a scheduled run that started, from
 // its lease to its end, with lease.job.name and lease.token; lease.outcome
 // is its result). A failed operation's span has status Error and records
-// the error. Events carry no context, so these spans are roots of their
-// own traces: link them to a request through lease.key and lease.token.
+// the error. The spans of package lease also carry lease.kind, and
+// lease.key is then the permit key of a permit (semaphore/permit/N) and
+// the keys of a set joined by ",". Events carry no context, so these spans
+// are roots of their own traces: link them to a request through lease.key
+// and lease.token.
 package leaseotel
 
 import (
@@ -173,12 +180,8 @@ func New(o Options) (*Telemetry, error) {
 
 // observeHeld reports lease.held.
 func (t *Telemetry) observeHeld(_ context.Context, o metric.Int64Observer) error {
-	t.t.Held(func(key string, n int) {
-		if t.t.Keyed() {
-			o.Observe(int64(n), metric.WithAttributes(attribute.String("lease.key", key)))
-		} else {
-			o.Observe(int64(n))
-		}
+	t.t.Held(func(key, kind string, n int) {
+		o.Observe(int64(n), metric.WithAttributes(t.attributes(telemetry.Point{Metric: telemetry.Held, Key: key, Kind: kind})...))
 	})
 	return nil
 }
@@ -210,6 +213,19 @@ func (t *Telemetry) record(p telemetry.Point) {
 	if p.Zero && telemetry.Specs[p.Metric].Kind == telemetry.Histogram {
 		return // OpenTelemetry makes no histogram point without a measurement
 	}
+	ctx, set := context.Background(), metric.WithAttributes(t.attributes(p)...)
+	switch telemetry.Specs[p.Metric].Kind {
+	case telemetry.Counter:
+		t.counts[p.Metric].Add(ctx, int64(p.Value), set)
+	case telemetry.Gauge:
+		t.gauges[p.Metric].Record(ctx, p.Value, set)
+	case telemetry.Histogram:
+		t.histos[p.Metric].Record(ctx, p.Value, set)
+	}
+}
+
+// attributes returns p's attributes, those its metric's Spec lists.
+func (t *Telemetry) attributes(p telemetry.Point) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 3)
 	for _, l := range telemetry.Specs[p.Metric].Labels {
 		switch l {
@@ -227,25 +243,22 @@ func (t *Telemetry) record(p telemetry.Point) {
 			attrs = append(attrs, attribute.String("lease.job.name", p.Job))
 		case telemetry.ResultLabel:
 			attrs = append(attrs, attribute.String("lease.job.result", p.Result))
+		case telemetry.KindLabel:
+			attrs = append(attrs, attribute.String("lease.kind", p.Kind))
 		}
 	}
-	ctx, set := context.Background(), metric.WithAttributes(attrs...)
-	switch telemetry.Specs[p.Metric].Kind {
-	case telemetry.Counter:
-		t.counts[p.Metric].Add(ctx, int64(p.Value), set)
-	case telemetry.Gauge:
-		t.gauges[p.Metric].Record(ctx, p.Value, set)
-	case telemetry.Histogram:
-		t.histos[p.Metric].Record(ctx, p.Value, set)
-	}
+	return attrs
 }
 
 func (t *Telemetry) span(s telemetry.Span) {
-	attrs := make([]attribute.KeyValue, 0, 3+len(s.Ints)+len(s.Floats))
+	attrs := make([]attribute.KeyValue, 0, 4+len(s.Ints)+len(s.Floats))
 	if strings.HasPrefix(s.Name, "lease.job.") {
 		attrs = append(attrs, attribute.String("lease.job.name", s.Job))
 	} else {
 		attrs = append(attrs, attribute.String("lease.key", s.Key))
+	}
+	if s.Kind != "" {
+		attrs = append(attrs, attribute.String("lease.kind", s.Kind))
 	}
 	attrs = append(attrs,
 		attribute.Int64("lease.token", int64(s.Token)),

@@ -20,14 +20,14 @@
 // Every name starts with Options.Namespace ("lease" by default). Durations
 // are in seconds, counters end in _total, as Prometheus' naming guide asks.
 //
-//	lease_held                              gauge    leases this process holds now: acquired, and neither released, lost nor past their local deadline [key]
-//	lease_acquisitions_total                counter  Acquire and TryAcquire calls by outcome [key, outcome]
-//	lease_acquire_attempts_total            counter  backend acquire attempts those calls made [key]
-//	lease_acquire_wait_seconds              histo    time from an Acquire call to its end, waiting for a holder included [outcome]
+//	lease_held                              gauge    leases, permits and sets this process holds now: acquired, and neither released, lost nor past their local deadline [key, kind]
+//	lease_acquisitions_total                counter  Acquire, AcquirePermit and AcquireSet calls (and Try…) by outcome [key, kind, outcome]
+//	lease_acquire_attempts_total            counter  backend acquire attempts those calls made [key, kind]
+//	lease_acquire_wait_seconds              histo    time from such a call to its end, waiting for a holder included [kind, outcome]
 //	lease_backend_request_duration_seconds  histo    one backend request, waiting excluded [operation, outcome]
-//	lease_renewals_total                    counter  renewals by outcome [key, outcome]
-//	lease_losses_total                      counter  leases lost, by reason [key, reason]
-//	lease_releases_total                    counter  releases by outcome [key, outcome]
+//	lease_renewals_total                    counter  renewals by outcome [key, kind, outcome]
+//	lease_losses_total                      counter  leases, permits and sets lost, by reason [key, kind, reason]
+//	lease_releases_total                    counter  releases by outcome [key, kind, outcome]
 //	lease_unknown_outcomes_total            counter  requests whose outcome is unknown [operation]
 //	lease_handover_seconds                  histo    from a release to the next grant of the key in this process
 //	lease_cache_gets_total                  counter  cache Gets by outcome: hit, loaded, shared (waited for another load), stale, error
@@ -48,7 +48,9 @@
 //	lease_job_runs_total                    counter  scheduled runs of a job on this process, by result [job_name, result]
 //	lease_job_last_success_timestamp_seconds gauge   when a run of the job last ended ok on this process, Unix seconds [job_name]
 //
-// The outcome label takes one of a fixed set of values: ok, not_acquired,
+// The kind label says what an acquisition holds: lease (Acquire), permit
+// (a permit of a semaphore, AcquirePermit) or set (a set of keys,
+// AcquireSet). The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may
 // not have been applied), canceled, invalid and error. The reason label is
 // expired, superseded, deadline_passed, force_released, record_lost or
@@ -60,7 +62,10 @@
 // lease_held is counted at each scrape, not from events alone: a lease
 // leaves it when it is released or lost, and also when its local deadline
 // passes without a renewal (a handle dropped without Release, a
-// scheduler's slot lease left to expire), and the process forgets it.
+// scheduler's slot lease left to expire), and the process forgets it. A
+// permit counts as one under its semaphore's key label, so
+// lease_held{kind="permit"} by key is the number of a semaphore's permits
+// this process holds; a set counts once, however many keys it holds.
 //
 // The counters whose label values are known in advance exist from the
 // start at 0, as client_golang users expect, so that rate() and increase()
@@ -82,7 +87,11 @@
 // data and can be unbounded (one per queue item, one per cache entry). With
 // KeyLabel set, the key label of the lease_* metrics is KeyLabel(key), and
 // at most Options.MaxKeyLabels distinct values (100 by default) are handed
-// out; every further one reads "other". Cache, queue and job metrics never
+// out; every further one reads "other". KeyLabel sees only keys the
+// program chose: for a permit, its semaphore's key (not the permit key
+// semaphore/permit/N, so a semaphore's slots share one label), and for a
+// set, its first key in byte order (not the set's keys joined, so that
+// distinct sets of the same keys do not each make a label). Cache, queue and job metrics never
 // carry keys. The job_name label is the name of one of the program's own
 // jobs, a set the program bounds (at most 500 values, the rest reading
 // "other"). Every other label has a fixed set of values.
@@ -113,7 +122,9 @@ type Options struct {
 	// [key] in the package documentation (held, acquisitions, acquire
 	// attempts, renewals, losses, releases), whose value is KeyLabel(key):
 	// a prefix, a job name, the key itself for a known small set of keys.
-	// Cache and queue metrics never carry it. Default nil: no key label at all.
+	// key is a lease's key, a permit's semaphore key, or a set's first key
+	// (see Cardinality). Cache and queue metrics never carry it. Default
+	// nil: no key label at all.
 	KeyLabel func(key string) string
 	// MaxKeyLabels bounds the distinct values of the key label; values
 	// past it read "other". Default 100. Ignored without KeyLabel.
@@ -186,12 +197,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // collection, so that a lease that ended by expiry, which no event
 // reports, has left it.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.t.Held(func(key string, n int) {
-		var labels []string
-		if m.keyed {
-			labels = []string{key}
-		}
-		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(n), labels...)
+	m.t.Held(func(key, kind string, n int) {
+		p := telemetry.Point{Metric: telemetry.Held, Key: key, Kind: kind}
+		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(n), p.Values(m.keyed)...)
 	})
 	for _, c := range m.vecs {
 		if c != nil {

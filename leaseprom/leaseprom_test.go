@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,21 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels 
 
 func info(key string, token lease.Token, err error) lease.EventInfo {
 	return lease.EventInfo{Key: key, Owner: "o", Token: token, Latency: time.Millisecond, Err: err}
+}
+
+// permitInfo is info of a permit of the semaphore "jobs": key is a permit
+// key, or "jobs" for an AcquireFailed event.
+func permitInfo(key string, token lease.Token, err error) lease.EventInfo {
+	i := info(key, token, err)
+	i.Semaphore = "jobs"
+	return i
+}
+
+// setInfo is info of the set of keys.
+func setInfo(token lease.Token, err error, keys ...string) lease.EventInfo {
+	i := info(strings.Join(keys, ","), token, err)
+	i.Keys = keys
+	return i
 }
 
 var (
@@ -121,6 +137,45 @@ func TestEveryEventKind(t *testing.T) {
 			{"lease_releases_total", []string{"outcome=unknown"}, 1},
 			{"lease_unknown_outcomes_total", []string{"operation=release"}, 1},
 			{"lease_handover_seconds", nil, 0},
+		}},
+		{name: "permit: held, lost", lease: []lease.Event{
+			&lease.Acquired{EventInfo: permitInfo("jobs/permit/2", 7, nil), Attempts: 1, Remaining: time.Minute},
+			&lease.Acquired{EventInfo: info("k", 8, nil), Attempts: 1, Remaining: time.Minute},
+		}, checks: []check{
+			{"lease_held", []string{"kind=permit"}, 1},
+			{"lease_held", []string{"kind=lease"}, 1},
+			{"lease_acquisitions_total", []string{"kind=permit", "outcome=ok"}, 1},
+			{"lease_acquire_wait_seconds", []string{"kind=permit", "outcome=ok"}, 1},
+		}},
+		{name: "permit: lost", lease: []lease.Event{
+			&lease.Acquired{EventInfo: permitInfo("jobs/permit/2", 7, nil), Attempts: 1, Remaining: time.Minute},
+			&lease.Lost{EventInfo: permitInfo("jobs/permit/2", 7, errLost)},
+			&lease.AcquireFailed{EventInfo: permitInfo("jobs", 0, notAcquired), Attempts: 2},
+		}, checks: []check{
+			{"lease_held", []string{"kind=permit"}, 0},
+			{"lease_losses_total", []string{"kind=permit", "reason=superseded"}, 1},
+			{"lease_losses_total", []string{"kind=lease", "reason=superseded"}, 0},
+			{"lease_acquisitions_total", []string{"kind=permit", "outcome=not_acquired"}, 1},
+			{"lease_acquire_attempts_total", []string{"kind=permit"}, 3},
+		}},
+		{name: "permit: hand-over from one slot to another", lease: []lease.Event{
+			&lease.Acquired{EventInfo: permitInfo("jobs/permit/1", 7, nil), Attempts: 1, Remaining: time.Minute},
+			&lease.Released{EventInfo: permitInfo("jobs/permit/1", 7, nil)},
+			&lease.Acquired{EventInfo: permitInfo("jobs/permit/0", 8, nil), Attempts: 2, Remaining: time.Minute},
+		}, checks: []check{
+			{"lease_held", []string{"kind=permit"}, 1},
+			{"lease_handover_seconds", nil, 1},
+		}},
+		{name: "set: held, renewed, released", lease: []lease.Event{
+			&lease.Acquired{EventInfo: setInfo(7, nil, "a", "b"), Attempts: 1, Remaining: time.Minute},
+			&lease.Renewed{EventInfo: setInfo(7, nil, "a", "b"), Remaining: time.Minute},
+			&lease.Acquired{EventInfo: setInfo(8, nil, "c", "d"), Attempts: 1, Remaining: time.Minute},
+			&lease.Released{EventInfo: setInfo(8, nil, "c", "d")},
+		}, checks: []check{
+			{"lease_held", []string{"kind=set"}, 1},
+			{"lease_renewals_total", []string{"kind=set", "outcome=ok"}, 1},
+			{"lease_releases_total", []string{"kind=set", "outcome=ok"}, 1},
+			{"lease_acquisitions_total", []string{"kind=set", "outcome=ok"}, 2},
 		}},
 		{name: "cache", cache: []cache.Event{
 			&cache.Served{EventInfo: cache.EventInfo{Key: "c"}, Outcome: cache.Hit},
@@ -401,8 +456,8 @@ func TestCountersStartAtZero(t *testing.T) {
 		name   string
 		labels []string
 	}{
-		{"lease_held", nil},
-		{"lease_losses_total", []string{"reason=expired"}},
+		{"lease_held", []string{"kind=lease"}},
+		{"lease_losses_total", []string{"kind=lease", "reason=expired"}},
 		{"lease_losses_total", []string{"reason=force_released"}},
 		{"lease_losses_total", []string{"reason=record_lost"}},
 		{"lease_unknown_outcomes_total", []string{"operation=renew"}},
@@ -437,6 +492,25 @@ func TestCountersStartAtZero(t *testing.T) {
 			t.Errorf("%s%v: no series after the key was seen", s[0], s[1:])
 		}
 	}
+	// Kinds: the permit series of a key label start when its first permit
+	// event is seen.
+	if present(fams, "lease_losses_total", "kind=permit") {
+		t.Error("lease_losses_total has a permit series before any permit was seen")
+	}
+	m.Lease().Observe(&lease.AcquireFailed{EventInfo: permitInfo("jobs", 0, &lease.NotAcquiredError{Key: "jobs"}), Attempts: 1})
+	fams = gather(t, m)
+	for _, s := range [][]string{
+		{"lease_held", "key=jobs", "kind=permit"},
+		{"lease_losses_total", "key=jobs", "kind=permit", "reason=expired"},
+		{"lease_releases_total", "key=jobs", "kind=permit", "outcome=unknown"},
+	} {
+		if !present(fams, s[0], s[1:]...) {
+			t.Errorf("%s%v: no series after the semaphore was seen", s[0], s[1:])
+		}
+	}
+	if present(fams, "lease_held", "key=jobs", "kind=lease") {
+		t.Error(`lease_held{key="jobs",kind="lease"}: a series, though no lease of that label was seen`)
+	}
 	// Jobs: a job's runs by result, once it is added.
 	m.Jobs().Observe(&jobevent.Added{EventInfo: jobevent.EventInfo{Job: "nightly"}})
 	fams = gather(t, m)
@@ -459,4 +533,120 @@ func present(fams map[string]*dto.MetricFamily, name string, labels ...string) b
 		}
 	}
 	return false
+}
+
+// TestPermitsAndSetsBounded runs a real client's permits and sets through
+// Metrics with the identity as KeyLabel: the slots of a semaphore share
+// its label, every set is labelled by its first key, so 45 distinct sets
+// of 10 keys and 40 slots make 10 key labels, not one per slot and per
+// set; lease_held counts the permits of the semaphore, each set once, and
+// follows their releases and their expiry.
+func TestPermitsAndSetsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := leaseprom.New(leaseprom.Options{KeyLabel: func(k string) string { return k }})
+	c := newClient(t, newMemoryStore(), "a", m)
+	long, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := lease.NewPolicy(lease.PolicyOptions{TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slots = 40
+	var permits []*lease.Handle
+	for range slots {
+		h, err := c.TryAcquirePermit(ctx, "exports", slots, long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permits = append(permits, h)
+	}
+	if _, err := c.TryAcquirePermit(ctx, "exports", slots, long); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("permit %d of %d: %v, want ErrNotAcquired", slots+1, slots, err)
+	}
+	for _, h := range permits[:10] {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every pair of 10 accounts, each taken and released; then one set
+	// kept and one left to expire.
+	for i := range 10 {
+		for j := i + 1; j < 10; j++ {
+			h, err := c.TryAcquireSet(ctx, []string{fmt.Sprint("acct/", j), fmt.Sprint("acct/", i)}, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.TryAcquireSet(ctx, []string{"acct/1", "acct/0"}, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquireSet(ctx, []string{"acct/3", "acct/2"}, short); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquirePermit(ctx, "exports", slots, short); err != nil {
+		t.Fatal(err)
+	}
+	fams := gather(t, m)
+	labels := map[string]bool{}
+	for _, name := range []string{"lease_held", "lease_acquisitions_total", "lease_acquire_attempts_total", "lease_releases_total", "lease_renewals_total", "lease_losses_total"} {
+		for _, s := range fams[name].GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "key" {
+					labels[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(labels) != 10 || !labels["exports"] || labels["other"] {
+		t.Fatalf("key labels %v: want exports and acct/0 to acct/8, one per semaphore and per set's first key", labels)
+	}
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"key=exports", "kind=permit"}, slots - 10 + 1},
+		{[]string{"kind=set"}, 2},
+		{[]string{"key=acct/0", "kind=set"}, 1},
+		{[]string{"key=acct/2", "kind=set"}, 1},
+		{[]string{"kind=lease"}, 0},
+	} {
+		if got := value(t, fams, "lease_held", c.labels...); got != c.want {
+			t.Errorf("lease_held%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"lease_acquisitions_total", []string{"key=exports", "kind=permit", "outcome=ok"}, slots + 1},
+		{"lease_acquisitions_total", []string{"key=exports", "kind=permit", "outcome=not_acquired"}, 1},
+		{"lease_acquisitions_total", []string{"kind=set", "outcome=ok"}, 45 + 2},
+		{"lease_acquisitions_total", []string{"key=acct/0", "kind=set", "outcome=ok"}, 9 + 1},
+		{"lease_releases_total", []string{"key=exports", "kind=permit", "outcome=ok"}, 10},
+		{"lease_releases_total", []string{"kind=set", "outcome=ok"}, 45},
+		{"lease_acquire_wait_seconds", []string{"kind=permit"}, slots + 2},
+	} {
+		if got := value(t, fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	time.Sleep(150 * time.Millisecond) // past the short permit's and set's TTL
+	fams = gather(t, m)
+	if got := value(t, fams, "lease_held", "key=exports", "kind=permit"); got != slots-10 {
+		t.Errorf(`lease_held{key="exports",kind="permit"} = %v after one permit expired, want %d`, got, slots-10)
+	}
+	if got := value(t, fams, "lease_held", "key=acct/2", "kind=set"); got != 0 {
+		t.Errorf(`lease_held{key="acct/2",kind="set"} = %v after the set expired, want 0`, got)
+	}
+	if got := value(t, fams, "lease_held", "kind=set"); got != 1 {
+		t.Errorf(`lease_held{kind="set"} = %v, want 1`, got)
+	}
 }

@@ -53,9 +53,18 @@ func TestMisconfiguredEndsAcquireWait(t *testing.T) {
 					break
 				}
 			}
-			start := time.Now()
-			_, err = c.Acquire(ctx, "k", p)
-			took := time.Since(start)
+			// Acquire too may meet another pooled connection the kill
+			// closed, and then rightly says the outcome is unknown; only
+			// an Acquire whose attempts were all answered is judged.
+			var took time.Duration
+			for range 3 {
+				start := time.Now()
+				_, err = c.Acquire(ctx, "k", p)
+				took = time.Since(start)
+				if !errors.Is(err, lease.ErrIndeterminate) {
+					break
+				}
+			}
 			t.Logf("Acquire after %v: %v", took, err)
 			switch {
 			case !errors.Is(err, lease.ErrMisconfigured) || errors.Is(err, lease.ErrIndeterminate):

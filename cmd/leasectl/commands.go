@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,10 +27,20 @@ type record struct {
 	AcquiredAt  *time.Time `json:"acquired_at,omitempty"`
 	RenewedAt   *time.Time `json:"renewed_at,omitempty"`
 	Transitions uint64     `json:"transitions"`
+	// Semaphore and Slot say which permit the key is, if it has the form
+	// of a permit key (lease.PermitKey).
+	Semaphore string `json:"semaphore,omitempty"`
+	Slot      *int   `json:"slot,omitempty"`
+	// Set is the number of the set that list inferred the key is part of
+	// (see inferred); 0 for none.
+	Set int `json:"set,omitempty"`
 }
 
 func toRecord(r lease.Record) record {
 	out := record{Key: r.Key, State: "free", Token: r.Token, Transitions: r.Transitions}
+	if sem, slot, ok := lease.ParsePermitKey(r.Key); ok {
+		out.Semaphore, out.Slot = sem, &slot
+	}
 	if r.Held {
 		out.State, out.Owner, out.RemainingMS = "held", r.Owner, r.Remaining.Milliseconds()
 	}
@@ -132,26 +141,21 @@ func (c *cli) list(ctx context.Context, t *target, prefix, cursor string, heldOn
 			break
 		}
 	}
-	slices.SortFunc(recs, func(a, b lease.Record) int { return strings.Compare(a.Key, b.Key) })
+	tab := newTable(recs)
 	if c.cfg.json {
 		out := struct {
-			Leases     []record `json:"leases"`
-			NextCursor string   `json:"next_cursor"`
-		}{Leases: []record{}, NextCursor: cursor}
-		for _, r := range recs {
-			out.Leases = append(out.Leases, toRecord(r))
-		}
+			Leases []record `json:"leases"`
+			// Sets are the sets inferred from the records listed (see
+			// inferred): a set whose keys span pages is seen in part.
+			Sets       []inferred `json:"sets"`
+			NextCursor string     `json:"next_cursor"`
+		}{Leases: tab.records(), Sets: append([]inferred{}, tab.sets...), NextCursor: cursor}
 		return c.printJSON(out)
-	}
-	rows := make([][]string, 0, len(recs))
-	now := time.Now()
-	for _, r := range recs {
-		rows = append(rows, recordRow(r, now))
 	}
 	if len(recs) == 0 && cursor == "" {
 		fmt.Fprintf(c.errOut, "no lease records found in %s\n", t.scope)
 	}
-	if err := c.table(recordHeader, rows); err != nil {
+	if err := c.printTable(tab); err != nil {
 		return err
 	}
 	if cursor != "" {
@@ -178,7 +182,7 @@ func (c *cli) inspect(ctx context.Context, t *target, key string) error {
 		if err := c.printJSON(toRecord(r)); err != nil {
 			return err
 		}
-	} else if err := c.table(recordHeader, [][]string{recordRow(r, time.Now())}); err != nil {
+	} else if err := c.printTable(newTable([]lease.Record{r})); err != nil {
 		return err
 	}
 	if !r.Held && r.Token == 0 {
@@ -346,7 +350,7 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 			return err
 		}
 	} else if released {
-		fmt.Fprintf(c.out, "expired the lease on %q held by %q (token %d, %v left): the key is free now.\n", key, prev.Owner, prev.Token, remaining(prev))
+		fmt.Fprintf(c.out, "expired the lease on %s held by %q (token %d, %v left): the key is free now.\n", describe(key), prev.Owner, prev.Token, remaining(prev))
 		fmt.Fprintf(c.out, "its token stays %d, so the next holder's token is higher and fences refuse writes below it;\n", prev.Token)
 		fmt.Fprintf(c.out, "the old holder is not stopped: it learns of the loss at its next renewal.\n")
 	}
@@ -386,7 +390,7 @@ func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token le
 			return err
 		}
 	} else if would {
-		fmt.Fprintf(c.out, "dry run: would expire the lease on %q held by %q (token %d, %v left); nothing changed.\n", key, r.Owner, r.Token, remaining(r))
+		fmt.Fprintf(c.out, "dry run: would expire the lease on %s held by %q (token %d, %v left); nothing changed.\n", describe(key), r.Owner, r.Token, remaining(r))
 		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
 	} else {
 		fmt.Fprintf(c.out, "dry run: %s.\n", reason)

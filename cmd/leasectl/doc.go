@@ -19,8 +19,12 @@
 //	                     and how many times its holder changed (as kubectl
 //	                     get lease shows acquireTime, renewTime and
 //	                     leaseTransitions); --limit N prints at most N, and
-//	                     the cursor that continues the listing
-//	inspect KEY          one key
+//	                     the cursor that continues the listing; permits
+//	                     with their SEMAPHORE and SLOT, keys of sets with
+//	                     their SET (see "Semaphores and sets")
+//	inspect [--permits N] KEY
+//	                     one key; with --permits N, each permit 0 to N-1
+//	                     of the semaphore KEY, and how many are held
 //	watch [--interval D] KEY
 //	                     follow one key until interrupted: held or free,
 //	                     then acquired, released, expired; lost when the
@@ -29,7 +33,8 @@
 //	                     one seen before appears
 //	release --force [--yes] [--token T] KEY
 //	                     expire the lease on KEY now, keeping its token;
-//	                     without --yes a dry run that changes nothing
+//	                     without --yes a dry run that changes nothing;
+//	                     KEY may be one permit, SEM/permit/SLOT
 //	fence show [--lease KEY] RESOURCE
 //	                     a resource's fence, and the lease it is fenced by;
 //	                     --lease names that lease for a missing fence
@@ -120,7 +125,8 @@
 //	   failed (a bad start)
 //	2  usage: an unknown command or flag, a missing argument, an invalid
 //	   key, release without --force
-//	3  the answer is "no": inspect of a key with no record, fence show of
+//	3  the answer is "no": inspect of a key with no record (with --permits:
+//	   of a semaphore none of whose permits has one), fence show of
 //	   a resource with no fence, release (or its dry run) that found
 //	   nothing to release or another holder than --token, check that
 //	   found problems, gc while another process sweeps, migrate --status
@@ -207,6 +213,33 @@
 // a release only for keys whose protected writes are fenced. --token T
 // releases only the acquisition with token T, so that a holder that
 // changed since you looked is left alone.
+//
+// # Semaphores and sets
+//
+// A semaphore and a set of keys (lease.Client.AcquirePermit and
+// AcquireSet) have no record of their own: each permit is the lease on its
+// permit key, SEM/permit/SLOT (lease.PermitKey), and each key of a set a
+// lease held by the set's acquisition with the set's one token. So every
+// command sees them as leases, and:
+//
+//   - inspect --permits N SEM inspects the permits 0 to N-1 of the
+//     semaphore SEM, one read each, and prints each slot's record and
+//     "2 of 3 permits of semaphore "exports" held"; exit status 3 if none
+//     has a record. N is the services' number: the semaphore does not
+//     store it, and permits at N and above are not read (list --prefix
+//     'SEM/permit/' shows every slot).
+//   - list, and inspect of a permit's key, add SEMAPHORE and SLOT columns
+//     for permits; list adds a SET column (set1, set2, …) for held keys
+//     that share one owner and one token, as the keys of a set do. That
+//     is inferred: records never name the acquisition that holds them, so
+//     two leases one owner took apart that got the same token would read
+//     as a set too, and a listing in pages sees a set that spans pages in
+//     part. With --json, records carry "semaphore" and "slot", or "set",
+//     and list's answer a "sets" array of {"set", "owner", "token", "keys"}.
+//   - release --force SEM/permit/SLOT frees that one permit, and says
+//     which slot of which semaphore it is. release --force of one key of a
+//     set ends the set for its holder at its next renewal; its other keys
+//     stay held until it releases them or their TTL passes.
 //
 // # Why the standard flag package
 //

@@ -264,9 +264,9 @@ func TestHelp(t *testing.T) {
 	t.Parallel()
 	own := map[string][]string{
 		"list":    {"usage: leasectl [connection flags] list", "--limit N", "--cursor C", "--held", "--prefix P", "0  listed"},
-		"inspect": {"usage: leasectl [connection flags] inspect KEY", "3  the key has no record"},
+		"inspect": {"usage: leasectl [connection flags] inspect [--permits N] KEY", "--permits N", "3  the key (with --permits: every permit) has no record"},
 		"watch":   {"usage: leasectl [connection flags] watch", "--interval", "(default 250ms)", "1  a bad start", "record", "lost", "token-down"},
-		"release": {"usage: leasectl [connection flags] release --force", "--yes", "--token T", "dry run", "0  released; or, in a dry run, would release"},
+		"release": {"usage: leasectl [connection flags] release --force", "--yes", "--token T", "dry run", "0  released; or, in a dry run, would release", "SEM/permit/SLOT"},
 		"fence":   {"usage: leasectl [connection flags] fence show", "--lease KEY", "--fence-postgres DSN", "--fence-valkey URL", "3  the resource has no fence"},
 		"gc":      {"usage: leasectl [connection flags] gc", "--dry-run", "3  another process is sweeping"},
 		"check":   {"usage: leasectl [connection flags] check", "Diagnose", "3  problems found"},

@@ -56,7 +56,12 @@ var verbs = []verb{
 		about: `Lists the keys the backend keeps a record of, sorted by key: free keys too,
 with their last token, unless --held. On a Valkey cluster it walks every
 primary with SCAN. With --limit N it prints at most N keys and, if the
-listing goes on, the cursor to pass as --cursor for the next N.`,
+listing goes on, the cursor to pass as --cursor for the next N.
+Permits of semaphores (keys SEM/permit/SLOT) get SEMAPHORE and SLOT
+columns. Held keys with one owner and one token, as a set that
+AcquireSet took holds them, get a SET column (set1, set2, ...): inferred
+from the records, which do not name the acquisition, and from this
+listing only, so a set whose keys span pages is seen in part.`,
 		exits: []exitStatus{{exitOK, "listed (also when no key matched)"}},
 		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			prefix := fs.String("prefix", "", "list only keys that start with `P`")
@@ -76,18 +81,32 @@ listing goes on, the cursor to pass as --cursor for the next N.`,
 	},
 	{
 		name:    "inspect",
-		args:    "KEY",
-		summary: "one key",
-		about:   `Prints the record of one key: its state, holder, token and remaining time.`,
+		args:    "[--permits N] KEY",
+		summary: "one key, or each permit of a semaphore",
+		about: `Prints the record of one key: its state, holder, token and remaining time; for
+the key of a permit (SEM/permit/SLOT), also its semaphore and slot.
+With --permits N, KEY names a semaphore: it prints the record of each of
+its permits 0 to N-1 (one read each) and how many of them are held, as
+"2 of 3 permits of semaphore "exports" held". N is the number the
+services pass to AcquirePermit; the semaphore does not store it, and
+permits at slots N and above (granted while a larger N was in use) are
+not read: leasectl list --prefix 'KEY/permit/' shows every slot.`,
 		exits: []exitStatus{
-			{exitOK, "the key has a record"},
-			{exitNegative, "the key has no record: never acquired, removed a retention after its last lease ended, or lost by the backend"},
+			{exitOK, "the key has a record; with --permits, one of the permits has"},
+			{exitNegative, "the key (with --permits: every permit) has no record: never acquired, removed a retention after its last lease ended, or lost by the backend"},
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			permits := fs.Int("permits", 0, "KEY is a semaphore of `N` permits: print each permit's record")
 			return func(ctx context.Context, c *cli, pos []string) error {
 				key, err := oneKey("inspect", pos)
 				if err != nil {
 					return err
+				}
+				if *permits != 0 {
+					if *permits < 1 || *permits > lease.MaxPermits {
+						return usagef("inspect: --permits %d is out of the range 1 to %d", *permits, lease.MaxPermits)
+					}
+					return c.withTarget(ctx, func(t *target) error { return c.inspectPermits(ctx, t, key, *permits) })
 				}
 				return c.withTarget(ctx, func(t *target) error { return c.inspect(ctx, t, key) })
 			}
@@ -133,7 +152,12 @@ holder's token is higher and fences refuse the old holder's writes once the
 new holder has written. The old holder is not stopped: it learns of the
 loss at its next renewal. Without --yes it is a dry run: it prints what it
 would do and changes nothing. --token T releases only the acquisition with
-token T, leaving alone a holder that changed since you looked.`,
+token T, leaving alone a holder that changed since you looked.
+KEY may be one permit of a semaphore, SEM/permit/SLOT (leasectl inspect
+--permits N SEM shows them): that slot is free at once, the semaphore's
+other permits are left alone. KEY may be one key of a set: its holder
+loses the whole set at its next renewal, and its other keys stay held
+until it releases them or they expire.`,
 		exits: []exitStatus{
 			{exitOK, "released; or, in a dry run, would release"},
 			{exitNegative, "nothing to release, or another holder than --token (also in a dry run)"},

@@ -70,7 +70,7 @@ func TestServesMetrics(t *testing.T) {
 	var got map[string]float64
 	for {
 		got = scrape(t, url)
-		if got[`lease_queue_completions_total{outcome="ok"}`] == 20 && got[`lease_acquisitions_total{key="reports",outcome="ok"}`] >= 2 &&
+		if got[`lease_queue_completions_total{outcome="ok"}`] == 20 && got[`lease_acquisitions_total{key="reports",kind="lease",outcome="ok"}`] >= 2 &&
 			got[`lease_queue_pruned_items_total`] == 20 {
 			break
 		}
@@ -99,14 +99,14 @@ func TestServesMetrics(t *testing.T) {
 	// and go. Every lease held was acquired, and none was lost. Its key
 	// label is "reports", which the singleton alert of docs/lease.rules.yml
 	// names.
-	held, ok := got[`lease_held{key="reports"}`]
+	held, ok := got[`lease_held{key="reports",kind="lease"}`]
 	if !ok {
-		t.Errorf(`no series lease_held{key="reports"}, which docs/lease.rules.yml alerts on`)
+		t.Errorf(`no series lease_held{key="reports",kind="lease"}, which docs/lease.rules.yml alerts on`)
 	}
 	if held > 1 {
-		t.Errorf(`lease_held{key="reports"} = %v: more than one holder of the singleton`, held)
+		t.Errorf(`lease_held{key="reports",kind="lease"} = %v: more than one holder of the singleton`, held)
 	}
-	if n := got[`lease_renewals_total{key="reports",outcome="ok"}`]; n < 1 {
+	if n := got[`lease_renewals_total{key="reports",kind="lease",outcome="ok"}`]; n < 1 {
 		t.Errorf("the singleton was never renewed: %v", n)
 	}
 	for series, v := range got {

@@ -13,9 +13,14 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
+// countHeld returns the held count of each key label of kind lease.
 func countHeld(t *Translator) map[string]int {
 	n := map[string]int{}
-	t.Held(func(key string, c int) { n[key] = c })
+	t.Held(func(key, kind string, c int) {
+		if kind == KindLease {
+			n[key] = c
+		}
+	})
 	return n
 }
 

@@ -34,6 +34,7 @@ const (
 	OperationLabel
 	JobLabel    // a leasescheduler job's name: bounded by the program's own jobs
 	ResultLabel // a scheduled run's jobevent.Result
+	KindLabel   // what was acquired: KindLease, KindPermit or KindSet
 )
 
 // Spec describes one metric; both adapters build their instruments from
@@ -93,14 +94,14 @@ var SecondBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, 
 
 // Specs lists every metric, indexed by Metric.
 var Specs = [numMetrics]Spec{
-	Held:                 {"held", "lease.held", "{lease}", Current, "Leases this process holds now: acquired, and neither released, lost nor past their local deadline.", []Label{KeyLabel}},
-	Acquisitions:         {"acquisitions_total", "lease.acquisitions", "{call}", Counter, "Acquire and TryAcquire calls, by outcome.", []Label{KeyLabel, OutcomeLabel}},
-	AcquireAttempts:      {"acquire_attempts_total", "lease.acquire.attempts", "{attempt}", Counter, "Backend acquire attempts made by Acquire and TryAcquire.", []Label{KeyLabel}},
-	AcquireWait:          {"acquire_wait_seconds", "lease.acquire.wait.duration", "s", Histogram, "Time from an Acquire call to its end, waiting for a holder included.", []Label{OutcomeLabel}},
+	Held:                 {"held", "lease.held", "{lease}", Current, "Leases, permits and sets this process holds now: acquired, and neither released, lost nor past their local deadline.", []Label{KeyLabel, KindLabel}},
+	Acquisitions:         {"acquisitions_total", "lease.acquisitions", "{call}", Counter, "Acquire, AcquirePermit and AcquireSet calls (and their Try variants), by kind and outcome.", []Label{KeyLabel, KindLabel, OutcomeLabel}},
+	AcquireAttempts:      {"acquire_attempts_total", "lease.acquire.attempts", "{attempt}", Counter, "Backend acquire attempts made by those calls.", []Label{KeyLabel, KindLabel}},
+	AcquireWait:          {"acquire_wait_seconds", "lease.acquire.wait.duration", "s", Histogram, "Time from an acquire call to its end, waiting for a holder included.", []Label{KindLabel, OutcomeLabel}},
 	BackendRequest:       {"backend_request_duration_seconds", "lease.backend.request.duration", "s", Histogram, "Duration of one backend request, waiting excluded.", []Label{OperationLabel, OutcomeLabel}},
-	Renewals:             {"renewals_total", "lease.renewals", "{renewal}", Counter, "Renewals, by outcome.", []Label{KeyLabel, OutcomeLabel}},
-	Losses:               {"losses_total", "lease.losses", "{lease}", Counter, "Leases lost, by reason.", []Label{KeyLabel, ReasonLabel}},
-	Releases:             {"releases_total", "lease.releases", "{release}", Counter, "Releases, by outcome.", []Label{KeyLabel, OutcomeLabel}},
+	Renewals:             {"renewals_total", "lease.renewals", "{renewal}", Counter, "Renewals, by kind and outcome.", []Label{KeyLabel, KindLabel, OutcomeLabel}},
+	Losses:               {"losses_total", "lease.losses", "{lease}", Counter, "Leases, permits and sets lost, by kind and reason.", []Label{KeyLabel, KindLabel, ReasonLabel}},
+	Releases:             {"releases_total", "lease.releases", "{release}", Counter, "Releases, by kind and outcome.", []Label{KeyLabel, KindLabel, OutcomeLabel}},
 	UnknownOutcomes:      {"unknown_outcomes_total", "lease.unknown_outcomes", "{request}", Counter, "Backend requests whose outcome is unknown: they may or may not have been applied.", []Label{OperationLabel}},
 	Handover:             {"handover_seconds", "lease.handover.duration", "s", Histogram, "Time from a release to the next grant of the same key, both seen by this process.", nil},
 	CacheGets:            {"cache_gets_total", "lease.cache.gets", "{get}", Counter, "Cache Gets, by outcome: hit, loaded, shared (waited for another load), stale, or an error outcome.", []Label{OutcomeLabel}},
@@ -127,6 +128,13 @@ var Reasons = []string{"expired", "superseded", "deadline_passed", "force_releas
 
 // Operations are the values of the operation label.
 var Operations = []string{"acquire", "renew", "release"}
+
+// Values of the kind label: what an event's acquisition holds.
+const (
+	KindLease  = "lease"  // one key: Acquire
+	KindPermit = "permit" // one permit of a semaphore: AcquirePermit
+	KindSet    = "set"    // a set of keys: AcquireSet
+)
 
 // zeros lists the counters and histograms whose label values are known in
 // advance, with those values (of their one label other than the key or
@@ -168,9 +176,9 @@ func has(m Metric, l Label) bool {
 
 // zeroPoints reports, to point, the series created at 0 (Points with
 // Zero set): those of the metrics keyed by key label when key is not nil
-// (for that label), those of the job metrics when job is not nil, and the
-// rest otherwise.
-func zeroPoints(point func(Point), key, job *string) {
+// (for that label and kind), those of the job metrics when job is not
+// nil, and the rest otherwise.
+func zeroPoints(point func(Point), key *string, kind string, job *string) {
 	for m := range numMetrics {
 		spec := Specs[m]
 		if spec.Kind != Counter && spec.Kind != Histogram || has(m, KeyLabel) != (key != nil) || has(m, JobLabel) != (job != nil) {
@@ -178,7 +186,7 @@ func zeroPoints(point func(Point), key, job *string) {
 		}
 		p := Point{Metric: m, Zero: true}
 		if key != nil {
-			p.Key = *key
+			p.Key, p.Kind = *key, kind
 		}
 		if job != nil {
 			p.Job = *job
@@ -186,7 +194,7 @@ func zeroPoints(point func(Point), key, job *string) {
 		values, listed := zeros[m]
 		other := false
 		for _, l := range spec.Labels {
-			other = other || l != KeyLabel && l != JobLabel
+			other = other || l != KeyLabel && l != KindLabel && l != JobLabel
 		}
 		if other && !listed {
 			continue
@@ -214,6 +222,7 @@ type Point struct {
 	Zero      bool
 	Value     float64
 	Key       string // the bounded key label; "" when key labels are off
+	Kind      string // KindLease, KindPermit or KindSet, on the metrics of acquisitions
 	Outcome   string
 	Reason    string
 	Operation string
@@ -242,6 +251,8 @@ func (p Point) Values(keyed bool) []string {
 			vs = append(vs, p.Job)
 		case ResultLabel:
 			vs = append(vs, p.Result)
+		case KindLabel:
+			vs = append(vs, p.Kind)
 		}
 	}
 	return vs
@@ -267,6 +278,8 @@ func Names(m Metric, keyed bool) []string {
 			ns = append(ns, "job_name")
 		case ResultLabel:
 			ns = append(ns, "result")
+		case KindLabel:
+			ns = append(ns, "kind")
 		}
 	}
 	return ns
@@ -278,6 +291,7 @@ type Span struct {
 	Name       string
 	Start, End time.Time
 	Key        string // the lease's key; empty in a job's span (lease.job.*)
+	Kind       string // KindLease, KindPermit or KindSet in a span of package lease; else empty
 	Job        string // the job's name, in a job's span
 	Token      lease.Token
 	Err        error
@@ -314,8 +328,11 @@ type Translator struct {
 
 	mu       sync.Mutex
 	released map[string]time.Time
-	labels   map[string]struct{} // key labels seen: lease_held reads 0 for them
+	labels   map[series]struct{} // key labels seen, by kind: lease_held reads 0 for them
 }
+
+// series is a key label and a kind: the series of the keyed metrics.
+type series struct{ key, kind string }
 
 // NewTranslator returns a Translator labelling keys with keys (nil: no key
 // labels) and reading the time from now (nil: time.Now).
@@ -328,10 +345,10 @@ func NewTranslator(keys *Keys, now func() time.Time) *Translator {
 		jobs:     NewKeys(func(job string) string { return job }, maxJobs),
 		now:      now,
 		released: make(map[string]time.Time),
-		labels:   make(map[string]struct{}),
+		labels:   make(map[series]struct{}),
 	}
 	if !keys.Enabled() {
-		t.labels[""] = struct{}{}
+		t.labels[series{"", KindLease}] = struct{}{}
 	}
 	return t
 }
@@ -341,42 +358,63 @@ func (t *Translator) Keyed() bool { return t.keys.Enabled() }
 
 // Zeros reports, to point, the series that exist from the start at 0: the
 // counters with no key or job label whose label values are known in
-// advance. An adapter calls it once, after making its instruments; the
-// keyed and job counters of a label are reported at 0 by Lease and Job,
-// to the same point, when the label is first seen.
+// advance, and without key labels those of kind lease. An adapter calls
+// it once, after making its instruments; the keyed and job counters of a
+// label (and kind) are reported at 0 by Lease and Job, to the same point,
+// when the label is first seen.
 func (t *Translator) Zeros(point func(Point)) {
-	zeroPoints(point, nil, nil)
+	zeroPoints(point, nil, "", nil)
 	if !t.Keyed() {
-		zeroPoints(point, new(string), nil) // the keyed counters, without their key label
+		zeroPoints(point, new(string), KindLease, nil) // the keyed counters, without their key label
 	}
 }
 
-// Held calls fn with each key label seen and the number of acquisitions
-// under it held now: acquired, neither released nor lost, and before their
-// local deadline. Without key labels fn is called once, with "". Expired
-// acquisitions are forgotten.
-func (t *Translator) Held(fn func(key string, n int)) {
+// Held calls fn with each key label and kind seen and the number of
+// acquisitions under them held now: acquired, neither released nor lost,
+// and before their local deadline. Without key labels key is "". A set
+// counts once, however many keys it holds. Expired acquisitions are
+// forgotten.
+func (t *Translator) Held(fn func(key, kind string, n int)) {
 	n := t.held.Count(t.now())
 	t.mu.Lock()
-	labels := make([]string, 0, len(t.labels))
+	labels := make([]series, 0, len(t.labels))
 	for l := range t.labels {
 		labels = append(labels, l)
 	}
 	t.mu.Unlock()
 	for _, l := range labels {
-		fn(l, n[l])
+		fn(l.key, l.kind, n[l])
 	}
 }
 
-// keyLabel returns key's label, reporting the label's counters at 0 to
-// point the first time the label is handed out.
-func (t *Translator) keyLabel(key string, point func(Point)) string {
-	l, fresh := t.keys.Fresh(key)
-	if fresh {
-		t.mu.Lock()
-		t.labels[l] = struct{}{}
-		t.mu.Unlock()
-		zeroPoints(point, &l, nil)
+// about returns what i is about: its kind, and the key that names it in
+// metrics, which KeyLabel maps to the key label. A permit is named by its
+// semaphore's key, so that a semaphore's slots share one label; a set by
+// its first key in byte order, so that the label depends on one key of
+// the application's, never on a combination of them.
+func about(i lease.EventInfo) (kind, key string) {
+	switch {
+	case i.Semaphore != "":
+		return KindPermit, i.Semaphore
+	case len(i.Keys) > 0:
+		return KindSet, i.Keys[0]
+	}
+	return KindLease, i.Key
+}
+
+// keyLabel returns the key label of key, an event's key of kind, reporting
+// the label's counters at 0 to point the first time the label is handed
+// out for kind.
+func (t *Translator) keyLabel(key, kind string, point func(Point)) string {
+	l := t.keys.Label(key)
+	t.mu.Lock()
+	_, seen := t.labels[series{l, kind}]
+	if !seen {
+		t.labels[series{l, kind}] = struct{}{}
+	}
+	t.mu.Unlock()
+	if !seen {
+		zeroPoints(point, &l, kind, nil)
 	}
 	return l
 }
@@ -387,8 +425,15 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	now := t.now()
 	out := Outcome(i.Err)
-	key := t.keyLabel(i.Key, point)
-	p := func(m Metric, v float64) { point(Point{Metric: m, Value: v, Key: key, Outcome: out}) }
+	kind, named := about(i)
+	key := t.keyLabel(named, kind, point)
+	p := func(m Metric, v float64) { point(Point{Metric: m, Value: v, Key: key, Kind: kind, Outcome: out}) }
+	// A permit is handed over by its semaphore: a waiter gets the lowest
+	// free slot, not necessarily the one released.
+	handover := i.Key
+	if kind == KindPermit {
+		handover = i.Semaphore
+	}
 	op := ""
 	var s Span
 	switch e := e.(type) {
@@ -397,10 +442,10 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		p(Acquisitions, 1)
 		p(AcquireAttempts, float64(e.Attempts))
 		p(AcquireWait, e.Waited.Seconds())
-		t.held.Acquire(i.Key, i.Token, key, now.Add(e.Remaining), now)
+		t.held.Acquire(i.Key, i.Token, series{key, kind}, now.Add(e.Remaining), now)
 		t.mu.Lock()
-		at, ok := t.released[i.Key]
-		delete(t.released, i.Key)
+		at, ok := t.released[handover]
+		delete(t.released, handover)
 		t.mu.Unlock()
 		if ok {
 			point(Point{Metric: Handover, Value: now.Sub(at).Seconds()})
@@ -428,7 +473,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		p(Renewals, 1)
 		s = Span{Name: "lease.renew", Start: now.Add(-i.Latency)}
 	case *lease.Lost:
-		point(Point{Metric: Losses, Value: 1, Key: key, Reason: LostReason(i.Err)})
+		point(Point{Metric: Losses, Value: 1, Key: key, Kind: kind, Reason: LostReason(i.Err)})
 		t.held.End(i.Key, i.Token)
 		s = Span{Name: "lease.lost", Start: now}
 	case *lease.Released, *lease.ReleaseFailed:
@@ -442,7 +487,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 					break
 				}
 			}
-			t.released[i.Key] = now
+			t.released[handover] = now
 			t.mu.Unlock()
 		}
 		s = Span{Name: "lease.release", Start: now.Add(-i.Latency)}
@@ -458,7 +503,7 @@ func (t *Translator) Lease(e lease.Event, point func(Point), span func(Span)) {
 		}
 	}
 	if span != nil {
-		s.End, s.Key, s.Token, s.Err, s.Outcome = now, i.Key, i.Token, i.Err, out
+		s.End, s.Key, s.Kind, s.Token, s.Err, s.Outcome = now, i.Key, kind, i.Token, i.Err, out
 		span(s)
 	}
 }
@@ -470,7 +515,7 @@ func (t *Translator) Job(e jobevent.Event, point func(Point), span func(Span)) {
 	i := e.Info()
 	job, fresh := t.jobs.Fresh(i.Job)
 	if fresh {
-		zeroPoints(point, nil, &job)
+		zeroPoints(point, nil, "", &job)
 	}
 	switch e := e.(type) {
 	case *jobevent.Ran:

@@ -166,17 +166,17 @@ type held struct {
 }
 
 type heldEntry struct {
-	label string    // the key label
+	label series    // the key label and kind
 	until time.Time // the local deadline, on the Translator's clock
 }
 
 // minPrune is the smallest size at which Acquire prunes.
 const minPrune = 64
 
-// Acquire records key's acquisition with token, labelled label, as held
-// until until; now is the time. It reports false if it was already
+// Acquire records key's acquisition with token, counted under label, as
+// held until until; now is the time. It reports false if it was already
 // recorded.
-func (h *heldSet) Acquire(key string, token lease.Token, label string, until, now time.Time) bool {
+func (h *heldSet) Acquire(key string, token lease.Token, label series, until, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
@@ -219,12 +219,12 @@ func (h *heldSet) End(key string, token lease.Token) bool {
 }
 
 // Count drops the entries whose end has passed at now and returns how many
-// are left under each label.
-func (h *heldSet) Count(now time.Time) map[string]int {
+// are left under each label and kind.
+func (h *heldSet) Count(now time.Time) map[series]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.prune(now)
-	n := make(map[string]int)
+	n := make(map[series]int)
 	for _, e := range h.m {
 		n[e.label]++
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/attribute"
 
 	leasememory "github.com/golib/lease/backends/memory"
 	leasevalkey "github.com/golib/lease/backends/valkey"
@@ -421,4 +422,94 @@ func TestAlertHeldByTwoQuietOnSlots(t *testing.T) {
 	if got := r.otel(t, "lease.acquisitions", "lease.outcome=ok"); got < 24 {
 		t.Errorf("lease.acquisitions{ok} = %v, want a run and a slot lease for each of 12 runs", got)
 	}
+}
+
+// TestAlertHeldByTwoQuietOnPermits: two replicas on a real Valkey server
+// hold two permits each of one semaphore, whose key label ("exports") stands for the semaphore, and
+// one of them a set of two keys. Four permits under one key label are not
+// two holders of a lease: LeaseHeldByTwo must not fire. lease_held counts
+// them under kind="permit" (and the set once, under kind="set" and the
+// label of its first key), in Prometheus and OpenTelemetry, and follows a
+// release and an expiry.
+func TestAlertHeldByTwoQuietOnPermits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	vk := dial(t, testserver.Valkey(t).Addr())
+	store, err := leasevalkey.New(vk, leasevalkey.Options{Prefix: fmt.Sprintf("obs%d:lease:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProcess(t, "a", store), newProcess(t, "b", store)
+	p := newProm(t, time.Now())
+	p.target("a", a.scrape.URL)
+	p.target("b", b.scrape.URL)
+	long := policy(t, lease.PolicyOptions{TTL: time.Hour})
+	var mine []*lease.Handle
+	for _, proc := range []*process{a, b, a, b} {
+		h, err := proc.client.TryAcquirePermit(ctx, "exports/tenant-1", 8, long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if proc == a {
+			mine = append(mine, h)
+		}
+	}
+	// One hash tag, as a set needs on a cluster.
+	set, err := a.client.TryAcquireSet(ctx, []string{"accounts/{17-42}/42", "accounts/{17-42}/17"}, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.steps(2*time.Minute, 15*time.Second)
+	p.firedAndCleared(nil, "LeaseHeldByTwo")
+	if v := p.query(`sum by (key, kind) (lease_held{kind="permit"})`); len(v) != 1 || v[0].F != 4 || v[0].Metric.Get("key") != "exports" {
+		t.Errorf(`sum by (key, kind) (lease_held{kind="permit"}) = %v, want exports 4`, v)
+	}
+	want(t, `lease_held{kind="set"} on a`, a.prom(t, "lease_held", "key=accounts", "kind=set"), 1)
+	want(t, `lease.held{permit} on a`, a.otel(t, "lease.held", "lease.key=exports", "lease.kind=permit"), 2)
+	want(t, `lease.held{set} on a`, a.otel(t, "lease.held", "lease.key=accounts", "lease.kind=set"), 1)
+	want(t, `lease.acquisitions{permit} on b`, b.otel(t, "lease.acquisitions", "lease.key=exports", "lease.kind=permit", "lease.outcome=ok"), 2)
+
+	// a releases a permit and its set, and takes a permit that it leaves
+	// to expire.
+	if err := mine[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.client.TryAcquirePermit(ctx, "exports/tenant-1", 8, policy(t, lease.PolicyOptions{TTL: 100 * time.Millisecond})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // past its TTL
+	p.step(15 * time.Second)
+	if v := p.query(`sum(lease_held)`); len(v) != 1 || v[0].F != 3 {
+		t.Errorf("sum(lease_held) = %v after a release and an expiry, want 3 permits", v)
+	}
+	want(t, "lease.held on a after its release and expiry", a.otel(t, "lease.held"), 1)
+	want(t, `lease_releases_total{permit} on a`, a.prom(t, "lease_releases_total", "key=exports", "kind=permit", "outcome=ok"), 1)
+	// Spans name the set by its keys, and say what it is.
+	sets := 0
+	for _, s := range a.spans.GetSpans() {
+		for _, kv := range s.Attributes {
+			if kv.Key == "lease.kind" && kv.Value.AsString() == "set" {
+				sets++
+				if key := attrString(s.Attributes, "lease.key"); key != "accounts/{17-42}/17,accounts/{17-42}/42" {
+					t.Errorf("%s span of the set has lease.key %q", s.Name, key)
+				}
+			}
+		}
+	}
+	if sets != 2 {
+		t.Errorf("%d spans with lease.kind=set on a, want 2 (acquire, release)", sets)
+	}
+}
+
+// attrString returns the value of the attribute key in attrs, or "".
+func attrString(attrs []attribute.KeyValue, key attribute.Key) string {
+	for _, kv := range attrs {
+		if kv.Key == key {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
 }
