@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -267,15 +266,8 @@ func (r *RecordingBackend) ReleaseSet(ctx context.Context, keys []string, a leas
 // SemaphoreOf returns the semaphore's key of a permit key
 // (lease.PermitKey), or "" if key is not of that form.
 func SemaphoreOf(key string) string {
-	i := strings.LastIndex(key, "/permit/")
-	if i < 0 {
-		return ""
-	}
-	slot, err := strconv.Atoi(key[i+len("/permit/"):])
-	if err != nil || slot < 0 || lease.PermitKey(key[:i], slot) != key {
-		return ""
-	}
-	return key[:i]
+	sem, _, _ := lease.ParsePermitKey(key)
+	return sem
 }
 
 // micros returns d in whole microseconds, rounded down.

@@ -6,8 +6,9 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/golib/lease/lease"
 )
 
 // The ways a write under a permit or a set is fenced (Op.Fence; see
@@ -244,8 +245,8 @@ func holdUntil(key string, token uint64, exts []Op) int64 {
 // slotOf returns the slot of the permit key of op, a grant of a permit,
 // or -1.
 func slotOf(op Op) int {
-	slot, err := strconv.Atoi(strings.TrimPrefix(op.Key, op.Sem+"/permit/"))
-	if err != nil || SemaphoreOf(op.Key) != op.Sem {
+	sem, slot, ok := lease.ParsePermitKey(op.Key)
+	if !ok || sem != op.Sem {
 		return -1
 	}
 	return slot
