@@ -51,6 +51,11 @@ type Result struct {
 	// Clients is the number of Client.Acquire calls whose reported
 	// outcome was checked (see checkClientOutcomes).
 	Clients int
+	// Permits is the number of permit acquisitions checked against their
+	// semaphore's bound (see checkPermits).
+	Permits int
+	// Counts are the recorded operations per primitive.
+	Counts Counts
 	// Verdict is porcupine's: Ok, Illegal, or Unknown when the search ran
 	// out of time.
 	Verdict porcupine.CheckResult
@@ -69,6 +74,9 @@ func (r Result) OK() bool { return len(r.Problems) == 0 }
 func (r Result) String() string {
 	s := fmt.Sprintf("%d operations recorded, %d checked by the model (%s), %d local deadlines checked, %d client outcomes checked",
 		r.Recorded, r.Checked, r.Verdict, r.Deadlines, r.Clients)
+	if r.Counts.Permits.Acquires+r.Counts.Sets.Acquires > 0 {
+		s += fmt.Sprintf(", %d permit acquisitions checked against their bound; %v", r.Permits, r.Counts)
+	}
 	for _, p := range r.Problems {
 		s += "\n\t" + p
 	}
@@ -86,7 +94,9 @@ func Check(history []Op, o CheckOptions) Result {
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
-	res := Result{Recorded: len(history)}
+	res := Result{Recorded: len(history), Counts: CountOps(history)}
+	recorded := history
+	history = Expand(history)
 	ops, notes := porcupineHistory(history)
 	res.Checked = len(ops)
 	model := Model(o.ModelOptions)
@@ -99,12 +109,16 @@ func Check(history []Op, o CheckOptions) Result {
 	res.Deadlines = checked
 	res.Problems = append(res.Problems, deadlines...)
 	res.Problems = append(res.Problems, checkTokens(history)...)
+	permits, held := checkPermits(o.ModelOptions, history)
+	res.Permits = held
+	res.Problems = append(res.Problems, permits...)
+	res.Problems = append(res.Problems, checkSemaphoreTokens(history)...)
 	outcomes, clients := checkClientOutcomes(history)
 	res.Clients = clients
 	res.Problems = append(res.Problems, outcomes...)
 	if !res.OK() && !o.NoFiles {
 		info.AddAnnotations(notes)
-		res.Files = writeFailure(o.Name, model, info, history, &res)
+		res.Files = writeFailure(o.Name, model, info, recorded, &res)
 	}
 	return res
 }
@@ -134,7 +148,9 @@ func porcupineHistory(history []Op) ([]porcupine.Operation, []porcupine.Annotati
 	for _, op := range history {
 		switch op.Kind {
 		case KindAcquire:
-			keys[op.Key] = true
+			if op.Sem == "" || op.Key != op.Sem { // a refused permit names no permit key
+				keys[op.Key] = true
+			}
 		case KindWrite, KindRead:
 			resources[op.Resource] = true
 		}
@@ -320,11 +336,20 @@ func explain(model porcupine.Model, part []porcupine.Operation, timeout time.Dur
 // milliseconds). A belief beyond that is a violation. It returns the
 // violations and the number of writes checked.
 func checkDeadlines(history []Op) ([]string, int) {
+	// By the handle's key: a lease's or a permit's key, or a set's keys
+	// joined (a write fenced by a semaphore's key or by a key of a set
+	// names its handle's key in Lease).
 	type acq struct{ key, id string }
 	extends := map[acq][]Op{}
 	for _, op := range history {
 		if (op.Kind == KindAcquire || op.Kind == KindRenew) && (op.Outcome == OK || op.Outcome == Unknown) {
 			a := acq{op.Key, op.Acq}
+			if op.Keys != nil {
+				if op.Key != op.Keys[0] {
+					continue // one copy of a set's operation is enough
+				}
+				a.key = strings.Join(op.Keys, ",")
+			}
 			extends[a] = append(extends[a], op)
 		}
 	}
@@ -338,7 +363,7 @@ func checkDeadlines(history []Op) ([]string, int) {
 		}
 		x1 := w.SampledBy
 		var hi int64 = math.MinInt64
-		for _, e := range extends[acq{w.Key, w.Acq}] {
+		for _, e := range extends[acq{cmp.Or(w.Lease, w.Key), w.Acq}] {
 			if e.Call >= x1 {
 				continue
 			}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,11 @@ type ChildConfig struct {
 	// write, with its row locks held, once it has recorded a KindEvent
 	// "stopped inside a transaction". The parent continues it. 0: never.
 	StopInTxEvery int `json:"stop_in_tx_every,omitempty"`
+	// Semaphore, Permits and SetSize are the Options of the same names:
+	// the child's clients take permits and sets too.
+	Semaphore string `json:"semaphore,omitempty"`
+	Permits   int    `json:"permits,omitempty"`
+	SetSize   int    `json:"set_size,omitempty"`
 }
 
 // EventStoppedInTx is the KindEvent a child records just before it stops
@@ -110,8 +116,9 @@ func runChild(cfg ChildConfig) error {
 	}
 	for i := range max(cfg.Clients, 1) {
 		w, closeFn, err := newWorker(ctx, workerOptions{
-			Options: Options{Keys: cfg.Keys, Policy: p, Open: open, Clock: lease.SystemClock(), Hold: 2 * p.TTL()},
-			Name:    fmt.Sprintf("chaos-%s-%d", cfg.Name, i), Lanes: lanes, Rec: rec, Seed: cfg.Seed*1000 + uint64(i), LateWrites: true,
+			Options: Options{Keys: cfg.Keys, Policy: p, Open: open, Clock: lease.SystemClock(), Hold: 2 * p.TTL(),
+				Semaphore: cfg.Semaphore, Permits: cmp.Or(cfg.Permits, 2), SetSize: min(cfg.SetSize, len(cfg.Keys))},
+			Name: fmt.Sprintf("chaos-%s-%d", cfg.Name, i), Lanes: lanes, Rec: rec, Seed: cfg.Seed*1000 + uint64(i), LateWrites: true,
 		})
 		if err != nil {
 			cancel()

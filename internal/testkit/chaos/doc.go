@@ -9,8 +9,11 @@
 // set, see RunChild), so that a nemesis can SIGSTOP a whole holder. Each
 // client loops: acquire a random key, claim its resource through the fence,
 // make fenced writes and reads while managed renewal keeps the lease, then
-// release it (or, now and then, let it expire). A nemesis injects one kind of
-// fault at random times and heals it at the end.
+// release it (or, now and then, let it expire). With Options.Semaphore and
+// Options.SetSize, a round may take a permit of a semaphore or a set of keys
+// instead, and write through the fence per slot, per semaphore or by each
+// key of the set. A nemesis injects one kind of fault at random times and
+// heals it at the end.
 //
 // Every backend call (from Client.Acquire's attempts, Managed's renewals,
 // Release) goes through a recording lease.Backend, and every fenced write and
@@ -27,7 +30,9 @@
 // Check partitions the history by lease key and by resource and checks each
 // partition for linearizability against a sequential model; Model's
 // documentation says exactly what it refuses and why it is sound on a
-// loaded machine. Check also compares every client's sampled belief in its
+// loaded machine. A permit is a lease on its permit key and a set holds
+// each of its keys (see Expand); each semaphore's bound and the order of
+// its tokens across slots are checked beside the model. Check also compares every client's sampled belief in its
 // lease with the backend's expiry (see checkDeadlines). On a violation it
 // writes porcupine's HTML visualisation and the history as JSON lines to
 // OutDir.

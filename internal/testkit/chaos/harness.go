@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +40,26 @@ type Options struct {
 	Hold time.Duration
 	// Seed seeds the clients' random choices. Default 1.
 	Seed uint64
+
+	// Semaphore, if not "", makes the clients take permits too, of the
+	// semaphore of that name among Permits permits
+	// (Client.AcquirePermit). A permit holder writes through the fence
+	// either per slot (to Resource(permit key), fenced by the permit's
+	// key) or per semaphore (to Resource(Semaphore), fenced by the
+	// semaphore's key with the permit's token), picked at random each
+	// time.
+	Semaphore string
+	// Permits is the semaphore's number of permits. Default 2.
+	Permits int
+	// SetSize, if at least 1, makes the clients take sets of keys too:
+	// SetSize of Keys picked at random, all or nothing
+	// (Client.AcquireSet). A set holder writes to the resource of each of
+	// its keys, fenced by that key with the set's token
+	// (Handle.SnapshotFor).
+	//
+	// With Semaphore or SetSize set, each round picks one of the
+	// primitives at random: a lease on one of Keys, a permit, or a set.
+	SetSize int
 }
 
 // Resource returns the name of the resource that lease key fences.
@@ -71,6 +93,10 @@ func NewHarness(rec *Recorder, o Options) *Harness {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
+	if o.Semaphore != "" && o.Permits == 0 {
+		o.Permits = 2
+	}
+	o.SetSize = min(o.SetSize, len(o.Keys))
 	return &Harness{o: o, rec: rec, lanes: NewLanes("p")}
 }
 
@@ -157,6 +183,16 @@ func (h *Harness) Converge(ctx context.Context, wait time.Duration) error {
 			errs = append(errs, fmt.Errorf("key %q: %w", key, err))
 		}
 	}
+	if h.o.Semaphore != "" {
+		if err := w.convergePermits(ctx, wait); err != nil {
+			errs = append(errs, fmt.Errorf("semaphore %q: %w", h.o.Semaphore, err))
+		}
+	}
+	if h.o.SetSize > 0 {
+		if err := w.convergeSet(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("set %q: %w", h.o.Keys, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -239,12 +275,17 @@ func (w *worker) randDur(d time.Duration) time.Duration {
 	return time.Duration(w.rng.Int64N(int64(d)))
 }
 
-// once makes one round: acquire a key, claim its resource, write and read
-// while holding it, then release it or let it expire.
+// fenced is one resource a round writes to: the resource of key, fenced
+// by key with the handle's token (Handle.SnapshotFor), and how (see
+// Op.Fence).
+type fenced struct{ key, fence string }
+
+// once makes one round: acquire a key (or a permit, or a set), claim its
+// resources, write and read while holding it, then release it or let it
+// expire.
 func (w *worker) once(ctx context.Context) error {
 	p := w.o.Policy.Options()
-	key := w.o.Keys[w.rng.IntN(len(w.o.Keys))]
-	h, err := w.acquire(ctx, key, w.o.Policy)
+	h, plan, err := w.take(ctx, w.o.Policy)
 	if err != nil {
 		sleep(ctx, w.randDur(p.Retry))
 		return nil
@@ -258,11 +299,14 @@ func (w *worker) once(ctx context.Context) error {
 		_ = h.Release(WithLane(context.WithoutCancel(ctx), w.main))
 		return nil
 	}
-	resource := Resource(key)
-	write := func(snap lease.Snapshot, value string, late bool, belief bool) Outcome {
+	write := func(f fenced, value string, late bool, belief bool) Outcome {
 		wctx, cancel := context.WithTimeout(ctx, 2*p.OperationTimeout)
 		defer cancel()
-		wr := Write{Snap: snap, Acq: acq, Resource: resource, Value: value, Late: late}
+		snap, err := h.SnapshotFor(f.key)
+		if err != nil {
+			return Failed // not reached: the plan names only keys of h
+		}
+		wr := Write{Snap: snap, Acq: acq, Resource: Resource(f.key), Value: value, Late: late, Lease: h.Key(), Fence: f.fence}
 		if belief {
 			wr.Remaining = func() time.Duration { return h.Deadline().Sub(w.o.Clock.Now()) }
 		}
@@ -272,8 +316,10 @@ func (w *worker) once(ctx context.Context) error {
 	holding := func() bool {
 		return m.Context().Err() == nil && w.o.Clock.Now().Before(h.Deadline())
 	}
-	if holding() {
-		write(h.Snapshot(), "", false, true)
+	for _, f := range plan {
+		if holding() {
+			write(f, "", false, true)
+		}
 	}
 	until := time.Now().Add(w.randDur(w.o.Hold))
 	last := time.Now()
@@ -281,15 +327,19 @@ func (w *worker) once(ctx context.Context) error {
 		if w.o.LateWrites && time.Since(last) > p.TTL {
 			// Paused past the TTL: make the late write first, as a
 			// program that was about to write when it was stopped would.
-			write(h.Snapshot(), w.value(), true, false)
+			for _, f := range plan {
+				write(f, w.value(), true, false)
+			}
 		}
 		if !time.Now().Before(until) || !holding() {
 			break
 		}
-		write(h.Snapshot(), w.value(), false, true)
+		for _, f := range plan {
+			write(f, w.value(), false, true)
+		}
 		if w.rng.IntN(3) == 0 {
 			rctx, cancel := context.WithTimeout(ctx, 2*p.OperationTimeout)
-			_, _, _ = w.store.Read(rctx, w.main, resource)
+			_, _, _ = w.store.Read(rctx, w.main, Resource(plan[w.rng.IntN(len(plan))].key))
 			cancel()
 		}
 		last = time.Now()
@@ -310,20 +360,84 @@ func (w *worker) once(ctx context.Context) error {
 	return nil
 }
 
-// acquire calls Client.Acquire on a client with an owner of its own,
-// "<name>.r<n>", and records what the call returned as a KindClient
-// operation, so that checkClientOutcomes can hold the error to its
-// promise: a later answer naming that owner as the holder can only come
-// from one of this call's attempts.
-func (w *worker) acquire(ctx context.Context, key string, p lease.Policy) (*lease.Handle, error) {
+// take acquires what one round holds, picked at random among the
+// primitives of the options: a lease on one of the keys, a permit of the
+// semaphore, or a set of keys. It returns the handle and the resources
+// to write to under it.
+func (w *worker) take(ctx context.Context, p lease.Policy) (*lease.Handle, []fenced, error) {
+	kinds := []string{"lease"}
+	if w.o.Semaphore != "" {
+		kinds = append(kinds, "permit")
+	}
+	if w.o.SetSize > 0 {
+		kinds = append(kinds, "set")
+	}
+	kind := kinds[0]
+	if len(kinds) > 1 {
+		kind = kinds[w.rng.IntN(len(kinds))]
+	}
+	switch kind {
+	case "permit":
+		sem := w.o.Semaphore
+		h, err := w.acquire(ctx, sem, func(ctx context.Context, c *lease.Client) (*lease.Handle, error) {
+			return c.AcquirePermit(ctx, sem, w.o.Permits, p)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		if w.rng.IntN(2) == 0 {
+			return h, []fenced{{h.Key(), FenceSlot}}, nil
+		}
+		return h, []fenced{{sem, FenceSemaphore}}, nil
+	case "set":
+		var keys []string
+		for _, i := range w.rng.Perm(len(w.o.Keys))[:w.o.SetSize] {
+			keys = append(keys, w.o.Keys[i])
+		}
+		slices.Sort(keys)
+		h, err := w.acquire(ctx, strings.Join(keys, ","), func(ctx context.Context, c *lease.Client) (*lease.Handle, error) {
+			return c.AcquireSet(ctx, keys, p)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		var plan []fenced
+		for _, k := range h.Keys() {
+			plan = append(plan, fenced{k, FenceSet})
+		}
+		return h, plan, nil
+	}
+	key := w.o.Keys[w.rng.IntN(len(w.o.Keys))]
+	h, err := w.acquireLease(ctx, key, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, []fenced{{key, ""}}, nil
+}
+
+// acquireLease acquires the lease on key; see acquire.
+func (w *worker) acquireLease(ctx context.Context, key string, p lease.Policy) (*lease.Handle, error) {
+	return w.acquire(ctx, key, func(ctx context.Context, c *lease.Client) (*lease.Handle, error) {
+		return c.Acquire(ctx, key, p)
+	})
+}
+
+// acquire calls take (Client.Acquire, AcquirePermit or AcquireSet) on a
+// client with an owner of its own, "<name>.r<n>", and records what the
+// call returned as a KindClient operation on name (the key, the
+// semaphore's key or the set's joined keys), so that
+// checkClientOutcomes can hold the error to its promise: a later answer
+// naming that owner as the holder can only come from one of this call's
+// attempts.
+func (w *worker) acquire(ctx context.Context, name string, take func(context.Context, *lease.Client) (*lease.Handle, error)) (*lease.Handle, error) {
 	w.calls++
 	owner := fmt.Sprintf("%s.r%d", w.o.Name, w.calls)
 	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock})
 	if err != nil {
 		return nil, err
 	}
-	op := Op{Lane: w.main.ID(), Kind: KindClient, Key: key, Owner: owner, Call: w.o.Rec.Now()}
-	h, err := c.Acquire(WithLane(ctx, w.main), key, p)
+	op := Op{Lane: w.main.ID(), Kind: KindClient, Key: name, Owner: owner, Call: w.o.Rec.Now()}
+	h, err := take(WithLane(ctx, w.main), c)
 	op.Return = w.o.Rec.Now()
 	op.Err = errText(err)
 	switch {
@@ -360,20 +474,90 @@ func (w *worker) value() string {
 
 // converge acquires key, claims and reads its resource, and releases it.
 func (w *worker) converge(ctx context.Context, key string) error {
-	h, err := w.acquire(ctx, key, w.o.Policy)
+	h, err := w.acquireLease(ctx, key, w.o.Policy)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = h.Release(WithLane(context.WithoutCancel(ctx), w.main)) }()
+	return w.writeRead(ctx, h, w.main.Granted(), fenced{key, ""})
+}
+
+// writeRead writes a value to the resource of f under h, whose
+// acquisition id is acq, and reads it back.
+func (w *worker) writeRead(ctx context.Context, h *lease.Handle, acq string, f fenced) error {
 	p := w.o.Policy.Options()
 	wctx, cancel := context.WithTimeout(ctx, 10*p.OperationTimeout)
 	defer cancel()
-	wr := Write{Snap: h.Snapshot(), Acq: w.main.Granted(), Resource: Resource(key), Value: w.value()}
-	if out, err := w.store.Write(wctx, w.main, wr); out != OK {
-		return fmt.Errorf("fenced write %s: %w", out, err)
+	snap, err := h.SnapshotFor(f.key)
+	if err != nil {
+		return err
 	}
-	if _, _, err := w.store.Read(wctx, w.main, Resource(key)); err != nil {
-		return fmt.Errorf("read: %w", err)
+	wr := Write{Snap: snap, Acq: acq, Resource: Resource(f.key), Value: w.value(), Lease: h.Key(), Fence: f.fence}
+	if out, err := w.store.Write(wctx, w.main, wr); out != OK {
+		return fmt.Errorf("fenced write to %s %s: %w", wr.Resource, out, err)
+	}
+	if _, _, err := w.store.Read(wctx, w.main, Resource(f.key)); err != nil {
+		return fmt.Errorf("read %s: %w", wr.Resource, err)
+	}
+	return nil
+}
+
+// convergePermits acquires every permit of the semaphore at once (each
+// waiting up to wait, for a TTL that outlasts the others' waits), writes
+// to the resource of each slot and, with the newest permit, to the
+// semaphore's, reads them back, and releases the permits.
+func (w *worker) convergePermits(ctx context.Context, wait time.Duration) error {
+	o := withWait(w.o.Policy.Options(), wait)
+	o.TTL = time.Duration(w.o.Permits)*wait + o.TTL
+	p, err := lease.NewPolicy(o)
+	if err != nil {
+		return err
+	}
+	sem := w.o.Semaphore
+	type held struct {
+		h   *lease.Handle
+		acq string
+	}
+	var hs []held
+	defer func() {
+		for _, x := range hs {
+			_ = x.h.Release(WithLane(context.WithoutCancel(ctx), w.main))
+		}
+	}()
+	for range w.o.Permits {
+		h, err := w.acquire(ctx, sem, func(ctx context.Context, c *lease.Client) (*lease.Handle, error) {
+			return c.AcquirePermit(ctx, sem, w.o.Permits, p)
+		})
+		if err != nil {
+			return fmt.Errorf("permit %d of %d: %w", len(hs)+1, w.o.Permits, err)
+		}
+		hs = append(hs, held{h, w.main.Granted()})
+	}
+	for _, x := range hs {
+		if err := w.writeRead(ctx, x.h, x.acq, fenced{x.h.Key(), FenceSlot}); err != nil {
+			return err
+		}
+	}
+	newest := slices.MaxFunc(hs, func(a, b held) int { return cmp.Compare(a.h.Token(), b.h.Token()) })
+	return w.writeRead(ctx, newest.h, newest.acq, fenced{sem, FenceSemaphore})
+}
+
+// convergeSet acquires every key as one set, writes to the resource of
+// each, reads it back, and releases the set.
+func (w *worker) convergeSet(ctx context.Context) error {
+	keys := w.o.Keys
+	h, err := w.acquire(ctx, strings.Join(keys, ","), func(ctx context.Context, c *lease.Client) (*lease.Handle, error) {
+		return c.AcquireSet(ctx, keys, w.o.Policy)
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = h.Release(WithLane(context.WithoutCancel(ctx), w.main)) }()
+	acq := w.main.Granted()
+	for _, k := range h.Keys() {
+		if err := w.writeRead(ctx, h, acq, fenced{k, FenceSet}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -84,8 +84,26 @@ type Op struct {
 	Lane string `json:"lane"`
 	Kind Kind   `json:"kind"`
 
-	// Key is the lease key (lease operations and writes).
+	// Key is the lease key (lease operations and writes). For an operation
+	// on a set of keys it is their names joined by "," (see Keys), and for
+	// an acquire permit the permit key granted, or the semaphore's key when
+	// none was (see Sem).
 	Key string `json:"key,omitempty"`
+	// Keys are the keys of a set, sorted, for an operation on a set
+	// (SetAcquirer's AcquireSet, RenewSet, ReleaseSet): Check expands such
+	// an operation into one per key (see Expand), so that the model treats
+	// the set as holding each of its keys.
+	Keys []string `json:"keys,omitempty"`
+	// Member is, for an operation on a set answered NotAcquired or Lost,
+	// the key of the set that the answer was about.
+	Member string `json:"member,omitempty"`
+	// Sem is the semaphore's key for an operation on one of its permits:
+	// an acquire permit, a renewal, release or force release of a permit
+	// key (lease.PermitKey), and a write fenced by a permit.
+	Sem string `json:"sem,omitempty"`
+	// Permits is, for an acquire permit, the number of permits asked
+	// among.
+	Permits int `json:"permits,omitempty"`
 	// Acq identifies the acquisition: a digest of its secret, never the
 	// secret itself.
 	Acq string `json:"acq,omitempty"`
@@ -104,6 +122,13 @@ type Op struct {
 	Value string `json:"value,omitempty"`
 	// Claim marks a write that only advances the fence.
 	Claim bool `json:"claim,omitempty"`
+	// Lease is, for a write, the key of the handle that made it when that
+	// is not Key: a permit's key for a write fenced by its semaphore's
+	// key, a set's joined keys for a write fenced by one of its keys.
+	Lease string `json:"lease,omitempty"`
+	// Fence says how a write under a permit or a set was fenced:
+	// FenceSlot, FenceSemaphore or FenceSet; "" for a lease's own key.
+	Fence string `json:"fence,omitempty"`
 	// Late marks a write that a client made on purpose with the snapshot
 	// it held before it was paused, without checking its lease first.
 	Late bool `json:"late,omitempty"`

@@ -103,7 +103,9 @@ type ModelOptions struct {
 //     ("token not above every earlier one", which also catches a token
 //     issued twice), and the grant's upper time bound must not be before
 //     ExpLo of the previous acquisition ("two acquisitions valid at the
-//     same time as judged by the backend's clock"). A becomes the latest.
+//     same time as judged by the backend's clock") unless that was A
+//     itself (a set granted afresh with a key it still held, after
+//     another of its keys was lost). A becomes the latest.
 //   - acquire NotAcquired naming holder token H (when the backend names
 //     one): H must not be below the highest token granted before (the
 //     backend can't show an older acquisition as the holder) and must not
@@ -163,6 +165,20 @@ type ModelOptions struct {
 //     some point since it caught up. Without a replicated before it, the
 //     fault takes nothing back.
 //
+// # Permits and sets
+//
+// A permit of a semaphore is a lease on its permit key
+// (lease.PermitKey), and a set holds each of its keys: Check expands an
+// operation on a set into one per key (see Expand), and records a granted
+// permit on its permit key, so the lease partitions above check both
+// against every other acquisition of those keys (a set and a lease, or
+// two sets, sharing a key; a permit slot granted twice). A refused permit
+// names no permit key and takes no part. What is not per key is checked
+// beside the model: the bound of each semaphore (checkPermits) and the
+// order of its tokens across slots (checkSemaphoreTokens). Fenced writes
+// under permits and sets are resource operations like any other: a
+// resource fenced per slot, per semaphore or by a key of a set.
+//
 // # Porcupine
 //
 // Inputs are Op values whose Return is already set to math.MaxInt64 for
@@ -217,7 +233,7 @@ func step(o ModelOptions, s state, op Op) []any {
 			if op.Token <= s.Max {
 				return nil
 			}
-			if s.Holder != 0 && grantedBy(o, op) < s.ExpLo {
+			if s.Holder != 0 && op.Acq != s.Acq && grantedBy(o, op) < s.ExpLo {
 				return nil
 			}
 			return one(true, state{Max: op.Token, Holder: op.Token, Acq: op.Acq, ExpLo: op.Call + op.TTL})
@@ -342,6 +358,9 @@ func grantedBy(o ModelOptions, op Op) int64 {
 func relevant(op Op) bool {
 	switch op.Kind {
 	case KindAcquire:
+		if op.Sem != "" && op.Key == op.Sem {
+			return false // a permit not granted: no permit key to check it on
+		}
 		return op.Outcome == OK || op.Outcome == NotAcquired && op.Out != 0
 	case KindRenew:
 		return op.Outcome == OK
@@ -391,6 +410,21 @@ func sinceStates(since string) []any {
 }
 
 func describe(op Op) string {
+	d := describeOp(op)
+	switch {
+	case op.Keys != nil && op.Kind != KindWrite:
+		d += " (set " + strings.Join(op.Keys, ",") + ")"
+	case op.Sem != "" && op.Kind == KindAcquire:
+		d += fmt.Sprintf(" (permit of %s among %d)", op.Sem, op.Permits)
+	case op.Fence != "" && op.Lease != "":
+		d += " (fenced " + op.Fence + ", under " + op.Lease + ")"
+	case op.Fence != "":
+		d += " (fenced " + op.Fence + ")"
+	}
+	return d
+}
+
+func describeOp(op Op) string {
 	switch op.Kind {
 	case KindAcquire:
 		switch op.Outcome {

@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -55,12 +56,25 @@ func (h *holdings) any() (chaos.Op, bool) {
 	return chaos.Op{}, false
 }
 
-// claimedAbove reports whether some client wrote to the resource of g
-// with a higher token.
+// claimedAbove reports whether some client wrote with a higher token to
+// a resource that g may write to: the resource of its key, of each key
+// of a set, or of a permit's slot or semaphore.
 func (h *holdings) claimedAbove(g chaos.Op) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.claimed[chaos.Resource(g.Key)] > g.Token
+	keys := []string{g.Key}
+	switch {
+	case g.Keys != nil:
+		keys = g.Keys
+	case g.Sem != "":
+		keys = append(keys, g.Sem)
+	}
+	for _, k := range keys {
+		if h.claimed[chaos.Resource(k)] > g.Token {
+			return true
+		}
+	}
+	return false
 }
 
 // TestHolderPaused stops the child process with SIGSTOP while it holds a
@@ -110,13 +124,28 @@ func holderPaused(t *testing.T, target chaos.Target) {
 		pausedTokens = append(pausedTokens, g.Token)
 	}
 	res := r.finish(rowOptions{})
-	ops := r.rec.Ops()
-	late := count(ops, func(op chaos.Op) bool { return op.Late })
-	stale := count(ops, func(op chaos.Op) bool { return op.Late && op.Outcome == chaos.Stale })
+	late, stale := checkLateWrites(t, r.rec.Ops())
 	t.Logf("%d pauses, %d late writes, %d of them rejected as stale; %d operations checked", len(pausedTokens), late, stale, res.Checked)
+	if len(pausedTokens) > 0 && late == 0 && !long() {
+		t.Log("no pause caught the child in the middle of its work this time")
+	}
+}
+
+// checkLateWrites checks the late writes of the child in ops (made with
+// the snapshot it held before it was paused past its TTL): one made after
+// a write with a higher token to its resource returned must have been
+// refused, and the child's Managed must have reported the loss of the
+// lease (or permit, or set) it wrote under. It returns how many late
+// writes there were and how many were refused as stale.
+func checkLateWrites(t *testing.T, ops []chaos.Op) (late, stale int) {
+	t.Helper()
 	for _, w := range ops {
 		if !w.Late {
 			continue
+		}
+		late++
+		if w.Outcome == chaos.Stale {
+			stale++
 		}
 		superseded := count(ops, func(op chaos.Op) bool {
 			return op.Kind == chaos.KindWrite && op.Outcome == chaos.OK && op.Resource == w.Resource &&
@@ -125,16 +154,15 @@ func holderPaused(t *testing.T, target chaos.Target) {
 		if superseded && w.Outcome == chaos.OK {
 			t.Errorf("a late write after the lease was taken over was not rejected: %v", w)
 		}
+		held := cmp.Or(w.Lease, w.Key) // the handle's key, which the event names
 		lost := count(ops, func(op chaos.Op) bool {
-			return op.Kind == chaos.KindEvent && lanePrefix(op, "c1") && op.Key == w.Key && op.Token == w.Token
+			return op.Kind == chaos.KindEvent && lanePrefix(op, "c1") && op.Key == held && op.Token == w.Token
 		})
 		if lost == 0 {
-			t.Errorf("the child's Managed did not report the loss of %s/%d after it resumed", w.Key, w.Token)
+			t.Errorf("the child's Managed did not report the loss of %s/%d after it resumed", held, w.Token)
 		}
 	}
-	if len(pausedTokens) > 0 && late == 0 && !long() {
-		t.Log("no pause caught the child in the middle of its work this time")
-	}
+	return late, stale
 }
 
 // TestValkeyPaused stops valkey-server with SIGSTOP for longer than the

@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -25,7 +26,7 @@ const EnvDuration = "LEASE_CHAOS_DURATION"
 // rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
 // tests that call rowDuration, counting the parallel subtests of one test
 // once.
-const rows = 25
+const rows = 27
 
 const shortRow = 3 * time.Second
 
@@ -152,7 +153,24 @@ type rowOptions struct {
 	stopInTxEvery int
 	// keys are the lease keys of the run; default keys.
 	keys []string
+	// primitives makes every client take permits of a semaphore and
+	// sets of keys too (see chaos.Options.Semaphore and SetSize).
+	primitives bool
+	// wrap, if set, wraps the goroutine clients' backends (not the
+	// child's).
+	wrap func(lease.Backend) lease.Backend
+	// permits is the semaphore's number of permits with primitives;
+	// default the constant permits.
+	permits int
 }
+
+// The workload of the rows with primitives: a semaphore of two permits
+// beside the keys, and sets of two of the keys.
+const (
+	semaphore = "sem"
+	permits   = 2
+	setSize   = 2
+)
 
 // startRun starts the clients of a row on target.
 func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
@@ -163,8 +181,24 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 	if o.keys != nil {
 		runKeys = o.keys
 	}
-	r.h = chaos.NewHarness(r.rec, chaos.Options{Keys: runKeys, Policy: r.policy, Clients: 3, Open: target.Open,
-		Clock: o.clock, Seed: r.rng.Uint64()%1000 + 1})
+	ho := chaos.Options{Keys: runKeys, Policy: r.policy, Clients: 3, Open: target.Open,
+		Clock: o.clock, Seed: r.rng.Uint64()%1000 + 1}
+	cfg := chaos.ChildConfig{Name: "c1", Keys: runKeys, Policy: r.policy.Options(), StopInTxEvery: o.stopInTxEvery}
+	if o.primitives {
+		n := cmp.Or(o.permits, permits)
+		ho.Semaphore, ho.Permits, ho.SetSize = semaphore, n, setSize
+		cfg.Semaphore, cfg.Permits, cfg.SetSize = semaphore, n, setSize
+	}
+	if o.wrap != nil {
+		ho.Open = func(ctx context.Context, name string) (lease.Backend, chaos.Store, func(), error) {
+			b, s, closeFn, err := target.Open(ctx, name)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return o.wrap(b), s, closeFn, nil
+		}
+	}
+	r.h = chaos.NewHarness(r.rec, ho)
 	if err := r.h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +207,8 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 	if o.childTarget != nil {
 		childTarget = *o.childTarget
 	}
-	c, err := chaos.StartChild(r.rec, chaos.ChildConfig{Name: "c1", Target: childTarget, Keys: runKeys,
-		Policy: r.policy.Options(), Seed: r.rng.Uint64()%1000 + 1, StopInTxEvery: o.stopInTxEvery})
+	cfg.Target, cfg.Seed = childTarget, r.rng.Uint64()%1000+1
+	c, err := chaos.StartChild(r.rec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

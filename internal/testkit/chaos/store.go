@@ -44,6 +44,10 @@ type Write struct {
 	Resource string
 	// Value is written; empty claims the resource.
 	Value string
+	// Lease is the key of the handle the write is made under when the
+	// snapshot's key is not it (see Op.Lease); Fence says how a write
+	// under a permit or a set is fenced (see Op.Fence).
+	Lease, Fence string
 	// Late marks a write made on purpose with a snapshot held across a
 	// pause (see Op.Late).
 	Late bool
@@ -67,7 +71,10 @@ func NewRecordingStore(s Store, rec *Recorder) *RecordingStore {
 // outcome and the error.
 func (r *RecordingStore) Write(ctx context.Context, lane *Lane, w Write) (Outcome, error) {
 	op := Op{Lane: lane.ID(), Kind: KindWrite, Key: w.Snap.Key, Acq: w.Acq, Token: uint64(w.Snap.Token),
-		Resource: w.Resource, Value: w.Value, Claim: w.Value == "", Late: w.Late, Call: r.rec.Now()}
+		Resource: w.Resource, Value: w.Value, Claim: w.Value == "", Late: w.Late, Fence: w.Fence, Call: r.rec.Now()}
+	if w.Lease != w.Snap.Key {
+		op.Lease = w.Lease
+	}
 	if w.Remaining != nil {
 		op.Remaining = micros(w.Remaining())
 		op.SampledBy = r.rec.Now()
