@@ -75,37 +75,62 @@ func TestValkeyKillAOF(t *testing.T) {
 // the fences, on a third server, reject every write under the lost lease
 // once the new holder has written.
 func TestValkeyFailover(t *testing.T) {
-	opts := testserver.ValkeyOptions{ExtraArgs: []string{"--repl-diskless-sync-delay", "0"}}
-	primary, replica := testserver.StartValkey(t, opts), testserver.StartValkey(t, opts)
-	repl := newProxy(t, primary.Addr()) // the replica's link to the primary
-	front := newProxy(t, primary.Addr())
-	replicate(t, replica.Addr(), repl.Addr())
-	target := valkeyTarget(front.Addr())
-	target.FenceAddr = testserver.Valkey(t).Addr()
+	pair, target := startValkeyPair(t)
 	r := startRun(t, target, rowOptions{})
 	for r.running() {
 		r.pause(ttl, 2*ttl)
-		lag := ttl/2 + time.Duration(r.rng.Int64N(int64(ttl)))
-		r.h.Fault(fmt.Sprintf("cut the replica's link, %v later kill -9 the primary and promote the replica", lag), true, func() {
-			if err := repl.SetUpstream("127.0.0.1:1"); err != nil { // nothing listens there
-				t.Fatal(err)
-			}
-			time.Sleep(lag)
-			primary.Kill()
-			do(t, replica.Addr(), "REPLICAOF", "NO", "ONE")
-			if err := front.SetUpstream(replica.Addr()); err != nil {
-				t.Fatal(err)
-			}
-		})
-		primary.Restart() // empty: no persistence
-		if err := repl.SetUpstream(replica.Addr()); err != nil {
-			t.Fatal(err)
-		}
-		replicate(t, primary.Addr(), repl.Addr())
-		primary, replica = replica, primary
+		pair.failOver(t, r)
 	}
 	r.finish(rowOptions{})
 	r.withoutDataLoss()
+}
+
+// valkeyPair is a Valkey primary and its replica, the replica's link to
+// the primary through a proxy, and the clients' proxy in front of the
+// primary: the rig of TestValkeyFailover.
+type valkeyPair struct {
+	primary, replica *testserver.ValkeyServer
+	repl             *chaos.Proxy // the replica's link to the primary
+	front            *chaos.Proxy // the clients'
+}
+
+// startValkeyPair starts a valkeyPair and returns it with a target on
+// its front proxy, with the fences on a third server.
+func startValkeyPair(t *testing.T) (*valkeyPair, chaos.Target) {
+	t.Helper()
+	opts := testserver.ValkeyOptions{ExtraArgs: []string{"--repl-diskless-sync-delay", "0"}}
+	p := &valkeyPair{primary: testserver.StartValkey(t, opts), replica: testserver.StartValkey(t, opts)}
+	p.repl, p.front = newProxy(t, p.primary.Addr()), newProxy(t, p.primary.Addr())
+	replicate(t, p.replica.Addr(), p.repl.Addr())
+	target := valkeyTarget(p.front.Addr())
+	target.FenceAddr = testserver.Valkey(t).Addr()
+	return p, target
+}
+
+// failOver fails p over as a fault of r marked as losing data: the
+// replica's link cut, 0.5–1.5 TTL later the primary killed, the replica
+// promoted and the clients' proxy pointed at it. Then the old primary
+// comes back empty as the new replica.
+func (p *valkeyPair) failOver(t *testing.T, r *run) {
+	t.Helper()
+	lag := ttl/2 + time.Duration(r.rng.Int64N(int64(ttl)))
+	r.h.Fault(fmt.Sprintf("cut the replica's link, %v later kill -9 the primary and promote the replica", lag), true, func() {
+		if err := p.repl.SetUpstream("127.0.0.1:1"); err != nil { // nothing listens there
+			t.Fatal(err)
+		}
+		time.Sleep(lag)
+		p.primary.Kill()
+		do(t, p.replica.Addr(), "REPLICAOF", "NO", "ONE")
+		if err := p.front.SetUpstream(p.replica.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	p.primary.Restart() // empty: no persistence
+	if err := p.repl.SetUpstream(p.replica.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	replicate(t, p.primary.Addr(), p.repl.Addr())
+	p.primary, p.replica = p.replica, p.primary
 }
 
 // replicate makes the server at addr a replica of the server behind

@@ -43,13 +43,22 @@ const minFailovers = 2
 // the promoted server did not have (see lostWith); it asserts nothing on
 // them.
 func TestPostgresFailover(t *testing.T) {
+	postgresFailoverRow(t, rowOptions{})
+}
+
+// postgresFailoverRow is TestPostgresFailover with the row's options o:
+// with o.primitives the clients take permits and sets too (see
+// TestPermitsAndSets), whose operations lostWith sees split per key
+// (chaos.Expand), and the row logs what was lost per primitive.
+func postgresFailoverRow(t *testing.T, o rowOptions) {
 	primary := testserver.StartPostgres(t)
 	f := &failoverRig{t: t, dbURL: migrate(t, primary.NewDatabase(t)), primary: primary,
 		repl: newProxy(t, primary.Addr()), front: newProxy(t, primary.Addr())}
 	f.newReplica()
-	r := startRun(t, chaos.Target{Kind: "postgres", URL: onServer(t, f.dbURL, f.front.Addr())}, rowOptions{})
+	r := startRun(t, chaos.Target{Kind: "postgres", URL: onServer(t, f.dbURL, f.front.Addr())}, o)
 	var (
-		after, before [2]lost // lost since and before the replica caught up, by whether the link was cut
+		after, before [2]lost                 // lost since and before the replica caught up, by whether the link was cut
+		byPrimitive   = map[string]*[2]lost{} // lost since the replica caught up, by primitive and whether the link was cut
 		rounds        [2]int
 		lostGrants    = map[grantRef]int64{} // when the failover that lost each grant ended
 		start         int64                  // when the clients were pointed at the primary
@@ -66,8 +75,9 @@ func TestPostgresFailover(t *testing.T) {
 		cut := n%2 == 0
 		lag := (ttl/2 + time.Duration(r.rng.Int64N(int64(ttl)))).Round(time.Millisecond)
 		fo := f.failOver(r, cut, lag)
-		ops := r.rec.Ops()
-		since := lostWith(ops, fo.db, func(op chaos.Op) bool { return op.Return > fo.caughtUp && op.Call < fo.killed })
+		ops := chaos.Expand(r.rec.Ops())
+		inSince := func(op chaos.Op) bool { return op.Return > fo.caughtUp && op.Call < fo.killed }
+		since := lostWith(ops, fo.db, inSince)
 		earlier := lostWith(ops, fo.db, func(op chaos.Op) bool { return op.Return > start && op.Return <= fo.caughtUp })
 		for g := range since.grantRefs {
 			lostGrants[g] = fo.end
@@ -75,6 +85,14 @@ func TestPostgresFailover(t *testing.T) {
 		i := 0
 		if cut {
 			i = 1
+		}
+		if o.primitives {
+			for _, p := range primitives {
+				if byPrimitive[p] == nil {
+					byPrimitive[p] = &[2]lost{}
+				}
+				byPrimitive[p][i].add(lostWith(ops, fo.db, func(op chaos.Op) bool { return inSince(op) && primitiveOf(op) == p }))
+			}
 		}
 		after[i].add(since)
 		before[i].add(earlier)
@@ -88,13 +106,22 @@ func TestPostgresFailover(t *testing.T) {
 			n+1, fo.desc, fo.promotion.Round(time.Millisecond), since, earlier)
 		start = fo.end
 	}
-	r.finish(rowOptions{})
+	res := r.finish(o)
 	r.withoutDataLoss()
+	if o.primitives {
+		late, stale := checkLateWrites(t, r.rec.Ops())
+		t.Logf("%d late writes of the child, %d of them refused as stale", late, stale)
+		requireWorkload(t, res)
+	}
 
-	ops := r.rec.Ops()
+	ops := chaos.Expand(r.rec.Ops())
 	var accepted, refused int
 	for _, op := range ops {
-		if at, ok := lostGrants[grantRef{op.Key, op.Token}]; ok && op.Kind == chaos.KindWrite && op.Call > at {
+		key := op.Key
+		if op.Fence == chaos.FenceSemaphore {
+			key = op.Lease // the permit's key; Key is the semaphore's
+		}
+		if at, ok := lostGrants[grantRef{key, op.Token}]; ok && op.Kind == chaos.KindWrite && op.Call > at {
 			switch op.Outcome {
 			case chaos.OK:
 				accepted++
@@ -109,11 +136,34 @@ func TestPostgresFailover(t *testing.T) {
 	for i, link := range []string{"up", "cut"} {
 		t.Logf("%d failovers with the replica's link %s for 0.5–1.5 TTL: the promoted server lacked %v acknowledged since the replica caught up, and %v before",
 			rounds[i], link, after[i], before[i])
+		for _, p := range primitives {
+			if l := byPrimitive[p]; l != nil {
+				t.Logf("  of them %s: %v", p, l[i])
+			}
+		}
 	}
 	t.Logf("tokens: the first grant of a key after a failover was at least %v above the key's earlier tokens; kill to promotion took %v to %v",
 		minTokenLead(ops, kills).Round(time.Millisecond), fastest.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	t.Logf("on the promoted servers %d writes were refused as stale; writes under grants the promoted server lacked: %d accepted (no newer holder had written), %d refused",
 		stale, accepted, refused)
+}
+
+// primitives names the primitives of a row's workload, as primitiveOf
+// does.
+var primitives = []string{"leases", "permits", "sets"}
+
+// primitiveOf names the primitive op is about: "permits" for a permit's
+// operations and writes fenced by one (per slot or per semaphore), "sets"
+// for a set's (expanded or not) and writes fenced by a set's key,
+// "leases" otherwise.
+func primitiveOf(op chaos.Op) string {
+	switch {
+	case op.Fence == chaos.FenceSlot || op.Fence == chaos.FenceSemaphore || op.Fence == "" && op.Sem != "":
+		return "permits"
+	case op.Fence == chaos.FenceSet || op.Fence == "" && op.Keys != nil:
+		return "sets"
+	}
+	return "leases"
 }
 
 // failoverRig is the primary and the replica of TestPostgresFailover and
@@ -272,7 +322,8 @@ func readDB(t *testing.T, dbURL string) dbState {
 	return s
 }
 
-// lostWith counts the operations of ops that returned OK (acknowledged by
+// lostWith counts the operations of ops (expanded: a set's operations
+// split per key, see chaos.Expand) that returned OK (acknowledged by
 // one primary) and that in selects, and those of them whose effect the
 // replica promoted in that primary's place did not have (db):
 //   - a grant of token T for key k: db's token for k is below T;

@@ -462,6 +462,17 @@ func TestPermitsAndSets(t *testing.T) {
 		r := startRun(t, target, rowOptions{primitives: true})
 		primitivesRow(t, r, []fault{pauseHolder(r), blackhole(p), repliesLost(p), crashPostgres(srv)}, rowOptions{unknowns: true, deadlines: true})
 	})
+	t.Run("valkey-failover", func(t *testing.T) {
+		t.Parallel()
+		pair, target := startValkeyPair(t)
+		r := startRun(t, target, rowOptions{primitives: true})
+		primitivesRow(t, r, []fault{{"failovers", pair.failOver}}, rowOptions{deadlines: true})
+		r.withoutDataLoss()
+	})
+	t.Run("postgres-failover", func(t *testing.T) {
+		t.Parallel()
+		postgresFailoverRow(t, rowOptions{primitives: true, deadlines: true})
+	})
 }
 
 // A fault is one kind of fault of a primitives row: inject injects it
