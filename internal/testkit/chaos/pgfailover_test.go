@@ -49,7 +49,8 @@ func TestPostgresFailover(t *testing.T) {
 // postgresFailoverRow is TestPostgresFailover with the row's options o:
 // with o.primitives the clients take permits and sets too (see
 // TestPermitsAndSets), whose operations lostWith sees split per key
-// (chaos.Expand), and the row logs what was lost per primitive.
+// (chaos.Expand), the pauses between failovers are 0.2–0.5 TTL instead
+// of 1–2, and the row logs what was lost per primitive.
 func postgresFailoverRow(t *testing.T, o rowOptions) {
 	primary := testserver.StartPostgres(t)
 	f := &failoverRig{t: t, dbURL: migrate(t, primary.NewDatabase(t)), primary: primary,
@@ -71,7 +72,11 @@ func postgresFailoverRow(t *testing.T, o rowOptions) {
 		if f.replica == nil {
 			f.newReplica()
 		}
-		r.pause(ttl, 2*ttl)
+		if o.primitives {
+			r.pause(ttl/5, ttl/2) // as primitivesRow, to keep the short form within its time
+		} else {
+			r.pause(ttl, 2*ttl)
+		}
 		cut := n%2 == 0
 		lag := (ttl/2 + time.Duration(r.rng.Int64N(int64(ttl)))).Round(time.Millisecond)
 		fo := f.failOver(r, cut, lag)
