@@ -117,6 +117,7 @@ func postgresFailoverRow(t *testing.T, o rowOptions) {
 		late, stale := checkLateWrites(t, r.rec.Ops())
 		t.Logf("%d late writes of the child, %d of them refused as stale", late, stale)
 		requireWorkload(t, res)
+		r.semaphoreBroken()
 	}
 
 	ops := chaos.Expand(r.rec.Ops())

@@ -468,6 +468,7 @@ func TestPermitsAndSets(t *testing.T) {
 		r := startRun(t, target, rowOptions{primitives: true})
 		primitivesRow(t, r, []fault{{"failovers", pair.failOver}}, rowOptions{deadlines: true})
 		r.withoutDataLoss()
+		r.semaphoreBroken()
 	})
 	t.Run("postgres-failover", func(t *testing.T) {
 		t.Parallel()
