@@ -430,7 +430,15 @@ func requireWorkload(t *testing.T, res chaos.Result) {
 //     append-only file (no data lost: the model holds the server to every
 //     permit and set it acknowledged);
 //   - postgres: the child stopped; a partition and lost replies; a crash
-//     (stop -m immediate) and recovery from the WAL.
+//     (stop -m immediate) and recovery from the WAL;
+//   - valkey-failover: the failovers of TestValkeyFailover (marked as
+//     losing data; the fences on a third server);
+//   - postgres-failover: those of TestPostgresFailover (marked as losing
+//     data, the fences' included), whose count of what the promoted
+//     server lacked sees a set's operations split per key.
+//
+// The failover rows also check that, asked among one permit fewer, the
+// history shows a broken semaphore (see run.semaphoreBroken).
 //
 // The checker's model treats a permit as a lease on its permit key and a
 // set as holding each of its keys; beside it, no semaphore may have more
