@@ -35,13 +35,78 @@ var (
 	releaseSetLua string
 )
 
-// withRecord returns the script src with lua/record.lua, the record's
-// helpers, in front of its body, after its first line (the "#!lua"
+// withRecord returns the script src with the helpers of lua/record.lua
+// that it calls in front of its body, after its first line (the "#!lua"
 // shebang, which Valkey requires first). The scripts that grant, extend
-// or end leases share those helpers rather than copies of them.
+// or end leases share those helpers rather than copies of them. Each
+// helper is a local function, which the server creates anew at every
+// call of a script, so a script gets only those it calls (and those they
+// call): fewer closures, less server time per call.
 func withRecord(src string) string {
 	first, body, _ := strings.Cut(src, "\n")
-	return first + "\n" + recordLua + body
+	header, helpers := recordHelpers(recordLua)
+	used := map[string]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, h := range helpers {
+			if used[h.name] || !strings.Contains(body, h.name+"(") && !usedBy(h.name, helpers, used) {
+				continue
+			}
+			used[h.name], changed = true, true
+		}
+	}
+	var b strings.Builder
+	b.WriteString(first + "\n" + header)
+	for _, h := range helpers {
+		if used[h.name] {
+			b.WriteString(h.text)
+		}
+	}
+	b.WriteString(body)
+	return b.String()
+}
+
+// usedBy reports whether one of the helpers already in used calls name.
+func usedBy(name string, helpers []recordHelper, used map[string]bool) bool {
+	for _, h := range helpers {
+		if used[h.name] && strings.Contains(h.text, name+"(") {
+			return true
+		}
+	}
+	return false
+}
+
+// A recordHelper is one local function of lua/record.lua: its name and
+// its text, with the comment above it.
+type recordHelper struct{ name, text string }
+
+// recordHelpers splits the text of lua/record.lua into its header, up to
+// the blank line above its first helper, and the helpers, each a "local
+// function" up to the first line "end" after it, with the lines (its
+// comment) since the previous helper.
+func recordHelpers(src string) (header string, helpers []recordHelper) {
+	var text strings.Builder
+	name := ""
+	for line := range strings.Lines(src) {
+		if name == "" && strings.HasPrefix(line, "local function ") {
+			name, _, _ = strings.Cut(strings.TrimPrefix(line, "local function "), "(")
+			if helpers == nil {
+				// The header ends at the last blank line before the first helper.
+				t := text.String()
+				i := strings.LastIndex(t, "\n\n") + 2
+				header = t[:i]
+				text.Reset()
+				text.WriteString(t[i:])
+			}
+		}
+		text.WriteString(line)
+		if name != "" && strings.TrimRight(line, "\n") == "end" {
+			helpers = append(helpers, recordHelper{name, text.String()})
+			name = ""
+			text.Reset()
+		}
+	}
+	return header, helpers
 }
 
 // Scripts are loaded with SCRIPT LOAD, so the server computes their hash

@@ -15,20 +15,20 @@
 -- ended lease (PERSIST), before the first HSET: a user refused PERSIST
 -- fails before anything is written.
 local rec = KEYS[1]
-local r = record.read(rec)
-local now = record.now()
-local last = record.token(r)
-if record.left(r, now) > 0 then
+local r = record_read(rec)
+local now = record_now()
+local last = record_token(r)
+if record_left(r, now) > 0 then
   if r[2] ~= ARGV[2] then
-    return {last, r[4], record.left(r, now)}
+    return {last, r[4], record_left(r, now)}
   end
   -- The same acquisition asks again (a retry after an unanswered attempt):
   -- extend it and return its token.
   redis.call('PERSIST', rec)
-  record.extend(rec, now, now + ARGV[3])
+  record_extend(rec, now, now + ARGV[3])
   return last
 end
-local token = record.next_token(last, now)
+local token = record_next_token(last, now)
 redis.call('PERSIST', rec)
-record.grant(rec, r, token, ARGV[1], ARGV[2], now, now + ARGV[3])
+record_grant(rec, r, token, ARGV[1], ARGV[2], now, now + ARGV[3])
 return token

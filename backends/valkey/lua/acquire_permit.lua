@@ -20,26 +20,26 @@
 --
 -- The token is above the last token of every one of the n permits, above
 -- the token key's (which covers permits at n or above, granted when the
--- semaphore had more), and never below the clock: record.next_token.
+-- semaphore had more), and never below the clock: record_next_token.
 local n = #KEYS - 1
 local tokens = KEYS[n + 1]
-local now = record.now()
+local now = record_now()
 local kept = redis.call('HMGET', tokens, 'token')[1]
 local hadTokens = kept ~= false
 local last = tonumber(kept) or 0
 local recs, free, first, firstLeft = {}, nil, nil, nil
 for i = 1, n do
-  local r = record.read(KEYS[i])
+  local r = record_read(KEYS[i])
   recs[i] = r
-  last = math.max(last, record.token(r))
-  local left = record.left(r, now)
+  last = math.max(last, record_token(r))
+  local left = record_left(r, now)
   if left > 0 then
     if r[2] == ARGV[2] then
       -- The same acquisition asks again (a retry after an unanswered
       -- attempt): extend it and return its slot and token.
       redis.call('PERSIST', KEYS[i])
-      record.extend(KEYS[i], now, now + ARGV[3])
-      return {i - 1, record.token(r)}
+      record_extend(KEYS[i], now, now + ARGV[3])
+      return {i - 1, record_token(r)}
     end
     if not first or left < firstLeft then
       first, firstLeft = r, left
@@ -49,7 +49,7 @@ for i = 1, n do
   end
 end
 if not free then
-  return {record.token(first), first[4], firstLeft}
+  return {record_token(first), first[4], firstLeft}
 end
 -- The token key's TTL: the retention from this grant on.
 local function keep()
@@ -59,7 +59,7 @@ local function keep()
     redis.call('PEXPIRE', tokens, ARGV[4])
   end
 end
-local token = record.next_token(last, now)
+local token = record_next_token(last, now)
 local rec = KEYS[free]
 -- PERSIST and PEXPIRE, which a user may be refused, come before the first
 -- HSET (on a token key that does not exist yet they change nothing, and
@@ -70,5 +70,5 @@ redis.call('HSET', tokens, 'token', token)
 if not hadTokens then
   keep()
 end
-record.grant(rec, recs[free], token, ARGV[1], ARGV[2], now, now + ARGV[3])
+record_grant(rec, recs[free], token, ARGV[1], ARGV[2], now, now + ARGV[3])
 return {free - 1, token}

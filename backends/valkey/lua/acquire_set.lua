@@ -14,17 +14,17 @@
 -- of KEYS) that another acquisition holds, changing nothing.
 --
 -- The token is above the last token of every key and never below the
--- clock (record.next_token). A nonce that holds only some of the keys (one
+-- clock (record_next_token). A nonce that holds only some of the keys (one
 -- was force-released since) gets them all again with a new token.
-local now = record.now()
+local now = record_now()
 local recs, last, mine, token = {}, 0, true, nil
 for i, rec in ipairs(KEYS) do
-  local r = record.read(rec)
+  local r = record_read(rec)
   recs[i] = r
-  last = math.max(last, record.token(r))
-  local left = record.left(r, now)
+  last = math.max(last, record_token(r))
+  local left = record_left(r, now)
   if left > 0 and r[2] ~= ARGV[2] then
-    return {i, record.token(r), r[4], left}
+    return {i, record_token(r), r[4], left}
   end
   if left <= 0 or (token and r[1] ~= token) then
     mine = false
@@ -38,15 +38,15 @@ if mine then
     redis.call('PERSIST', rec)
   end
   for _, rec in ipairs(KEYS) do
-    record.extend(rec, now, now + ARGV[3])
+    record_extend(rec, now, now + ARGV[3])
   end
   return tonumber(token)
 end
-token = record.next_token(last, now)
+token = record_next_token(last, now)
 for _, rec in ipairs(KEYS) do
   redis.call('PERSIST', rec)
 end
 for i, rec in ipairs(KEYS) do
-  record.grant(rec, recs[i], token, ARGV[1], ARGV[2], now, now + ARGV[3])
+  record_grant(rec, recs[i], token, ARGV[1], ARGV[2], now, now + ARGV[3])
 end
 return token

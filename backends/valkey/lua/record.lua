@@ -1,9 +1,13 @@
 -- record: the lease record and what every script that grants, extends or
--- ends a lease does to it. scripts.go puts this text at the top of
--- acquire.lua, renew.lua, release.lua and the scripts of semaphores and
--- sets (acquire_permit.lua, acquire_set.lua, renew_set.lua,
--- release_set.lua), after their first line, so that they keep one record
--- format and one token rule.
+-- ends a lease does to it. scripts.go puts this header and the helpers
+-- below that a script calls at the top of acquire.lua, renew.lua,
+-- release.lua and the scripts of semaphores and sets (acquire_permit.lua,
+-- acquire_set.lua, renew_set.lua, release_set.lua), after their first
+-- line, so that they keep one record format and one token rule. Each
+-- helper is a "local function record_NAME" ending at the first line "end"
+-- after it, with its comment above it: the server creates every function
+-- a script defines anew at each call, so a script gets only the helpers
+-- it calls.
 --
 -- A lease record is a hash with the fields
 --   token    the last token issued for the key (decimal)
@@ -31,40 +35,39 @@
 -- A script that fails part-way keeps what it wrote, and the Store reports
 -- a refused script as not applied: so every script runs the commands a
 -- user may be refused (PERSIST, SPUBLISH, PEXPIRE) before its first HSET.
-local record = {}
 
--- record.now() returns the server's clock in microseconds since the Unix
+-- record_now() returns the server's clock in microseconds since the Unix
 -- epoch.
-function record.now()
+local function record_now()
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]
 end
 
--- record.read(rec) returns the fields token, nonce, expires, owner and
+-- record_read(rec) returns the fields token, nonce, expires, owner and
 -- transitions of the record rec, in that order (false for a missing one).
-function record.read(rec)
+local function record_read(rec)
   return redis.call('HMGET', rec, 'token', 'nonce', 'expires', 'owner', 'transitions')
 end
 
--- record.token(r) returns the last token of a record read by record.read,
+-- record_token(r) returns the last token of a record read by record_read,
 -- 0 if there is none.
-function record.token(r)
+local function record_token(r)
   return tonumber(r[1]) or 0
 end
 
--- record.left(r, now) returns how long the lease of a record read by
--- record.read is still held at now, in microseconds: 0 or less if it is
+-- record_left(r, now) returns how long the lease of a record read by
+-- record_read is still held at now, in microseconds: 0 or less if it is
 -- free.
-function record.left(r, now)
+local function record_left(r, now)
   return (tonumber(r[3]) or 0) - now
 end
 
--- record.next_token(last, now) returns the token of a new grant after the
+-- record_next_token(last, now) returns the token of a new grant after the
 -- token last: never below last + 1, and never below the clock, so that
 -- tokens keep rising even after the record was lost (a restart without
 -- persistence, a failover to a replica that missed writes) or removed
 -- after its retention.
-function record.next_token(last, now)
+local function record_next_token(last, now)
   local token = last + 1
   if token < now then
     token = now
@@ -72,11 +75,11 @@ function record.next_token(last, now)
   return token
 end
 
--- record.grant(rec, r, token, owner, nonce, now, expires) records a new
--- grant at now in rec, whose fields record.read returned as r. The caller
+-- record_grant(rec, r, token, owner, nonce, now, expires) records a new
+-- grant at now in rec, whose fields record_read returned as r. The caller
 -- ran PERSIST on rec first: granting removes any TTL the record carries
 -- from an ended lease.
-function record.grant(rec, r, token, owner, nonce, now, expires)
+local function record_grant(rec, r, token, owner, nonce, now, expires)
   -- A record that existed saw a grant before this one: one more transition.
   local transitions = 0
   if r[1] then
@@ -86,18 +89,18 @@ function record.grant(rec, r, token, owner, nonce, now, expires)
     'acquired', now, 'renewed', now, 'transitions', transitions)
 end
 
--- record.extend(rec, now, expires) extends the lease held in rec to
+-- record_extend(rec, now, expires) extends the lease held in rec to
 -- expires, renewed at now.
-function record.extend(rec, now, expires)
+local function record_extend(rec, now, expires)
   redis.call('HSET', rec, 'expires', expires, 'renewed', now)
 end
 
--- record.check(r, nonce, token, now) says what the record r, read by
--- record.read, holds for the acquisition (nonce, token): 1 if it holds the
+-- record_check(r, nonce, token, now) says what the record r, read by
+-- record_read, holds for the acquisition (nonce, token): 1 if it holds the
 -- lease now, 2 if it expired (or was released), 3 if another acquisition
 -- holds or held the lease since, 4 if forcerelease.lua ended it, 5 if
 -- there is no record.
-function record.check(r, nonce, token, now)
+local function record_check(r, nonce, token, now)
   if not r[1] then
     return 5
   end
@@ -113,22 +116,22 @@ function record.check(r, nonce, token, now)
   return 1
 end
 
--- record.announce(channel, token) announces on the shard channel of a
+-- record_announce(channel, token) announces on the shard channel of a
 -- record (in its hash slot) that the lease with token is free.
-function record.announce(channel, token)
+local function record_announce(channel, token)
   redis.call('SPUBLISH', channel, token)
 end
 
--- record.keep(rec, retention) gives the record of an ended lease the
+-- record_keep(rec, retention) gives the record of an ended lease the
 -- retention (milliseconds, a string) as its TTL; "0" keeps it forever.
-function record.keep(rec, retention)
+local function record_keep(rec, retention)
   if retention ~= '0' then
     redis.call('PEXPIRE', rec, retention)
   end
 end
 
--- record.close(rec) marks the lease of rec released.
-function record.close(rec)
+-- record_close(rec) marks the lease of rec released.
+local function record_close(rec)
   redis.call('HSET', rec, 'expires', '0')
 end
 

@@ -14,12 +14,12 @@
 -- or released), 3 if another acquisition holds or held the lease since, 4
 -- if forcerelease.lua ended it, 5 if there is no record.
 local rec = KEYS[1]
-local r = record.read(rec)
+local r = record_read(rec)
 local token = ARGV[2]
 if token == '0' then
   token = r[1]
 end
-local outcome = record.check(r, ARGV[1], token, record.now())
+local outcome = record_check(r, ARGV[1], token, record_now())
 if outcome ~= 1 then
   return outcome
 end
@@ -28,7 +28,7 @@ end
 -- writes, leaving the lease as it was, not released behind an error, and a
 -- held lease's record without a TTL. PEXPIRE, which a user may be refused
 -- too, comes before HSET for the same reason.
-record.announce(ARGV[3], r[1])
-record.keep(rec, ARGV[4])
-record.close(rec)
+record_announce(ARGV[3], r[1])
+record_keep(rec, ARGV[4])
+record_close(rec)
 return 1

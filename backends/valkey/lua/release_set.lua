@@ -17,15 +17,15 @@
 -- outcome (2 expired or released, 3 another acquisition holds or held it
 -- since, 4 ended by forcerelease.lua, 5 no record), after releasing the
 -- others.
-local now = record.now()
+local now = record_now()
 local held, lost = {}, nil
 for i, rec in ipairs(KEYS) do
-  local r = record.read(rec)
+  local r = record_read(rec)
   local token = ARGV[2]
   if token == '0' then
     token = r[1]
   end
-  local outcome = record.check(r, ARGV[1], token, now)
+  local outcome = record_check(r, ARGV[1], token, now)
   if outcome == 1 then
     held[#held + 1] = {i, r[1]}
   elseif not lost then
@@ -35,12 +35,12 @@ end
 -- Announce all first, then PEXPIRE, then HSET, as release.lua does: a user
 -- refused the channel or PEXPIRE fails before the writes.
 for _, h in ipairs(held) do
-  record.announce(ARGV[3 + h[1]], h[2])
+  record_announce(ARGV[3 + h[1]], h[2])
 end
 for _, h in ipairs(held) do
-  record.keep(KEYS[h[1]], ARGV[3])
+  record_keep(KEYS[h[1]], ARGV[3])
 end
 for _, h in ipairs(held) do
-  record.close(KEYS[h[1]])
+  record_close(KEYS[h[1]])
 end
 return lost or {1, 0}

@@ -11,10 +11,10 @@
 -- if another acquisition holds or held the lease since, 4 if
 -- forcerelease.lua ended it, 5 if there is no record.
 local rec = KEYS[1]
-local now = record.now()
-local outcome = record.check(record.read(rec), ARGV[1], ARGV[2], now)
+local now = record_now()
+local outcome = record_check(record_read(rec), ARGV[1], ARGV[2], now)
 if outcome ~= 1 then
   return outcome
 end
-record.extend(rec, now, now + ARGV[3])
+record_extend(rec, now, now + ARGV[3])
 return 1

@@ -12,14 +12,14 @@
 -- KEYS) that the acquisition no longer holds, with renew.lua's outcome: 2
 -- expired (or released), 3 another acquisition holds or held it since, 4
 -- ended by forcerelease.lua, 5 no record.
-local now = record.now()
+local now = record_now()
 for i, rec in ipairs(KEYS) do
-  local outcome = record.check(record.read(rec), ARGV[1], ARGV[2], now)
+  local outcome = record_check(record_read(rec), ARGV[1], ARGV[2], now)
   if outcome ~= 1 then
     return {outcome, i}
   end
 end
 for _, rec in ipairs(KEYS) do
-  record.extend(rec, now, now + ARGV[3])
+  record_extend(rec, now, now + ARGV[3])
 end
 return {1, 0}
