@@ -353,6 +353,13 @@ func TestSweepRacesNoStalePublication(t *testing.T) {
 				cursor := ""
 				for ctx.Err() == nil {
 					page, err := w.cache.Sweep(ctx, lease.SweepOptions{Cursor: cursor, Limit: 100})
+					if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+						// A node that answered late on a loaded machine (seen:
+						// ROLE on a cluster node): sweeping is retried by design,
+						// and this test is about what a sweep may remove.
+						t.Logf("Sweep, tried again: %v", err)
+						continue
+					}
 					if err != nil {
 						if ctx.Err() == nil {
 							t.Errorf("Sweep: %v", err)
