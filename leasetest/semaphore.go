@@ -335,22 +335,7 @@ func semaphoreCases() []testCase {
 			if _, err := h.SnapshotFor(lease.PermitKey(sem, 1)); !errors.Is(err, lease.ErrInvalidKey) {
 				e.t.Fatalf("SnapshotFor(another permit's key) = %v, want ErrInvalidKey", err)
 			}
-			if err := h.Renew(e.ctx()); err != nil {
-				e.t.Fatalf("Renew: %v", err)
-			}
-			if err := h.Validate(e.ctx()); err != nil {
-				e.t.Fatalf("Validate: %v", err)
-			}
-			m, err := h.StartManaged(e.ctx())
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			if err := m.Stop(e.ctx()); err != nil {
-				e.t.Fatalf("Stop: %v", err)
-			}
-			if err := h.Release(e.ctx()); err != nil {
-				e.t.Fatalf("Release: %v", err)
-			}
+			e.holdThenRelease(h)
 			e.mustBeFree(pk)
 			if err := h.Validate(e.ctx()); !errors.Is(err, lease.ErrLost) {
 				e.t.Fatalf("Validate after Release = %v, want ErrLost", err)

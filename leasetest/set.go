@@ -345,22 +345,7 @@ func setCases() []testCase {
 			if _, err := h.SnapshotFor(h.Key()); !errors.Is(err, lease.ErrInvalidKey) {
 				e.t.Fatalf("SnapshotFor(Key()) of a set = %v, want ErrInvalidKey", err)
 			}
-			if err := h.Renew(e.ctx()); err != nil {
-				e.t.Fatalf("Renew: %v", err)
-			}
-			if err := h.Validate(e.ctx()); err != nil {
-				e.t.Fatalf("Validate: %v", err)
-			}
-			m, err := h.StartManaged(e.ctx())
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			if err := m.Stop(e.ctx()); err != nil {
-				e.t.Fatalf("Stop: %v", err)
-			}
-			if err := h.Release(e.ctx()); err != nil {
-				e.t.Fatalf("Release: %v", err)
-			}
+			e.holdThenRelease(h)
 			for _, k := range keys {
 				e.mustBeFree(k)
 			}

@@ -215,6 +215,29 @@ func (e *env) mustHold(a lease.Acquisition) {
 }
 
 // mustBeFree fails if key is held.
+// holdThenRelease renews h, validates it, runs and stops a managed
+// renewer on it and releases it, failing e's test at the first error: what
+// every kind of handle (a lease, a permit, a set) must support.
+func (e *env) holdThenRelease(h *lease.Handle) {
+	e.t.Helper()
+	if err := h.Renew(e.ctx()); err != nil {
+		e.t.Fatalf("Renew: %v", err)
+	}
+	if err := h.Validate(e.ctx()); err != nil {
+		e.t.Fatalf("Validate: %v", err)
+	}
+	m, err := h.StartManaged(e.ctx())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := m.Stop(e.ctx()); err != nil {
+		e.t.Fatalf("Stop: %v", err)
+	}
+	if err := h.Release(e.ctx()); err != nil {
+		e.t.Fatalf("Release: %v", err)
+	}
+}
+
 func (e *env) mustBeFree(key string) {
 	e.t.Helper()
 	if r := e.inspect(key); r.Held {
