@@ -16,4 +16,5 @@ var (
 	newPool   = fenceenv.Pool
 	snap      = fenceenv.Snap
 	wantStale = fenceenv.WantStale
+	walk      = fenceenv.Walk
 )

@@ -52,28 +52,6 @@ func raceTable(t *testing.T) *fencepostgres.Table {
 	return table
 }
 
-// walk sweeps s to the end of its walk, limit records a page, and
-// returns what it removed.
-func walk(t *testing.T, s lease.Sweeper, limit int, dry bool) []string {
-	t.Helper()
-	var removed []string
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 10000 {
-			t.Fatal("the walk does not end")
-		}
-		page, err := s.Sweep(t.Context(), lease.SweepOptions{Cursor: cursor, Limit: limit, DryRun: dry})
-		if err != nil {
-			t.Fatalf("Sweep(cursor %q): %v", cursor, err)
-		}
-		removed = append(removed, page.Removed...)
-		if page.Next == "" {
-			return removed
-		}
-		cursor = page.Next
-	}
-}
-
 // readFloor returns the floor of lease key in the default table, 0 if it
 // has none.
 func readFloor(t *testing.T, pool *pgxpool.Pool, key string) lease.Token {

@@ -21,6 +21,7 @@ var (
 	ctxT       = fenceenv.Ctx
 	newValkey  = fenceenv.Valkey
 	standalone = fenceenv.Standalone
+	walk       = fenceenv.Walk
 	cluster    = fenceenv.Cluster
 	newFence   = fenceenv.Fence
 	snap       = fenceenv.Snap
@@ -38,28 +39,6 @@ func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return ctx, cancel
-}
-
-// walk sweeps s to the end of its walk, limit records a page, and
-// returns what it removed.
-func walk(t *testing.T, s lease.Sweeper, limit int, dry bool) []string {
-	t.Helper()
-	var removed []string
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 10000 {
-			t.Fatal("the walk does not end")
-		}
-		page, err := s.Sweep(t.Context(), lease.SweepOptions{Cursor: cursor, Limit: limit, DryRun: dry})
-		if err != nil {
-			t.Fatalf("Sweep(cursor %q): %v", cursor, err)
-		}
-		removed = append(removed, page.Removed...)
-		if page.Next == "" {
-			return removed
-		}
-		cursor = page.Next
-	}
 }
 
 // wantFloor fails t unless err is a refusal by the floor current of a

@@ -109,3 +109,25 @@ func WantStale(t testing.TB, err error, token, current lease.Token) {
 		t.Fatalf("IsRetryable(%v) = true", err)
 	}
 }
+
+// Walk sweeps s to the end of its walk, limit records a page, and
+// returns what it removed.
+func Walk(t *testing.T, s lease.Sweeper, limit int, dry bool) []string {
+	t.Helper()
+	var removed []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10000 {
+			t.Fatal("the walk does not end")
+		}
+		page, err := s.Sweep(t.Context(), lease.SweepOptions{Cursor: cursor, Limit: limit, DryRun: dry})
+		if err != nil {
+			t.Fatalf("Sweep(cursor %q): %v", cursor, err)
+		}
+		removed = append(removed, page.Removed...)
+		if page.Next == "" {
+			return removed
+		}
+		cursor = page.Next
+	}
+}
