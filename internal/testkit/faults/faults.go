@@ -249,9 +249,12 @@ func Postgres(t *testing.T) []Fault {
 			return err
 		}},
 		{Name: "context ended after the request was sent", Want: applied.Unknown, Run: func(t *testing.T) error {
+			// Connect first: under load, connecting can take longer
+			// than the deadline, and then nothing is sent at all.
+			c := pgConn(t, dsn)
 			ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
 			defer cancel()
-			_, err := pgConn(t, dsn).Exec(ctx, `SELECT pg_sleep(30)`)
+			_, err := c.Exec(ctx, `SELECT pg_sleep(30)`)
 			return err
 		}},
 		{Name: "connection reset while the request is in flight", Want: applied.Unknown, Run: func(t *testing.T) error {
