@@ -84,6 +84,13 @@ type AcquireRequest struct {
 	// log it or put it in an error.
 	Nonce string
 	TTL   time.Duration
+	// Preferred asks the backend, if another acquisition holds the key,
+	// to record Owner as the key's preferred candidate (Record.Preferred)
+	// for TTL, in the same atomic operation as the refusal, and to
+	// announce the change to change watchers (ChangeWatcher). It changes
+	// nothing about who gets the key. A HandOffer backend must honour it;
+	// others may ignore it.
+	Preferred bool
 }
 
 // Acquisition identifies one acquisition to Backend.Renew and
@@ -126,6 +133,24 @@ type Record struct {
 	// the backend lost, or removed a retention after its lease ended,
 	// starts again at 0.
 	Transitions uint64
+
+	// Ending says how the last acquisition ended, when Held is false:
+	// released, expired, force-released or handed off. EndUnknown when
+	// the key is held, was never acquired, or the backend cannot tell.
+	Ending Ending
+	// Candidates are the owner strings a hand-off (HandOffer) offered the
+	// key to, while the offer stands: Held is then false, Token is the
+	// token the first candidate to acquire will get, Owner is the owner
+	// who handed the key off, and Remaining is what is left of the accept
+	// window. Nil otherwise. Only these owners can acquire the key until
+	// the window has passed.
+	Candidates []string
+	// Preferred is the owner string of a preferred candidate waiting for
+	// the key (an Acquire with AcquireRequest.Preferred that found it
+	// held), until that request's TTL has passed; "" if none. The holder
+	// may hand the key off to it at its next safe point; nothing takes
+	// the key from the holder.
+	Preferred string
 }
 
 // ReleaseWatcher is an optional Backend capability, found by type

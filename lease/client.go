@@ -37,6 +37,14 @@ type ClientOptions struct {
 	// Default DefaultSweepEvery; negative never sweeps in the background.
 	SweepEvery time.Duration
 
+	// Preferred makes this client's Acquire calls (of single keys) ask to
+	// be preferred: an attempt that finds the key held records the client
+	// as the key's preferred candidate (Record.Preferred), so that a
+	// holder that watches for it (leaseservice does) hands the key over at
+	// its next safe point. Nothing takes the key from its holder. Needs a
+	// HandOffer backend; others ignore it. Default false.
+	Preferred bool
+
 	// Sweepers are swept with the backend: the fence tables and queue
 	// sources whose records this client's leases protect. Default none.
 	Sweepers []Sweeper
@@ -50,6 +58,8 @@ type Client struct {
 	clock Clock
 	obs   Observer
 	quiet bool // obs is NopObserver: build no events
+	// preferred: ClientOptions.Preferred
+	preferred bool
 	// sysClock: clock is SystemClock, whose timers need no goroutine to
 	// wait on them (see StartManaged).
 	sysClock bool
@@ -68,7 +78,7 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 	if err := ValidateOwner(o.Owner); err != nil {
 		return nil, wrapOp("NewClient", "", err)
 	}
-	c := &Client{b: b, owner: o.Owner, clock: o.Clock, obs: o.Observer}
+	c := &Client{b: b, owner: o.Owner, clock: o.Clock, obs: o.Observer, preferred: o.Preferred}
 	if c.clock == nil {
 		c.clock = SystemClock()
 	}
@@ -221,7 +231,7 @@ func (c *Client) acquire(ctx context.Context, t *target, p Policy, once bool) (*
 	}
 	o := p.o
 	// 130 bits from crypto/rand, shared by every attempt of this call.
-	req := AcquireRequest{Key: t.key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL}
+	req := AcquireRequest{Key: t.key, Owner: c.owner, Nonce: rand.Text(), TTL: o.TTL, Preferred: c.preferred && t.kind == leaseKind}
 	at := attempts{start: c.clock.Now()}
 	var (
 		lastErr  error

@@ -38,6 +38,10 @@ var (
 	// Backends mark such errors with Misconfigured.
 	ErrMisconfigured = errors.New("lease: backend misconfigured")
 
+	// ErrInvalidOffer wraps the error of Handle.HandOff for an Offer that
+	// is not valid; nothing was sent.
+	ErrInvalidOffer = errors.New("lease: invalid offer")
+
 	// ErrInvalidPolicy wraps every error returned by NewPolicy.
 	ErrInvalidPolicy = errors.New("lease: invalid policy")
 
@@ -75,6 +79,10 @@ type NotAcquiredError struct {
 	// Remaining is the holder's remaining time on the backend's clock when
 	// the backend answered, if known (0 otherwise).
 	Remaining time.Duration
+	// Candidates are the owners a hand-off offered the key to, if the key
+	// is refused because of that offer (Holder is then ""): Remaining is
+	// what is left of the accept window and Token the offered token.
+	Candidates []string
 }
 
 // Error reads: lease: "k" is held by "worker-a" (token 3) for another 1.5s.
@@ -84,6 +92,9 @@ func (e *NotAcquiredError) Error() string {
 }
 
 func (e *NotAcquiredError) detail() string {
+	if len(e.Candidates) > 0 {
+		return fmt.Sprintf("offered to %s (token %d) for another %v", quoteList(e.Candidates), e.Token, e.Remaining.Round(time.Millisecond))
+	}
 	if e.Holder == "" {
 		return "held by another acquisition"
 	}
@@ -117,11 +128,15 @@ const (
 	// period. The key's next token still rises above this one's wherever
 	// tokens are seeded from the backend's clock.
 	RecordLost
+	// HandedOff means this acquisition handed the lease over
+	// (Handle.HandOff): the backend ended it and offered the key to
+	// successors, with a higher token.
+	HandedOff
 )
 
 // String returns the reason as leasectl and the metrics adapters print it:
 // "expired", "superseded", "local deadline passed", "force-released" or
-// "record lost".
+// "record lost" or "handed off".
 func (r LostReason) String() string {
 	switch r {
 	case Expired:
@@ -134,6 +149,8 @@ func (r LostReason) String() string {
 		return "force-released"
 	case RecordLost:
 		return "record lost"
+	case HandedOff:
+		return "handed off"
 	}
 	return fmt.Sprintf("LostReason(%d)", int(r))
 }
