@@ -68,8 +68,8 @@ type record struct {
 	// prefUntil.
 	pref      string
 	prefUntil time.Time
-	expires      time.Time
-	ended        time.Time // when Release or ForceRelease ended it
+	expires   time.Time
+	ended     time.Time // when Release or ForceRelease ended it
 	// acquired and renewed are when the last acquisition was granted and
 	// last extended; transitions counts the grants after the first.
 	acquired, renewed time.Time
