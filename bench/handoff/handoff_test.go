@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -109,6 +110,9 @@ func startMemory(testing.TB) func(testing.TB) (lease.Backend, func()) {
 type method struct {
 	name string
 	ttl  time.Duration
+	// lead is how long a leader leads, once the waiting replicas watch,
+	// before it is stopped.
+	lead func() time.Duration
 	// stop ends leader's leadership, after its renewer was stopped, and
 	// returns when its lease ended on the backend, by the client's
 	// clock; waiting are the owners of the waiting replicas.
@@ -116,15 +120,20 @@ type method struct {
 }
 
 var methods = []method{
-	{"handoff", ttl, func(ctx context.Context, leader *replica, waiting []string) (time.Time, error) {
+	{"handoff", ttl, settled, func(ctx context.Context, leader *replica, waiting []string) (time.Time, error) {
 		at := time.Now()
 		return at, leader.h.HandOff(ctx, lease.Offer{Candidates: waiting})
 	}},
-	{"release", ttl, func(ctx context.Context, leader *replica, _ []string) (time.Time, error) {
+	{"release", ttl, settled, func(ctx context.Context, leader *replica, _ []string) (time.Time, error) {
 		at := time.Now()
 		return at, leader.h.Release(ctx)
 	}},
-	{"expiry", expiryTTL, func(_ context.Context, leader *replica, _ []string) (time.Time, error) {
+	// A waiter that finds the key held sleeps until the holder's time
+	// runs out, or, once it saw the holder renew, at least Poll (the TTL);
+	// so the expiry's gap depends on when the leader stops in the waiters'
+	// cycle: a random moment between one and three TTLs after they began
+	// waiting.
+	{"expiry", expiryTTL, func() time.Duration { return expiryTTL + rand.N(2*expiryTTL) }, func(_ context.Context, leader *replica, _ []string) (time.Time, error) {
 		// No release: the lease ends on the backend one TTL after the
 		// last renewal the backend received, whose send time is the
 		// handle's deadline less its local lifetime.
@@ -132,6 +141,10 @@ var methods = []method{
 		return leader.h.Deadline().Add(-p.LocalLifetime()).Add(p.TTL()), nil
 	}},
 }
+
+// settled returns settle: a gap woken by a notification does not depend
+// on how long the waiters waited.
+func settled() time.Duration { return settle }
 
 // A replica is one process of the service: a client of its own, waiting
 // in Acquire until it leads.
@@ -236,7 +249,10 @@ func (rs *restarts) lead() *replica {
 // new leader's Acquire returning. One op is a rolling restart of the 3
 // replicas (3 restarts); gap-median-ms and gap-max-ms are the median and
 // the largest gap of the run's restarts. The hand-off offers the lease to
-// both waiting replicas, the first to ask takes it.
+// both waiting replicas, the first to ask takes it. The leader is stopped
+// 20ms after the waiting replicas' release watches are in place (hand-off
+// and release), or at a random moment 1 to 3 TTLs after (expiry, whose gap
+// depends on the waiters' sleep cycle).
 func BenchmarkRollingRestart(b *testing.B) {
 	for _, be := range backends {
 		b.Run("backend="+be.name, func(b *testing.B) {
@@ -298,7 +314,7 @@ func rollingRestarts(b *testing.B, open func(testing.TB) (lease.Backend, func())
 			<-r.ready
 			owners[i] = r.owner
 		}
-		time.Sleep(settle)
+		time.Sleep(m.lead())
 		if err := leader.m.Stop(ctx); err != nil {
 			b.Fatalf("%s: stop: %v", leader.owner, err)
 		}
