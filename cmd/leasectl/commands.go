@@ -430,7 +430,8 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 	prev, err := t.forcer.ForceRelease(octx, key, token)
 	cancel()
 	var lost *lease.LostError
-	released := err == nil && prev.Held
+	// A standing offer of a hand-off ends as a lease does.
+	released := err == nil && (prev.Held || offered(prev))
 	if err != nil && !errors.As(err, &lost) {
 		return err
 	}
@@ -447,6 +448,9 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 		if err := c.printJSON(out); err != nil {
 			return err
 		}
+	} else if released && offered(prev) {
+		fmt.Fprintf(c.out, "ended the offer of %s to %s (token %d, %v of its window left): the key is free now.\n", describe(key), quoted(prev.Candidates), prev.Token, remaining(prev))
+		fmt.Fprintf(c.out, "its token stays %d, so the next holder's token is higher and fences refuse writes below it.\n", prev.Token)
 	} else if released {
 		fmt.Fprintf(c.out, "expired the lease on %s held by %q (token %d, %v left): the key is free now.\n", describe(key), prev.Owner, prev.Token, remaining(prev))
 		fmt.Fprintf(c.out, "its token stays %d, so the next holder's token is higher and fences refuse writes below it;\n", prev.Token)
@@ -466,12 +470,14 @@ func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token le
 	if err != nil {
 		return err
 	}
-	would := r.Held && (token == 0 || r.Token == token)
+	would := (r.Held || offered(r)) && (token == 0 || r.Token == token)
 	reason := ""
 	switch {
 	case would:
 	case r.Held:
 		reason = fmt.Sprintf("nothing would change: %q is held by %q with token %d, not %d", key, r.Owner, r.Token, token)
+	case offered(r):
+		reason = fmt.Sprintf("nothing would change: %q is offered to %s with token %d, not %d", key, quoted(r.Candidates), r.Token, token)
 	case token != 0 && r.Token == token:
 		reason = fmt.Sprintf("nothing would change: the acquisition with token %d of %q has already ended", token, key)
 	default:
@@ -487,6 +493,9 @@ func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token le
 		}{key, true, would, toRecord(r), reason}); err != nil {
 			return err
 		}
+	} else if would && offered(r) {
+		fmt.Fprintf(c.out, "dry run: would end the offer of %s to %s (token %d, %v of its window left); nothing changed.\n", describe(key), quoted(r.Candidates), r.Token, remaining(r))
+		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
 	} else if would {
 		fmt.Fprintf(c.out, "dry run: would expire the lease on %s held by %q (token %d, %v left); nothing changed.\n", describe(key), r.Owner, r.Token, remaining(r))
 		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
@@ -503,6 +512,8 @@ func notReleased(key string, token lease.Token, prev lease.Record, lost *lease.L
 	switch {
 	case lost != nil && prev.Held:
 		return fmt.Sprintf("nothing changed: %q is held by %q with token %d, not %d", key, prev.Owner, prev.Token, token)
+	case lost != nil && offered(prev):
+		return fmt.Sprintf("nothing changed: %q is offered to %s with token %d, not %d", key, quoted(prev.Candidates), prev.Token, token)
 	case lost != nil:
 		return fmt.Sprintf("nothing changed: the acquisition with token %d of %q has already ended (last token %d)", token, key, prev.Token)
 	}

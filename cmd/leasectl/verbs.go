@@ -164,7 +164,9 @@ KEY may be one permit of a semaphore, SEM/permit/SLOT (leasectl inspect
 --permits N SEM shows them): that slot is free at once, the semaphore's
 other permits are left alone. KEY may be one key of a set: its holder
 loses the whole set at its next renewal, and its other keys stay held
-until it releases them or they expire.`,
+until it releases them or they expire. A key that a hand-off offers to
+its candidates (inspect shows it "offered") is released the same way:
+the offer ends, and the key is free for anyone, keeping its token.`,
 		exits: []exitStatus{
 			{exitOK, "released; or, in a dry run, would release"},
 			{exitNegative, "nothing to release, or another holder than --token (also in a dry run)"},

@@ -126,3 +126,59 @@ func TestWatchHandOffMemory(t *testing.T) {
 		t.Fatalf("watch ended with %v, want nil after its context ended", err)
 	}
 }
+
+// TestReleaseOfferMemory force-releases a key that a hand-off offers to
+// its candidates: the dry run says it would end the offer, the release
+// ends it (exit 0, not "not held"), and the key is free for anyone.
+func TestReleaseOfferMemory(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := memory.New(memory.Options{})
+	tgt := &target{backend: store, forcer: store, scope: "memory"}
+	a, err := lease.NewClient(store, lease.ClientOptions{Owner: "pod-a", SweepEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.TryAcquire(ctx, "reports", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandOff(ctx, lease.Offer{Candidates: []string{"pod-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Inspect(ctx, "reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func(token lease.Token, yes bool, want ...string) error {
+		t.Helper()
+		var buf bytes.Buffer
+		c := &cli{cfg: config{timeout: 5 * time.Second}, out: &countingWriter{w: &buf}, errOut: io.Discard, getenv: os.Getenv}
+		err := c.release(ctx, tgt, "reports", token, yes)
+		t.Logf("release --token %d (yes %v): %v\n%s", token, yes, err, buf.String())
+		for _, s := range want {
+			if !strings.Contains(buf.String(), s) && (err == nil || !strings.Contains(err.Error(), s)) {
+				t.Fatalf("release printed\n%s(error %v), want %q in it", buf.String(), err, s)
+			}
+		}
+		return err
+	}
+	if err := release(0, false, `dry run: would end the offer of "reports" to "pod-b"`, "nothing changed"); err != nil {
+		t.Fatalf("dry run of the release of an offer: %v, want nil", err)
+	}
+	if err := release(r.Token+1, true, `"reports" is offered to "pod-b" with token`); err == nil {
+		t.Fatal("release of an offer with another token succeeded")
+	}
+	if err := release(r.Token, true, `ended the offer of "reports" to "pod-b"`, "free now"); err != nil {
+		t.Fatalf("release of an offer: %v, want nil", err)
+	}
+	tok, err := store.Acquire(ctx, lease.AcquireRequest{Key: "reports", Owner: "pod-c", Nonce: "c-nonce", TTL: time.Minute})
+	if err != nil || tok <= r.Token {
+		t.Fatalf("pod-c's acquire after the offer ended: token %d, %v; want one above %d", tok, err, r.Token)
+	}
+}
