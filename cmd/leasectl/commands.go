@@ -277,9 +277,19 @@ func (c *cli) emit(e watchEvent) {
 		}
 	case "offered", "handed_off":
 		// The offered token is the one the first candidate to acquire gets.
-		line = fmt.Sprintf("token=%d offered to %s for %v, by owner=%q", e.Token, quoted(e.Candidates), ms(e.RemainingMS), e.OfferedBy)
-		if e.Previous != nil && e.Previous.State == "held" {
-			line += fmt.Sprintf(" (was token=%d)", e.Previous.Token)
+		p := e.Previous
+		switch {
+		case e.State == "offered":
+			line = fmt.Sprintf("token=%d offered to %s for %v, by owner=%q", e.Token, quoted(e.Candidates), ms(e.RemainingMS), e.OfferedBy)
+			if p != nil && p.State == "held" {
+				line += fmt.Sprintf(" (was token=%d)", p.Token)
+			}
+		default:
+			// Seen only once the offer had lapsed, between two reads.
+			line = fmt.Sprintf("token=%d: its offer lapsed with no candidate taking it; anyone may acquire the key", e.Token)
+			if p != nil && p.State == "held" {
+				line += fmt.Sprintf(" (was owner=%q token=%d)", p.Owner, p.Token)
+			}
 		}
 	case "preferred":
 		if e.Preferred == "" {
