@@ -70,6 +70,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// recv receives from ch, failing the test after 30s (a bound for a hung
+// test, not a timing assertion).
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30s for %s", what)
+	}
+	var zero T
+	return zero
+}
+
 // worker is a Func that notes when it starts and returns.
 func (r *recorder) worker(cause chan<- error) leaseservice.Func {
 	return func(ctx context.Context, h *lease.Handle) error {
@@ -154,7 +168,7 @@ func TestShutdownHandsOffToPreferred(t *testing.T) {
 	if tr := rec.until(t, leaseservice.HandedOff); !slices.Equal(tr.Candidates, []string{"p"}) {
 		t.Fatalf("handed off to %v, want [p]", tr.Candidates)
 	}
-	h := <-got
+	h := recv(t, got, "the preferred candidate's Acquire")
 	if h == nil || h.Token() <= elected.Token {
 		t.Fatalf("preferred candidate's handle %v, want a token above %d", h, elected.Token)
 	}
@@ -271,14 +285,14 @@ func TestYieldToPreferred(t *testing.T) {
 	elected := rec.until(t, leaseservice.Elected)
 
 	got := acquirePreferred(t, mem, "p") // yielded to at once: no time to see it recorded
-	if cause := <-causes; !errors.Is(cause, leaseservice.ErrYielded) {
+	if cause := recv(t, causes, "the function's cancellation"); !errors.Is(cause, leaseservice.ErrYielded) {
 		t.Fatalf("function's context cause %v, want ErrYielded", cause)
 	}
 	tr := rec.until(t, leaseservice.HandedOff)
 	if tr.Token != elected.Token || !slices.Equal(tr.Candidates, []string{"p"}) {
 		t.Fatalf("hand-off %+v, want token %d offered to [p]", tr, elected.Token)
 	}
-	h := <-got
+	h := recv(t, got, "the preferred candidate's Acquire")
 	if h == nil || h.Token() <= elected.Token {
 		t.Fatalf("preferred candidate's handle %v, want a token above %d", h, elected.Token)
 	}
@@ -318,9 +332,11 @@ func TestYieldWaitsForTheFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
+	release := sync.OnceFunc(func() { close(finish) })
+	t.Cleanup(release) // before Run is stopped, should the test fail
 	elected := rec.until(t, leaseservice.Elected)
 	got := acquirePreferred(t, mem, "p")
-	<-cancelled
+	recv(t, cancelled, "the function's cancellation")
 	// Renewal goes on: the lease outlives two TTLs while the function
 	// runs.
 	waitFor(t, "renewals past the first TTL", func() bool {
@@ -332,11 +348,11 @@ func TestYieldWaitsForTheFunction(t *testing.T) {
 		t.Fatalf("the preferred candidate got the key (%v) while the leader's function ran", h)
 	default:
 	}
-	close(finish)
+	release()
 	if tr := rec.until(t, leaseservice.HandedOff); !slices.Equal(tr.Candidates, []string{"p"}) {
 		t.Fatalf("handed off to %v, want [p]", tr.Candidates)
 	}
-	if h := <-got; h == nil || h.Token() <= elected.Token {
+	if h := recv(t, got, "the preferred candidate's Acquire"); h == nil || h.Token() <= elected.Token {
 		t.Fatalf("preferred candidate's handle %v, want a token above %d", h, elected.Token)
 	}
 }
