@@ -389,3 +389,34 @@ func TestServiceObserve(t *testing.T) {
 		t.Fatalf("observed %q, want it to end with the hand-off to b", seen)
 	}
 }
+
+// TestPreferredServiceTakesOver: a service built on a client with
+// ClientOptions.Preferred campaigns as a preferred candidate, so a leader
+// with YieldToPreferred hands its lease to it.
+func TestPreferredServiceTakesOver(t *testing.T) {
+	mem := leasememory.New(leasememory.Options{})
+	old, newer := newRecorder(), newRecorder()
+	a, err := leaseservice.New(client(t, mem, "old"), "k", policy(t, 2*time.Second), old.worker(nil),
+		leaseservice.Options{YieldToPreferred: true, OnTransition: old.transition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	first := old.until(t, leaseservice.Elected)
+	pc, err := lease.NewClient(mem, lease.ClientOptions{Owner: "newer", Preferred: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := leaseservice.New(pc, "k", policy(t, 2*time.Second), newer.worker(nil),
+		leaseservice.Options{OnTransition: newer.transition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	if tr := old.until(t, leaseservice.HandedOff); !slices.Equal(tr.Candidates, []string{"newer"}) {
+		t.Fatalf("the old leader's hand-off %+v, want it offered to [newer]", tr)
+	}
+	if tr := newer.until(t, leaseservice.Elected); tr.Token <= first.Token {
+		t.Fatalf("the preferred service was elected with token %d, want above %d", tr.Token, first.Token)
+	}
+}

@@ -355,7 +355,7 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	}
 	caller := client
 	b, tb := track(client.Backend(), client.Clock())
-	client, err = lease.NewClient(b, lease.ClientOptions{Owner: client.Owner(), Clock: client.Clock(), Observer: client.Observer(), Preferred: preferred(client)})
+	client, err = lease.NewClient(b, lease.ClientOptions{Owner: client.Owner(), Clock: client.Clock(), Observer: client.Observer(), Preferred: client.Preferred()})
 	if err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
 	}
@@ -372,15 +372,6 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 		o.HealthGrace = po.TTL
 	}
 	return &Service{client: client, caller: caller, b: tb, key: key, policy: campaign, fn: fn, o: o}, nil
-}
-
-// preferred reports whether c asks to be preferred
-// (lease.ClientOptions.Preferred), so that the service's own client asks
-// too. lease.Client does not report it yet; until it has a Preferred
-// method, a service's campaign does not record its owner as preferred.
-func preferred(c *lease.Client) bool {
-	p, ok := any(c).(interface{ Preferred() bool })
-	return ok && p.Preferred()
 }
 
 // Run is New followed by Service.Run.
