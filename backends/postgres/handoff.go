@@ -37,6 +37,11 @@ func (s *Store) HandOff(ctx context.Context, a lease.Acquisition, o lease.Offer)
 	case o.Window <= 0:
 		return 0, fmt.Errorf("leasepostgres: hand off: window %v is not positive", o.Window)
 	}
+	for _, c := range o.Candidates {
+		if err := lease.ValidateOwner(c); err != nil { // acquire.sql joins them by a control character
+			return 0, fmt.Errorf("leasepostgres: hand off: candidate: %w", err)
+		}
+	}
 	var (
 		outcome int32
 		token   int64

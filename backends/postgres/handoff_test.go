@@ -421,7 +421,7 @@ func TestHandOffUnsupportedArgs(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	cancel()
 	a := lease.Acquisition{Key: "k", Nonce: "n", Token: 1}
-	for _, o := range []lease.Offer{{Window: time.Second}, {Candidates: []string{"b"}}} {
+	for _, o := range []lease.Offer{{Window: time.Second}, {Candidates: []string{"b"}}, {Candidates: []string{"b\x01c"}, Window: time.Second}} {
 		if _, err := s.HandOff(ctx, a, o); err == nil || errors.Is(err, context.Canceled) {
 			t.Fatalf("HandOff(%+v): %v, want refused before anything is sent", o, err)
 		}

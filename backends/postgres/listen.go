@@ -20,8 +20,11 @@ const (
 	// rearmEvery is how often the listener marks the watched keys again
 	// (queries/watch.sql marks a key for five minutes).
 	rearmEvery = time.Minute
-	// armTimeout bounds one marking statement.
+	// armTimeout bounds the marking of one key.
 	armTimeout = 2 * time.Second
+	// armAttempts is how many times the marking of a key runs
+	// queries/watch.sql at most while it marks nothing.
+	armAttempts = 3
 	// armBatches is how many batches of keys the marking goroutine marks
 	// at most before it wakes the watches of those it did not find held.
 	armBatches = 4
@@ -282,7 +285,10 @@ func (s *Store) armPending() {
 
 // arm runs queries/watch.sql for key, on a connection of the listener's
 // pool, bounded by armTimeout and by Close. It reports whether the key is
-// held by an acquisition whose release will notify.
+// held by an acquisition whose release will notify. It runs the statement
+// again, up to armAttempts times in all, while it marked nothing: its
+// snapshot predates the insert of the key's row by another statement
+// (whose grant went unannounced, and whose release would too).
 func (s *Store) arm(key string) (held bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, armTimeout)
 	defer cancel()
@@ -291,7 +297,12 @@ func (s *Store) arm(key string) (held bool, err error) {
 		return false, err
 	}
 	defer c.Release()
-	err = c.QueryRow(ctx, s.q.watch, key).Scan(&held)
+	marked := false
+	for range armAttempts {
+		if err = c.QueryRow(ctx, s.q.watch, key).Scan(&held, &marked); err != nil || marked {
+			break
+		}
+	}
 	return held, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,20 +267,21 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	}
 	c := &acquireCall{key: textArg(r.Key), owner: textArg(r.Owner), nonce: textArg(r.Nonce), ttl: ttlInterval(r.TTL), channel: textArg(s.channel)}
 	c.args = [...]any{&c.key, &c.owner, &c.nonce, &c.ttl, &c.channel}
-	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left, &c.candidates, nil, nil}
+	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left, &c.candidates, nil}
 	sql := s.q.acquire
 	if r.Preferred {
 		sql = s.q.acquirePreferred
 	}
-	ok, err := s.queryRow(ctx, sql, c.args[:], c.dest[:6+s.q.extra]...)
+	ok, err := s.queryRow(ctx, sql, c.args[:], c.dest[:5+s.q.extra]...)
 	granted, token, holder, left := c.granted, c.token, c.holder, c.left
 	switch {
 	case err != nil:
 		return 0, err
 	case !ok:
 		return 0, errors.New("leasepostgres: acquire: the statement returned no row")
-	case !granted && len(c.candidates) > 0:
-		return 0, &lease.NotAcquiredError{Key: r.Key, Token: lease.Token(token), Remaining: duration(left), Candidates: c.candidates}
+	case !granted && c.candidates.Valid:
+		return 0, &lease.NotAcquiredError{Key: r.Key, Token: lease.Token(token), Remaining: duration(left),
+			Candidates: strings.Split(c.candidates.String, candidateSep)}
 	case !granted:
 		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: duration(left)}
 	case token <= 0:
@@ -297,10 +299,14 @@ type acquireCall struct {
 	token                      int64
 	holder                     string
 	left                       pgtype.Interval
-	candidates                 []string // of a standing offer that refused the request; nil if none
+	candidates                 pgtype.Text // of a standing offer that refused the request, joined by candidateSep
 	args                       [5]any
-	dest                       [7]any // the last two nil: columns to skip (the notification, queries.extra)
+	dest                       [6]any // the last one nil: a column to skip (queries.extra)
 }
+
+// candidateSep joins the candidates that acquire.sql returns: owner
+// strings hold no control character (lease.ValidateOwner).
+const candidateSep = "\x01"
 
 // outcomeCall is acquireCall for renew.sql ($4 ttl) and release.sql ($4
 // channel).

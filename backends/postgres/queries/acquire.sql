@@ -6,8 +6,8 @@
 -- channel or ''.
 -- One row: whether $3 holds the key now, and the holder's token, owner and
 -- remaining time as an interval (those of $3 when granted), and the
--- candidates of a standing offer that refused $3 (else NULL), and a
--- column to skip (the notification).
+-- candidates of a standing offer that refused $3, joined by a byte 1
+-- (owners hold no control character), else NULL.
 --
 -- A hand-off (handoff.sql) leaves an offer: a row with candidates whose
 -- expiry, the end of the offer's window, is ahead. The key is then free
@@ -24,7 +24,12 @@
 -- A grant to a new acquisition (acquired_at set to now) of a row that a
 -- waiter marked (watch.sql) notifies channel $5, with the key after a
 -- byte 1 as the payload: a change, which wakes change watchers but not
--- release waiters (see listen.go).
+-- release waiters (see listen.go). The call sits in the last column,
+-- in a THEN as in release.sql (AND goes on past a NULL term, CASE does
+-- not), and its void result IS NULL, so the column is the candidates
+-- either way. Candidates and notification share one text column because
+-- each result column, and a text[] to scan, cost the client allocations
+-- on every acquire.
 --
 -- A grant sets acquired_at and renewed_at to now and counts one more
 -- transition on a row that existed (a new row starts at 0); an extension
@@ -74,6 +79,8 @@ ON CONFLICT (key) DO UPDATE SET
     candidates = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
                       THEN NULL ELSE l.candidates END
 RETURNING l.nonce = $3::text AND l.candidates IS NULL, l.token, l.owner, l.expires_at - statement_timestamp(),
-          l.candidates,
-          CASE WHEN l.watched_until > statement_timestamp() AND l.acquired_at = statement_timestamp() AND $5::text <> ''
-               THEN pg_notify($5::text, E'\x01' || $1::text) IS NULL END
+          CASE WHEN l.watched_until > statement_timestamp() AND $5::text <> ''
+                    AND l.acquired_at = statement_timestamp()
+               THEN CASE WHEN pg_notify($5::text, E'\x01' || $1::text) IS NULL
+                         THEN array_to_string(l.candidates, E'\x01') END
+               ELSE array_to_string(l.candidates, E'\x01') END

@@ -45,7 +45,8 @@ ON CONFLICT (key) DO UPDATE SET
                              OR (l.preferred = $2::text AND l.preferred_until > statement_timestamp())
                         THEN l.preferred_at ELSE statement_timestamp() END
 RETURNING l.nonce = $3::text AND l.candidates IS NULL, l.token, l.owner, l.expires_at - statement_timestamp(),
-          l.candidates,
           CASE WHEN l.watched_until > statement_timestamp() AND $5::text <> ''
                     AND (l.acquired_at = statement_timestamp() OR l.preferred_at = statement_timestamp())
-               THEN pg_notify($5::text, E'\x01' || $1::text) IS NULL END
+               THEN CASE WHEN pg_notify($5::text, E'\x01' || $1::text) IS NULL
+                         THEN array_to_string(l.candidates, E'\x01') END
+               ELSE array_to_string(l.candidates, E'\x01') END

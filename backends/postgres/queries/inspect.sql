@@ -5,7 +5,8 @@
 -- $1 key.
 -- One row (held, owner, token, remaining time, acquired_at, renewed_at,
 -- transitions, candidates, ending, preferred), or no row for a key that
--- was never acquired or whose row sweep.sql removed.
+-- was never acquired or whose row sweep.sql removed (or whose row is the
+-- placeholder of watch.sql, token 0).
 --
 -- A row with candidates whose expiry is ahead is a standing offer
 -- (handoff.sql): not held; the owner is the one who handed it off, the
@@ -30,4 +31,4 @@ SELECT l.expires_at > statement_timestamp() AND l.candidates IS NULL, l.owner, l
                  AND NOT (l.preferred = l.owner AND l.expires_at > statement_timestamp() AND l.candidates IS NULL)
             THEN l.preferred END
 FROM public.leases AS l
-WHERE l.key = $1::text
+WHERE l.key = $1::text AND l.token <> 0

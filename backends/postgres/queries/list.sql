@@ -7,7 +7,8 @@
 -- ('' for the first page), $3 page size.
 -- Rows (key, held, owner, token, remaining microseconds, acquired_at,
 -- renewed_at, transitions, candidates, ending, preferred): the columns
--- after the key as inspect.sql gives them, which see.
+-- after the key as inspect.sql gives them, which see. The placeholders of
+-- watch.sql (token 0) are left out.
 SELECT l.key, l.expires_at > statement_timestamp() AND l.candidates IS NULL, l.owner, l.token,
        floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint,
        l.acquired_at, l.renewed_at, l.transitions,
@@ -22,6 +23,6 @@ SELECT l.key, l.expires_at > statement_timestamp() AND l.candidates IS NULL, l.o
                  AND NOT (l.preferred = l.owner AND l.expires_at > statement_timestamp() AND l.candidates IS NULL)
             THEN l.preferred END
 FROM public.leases AS l
-WHERE starts_with(l.key, $1::text) AND l.key > $2::text
+WHERE starts_with(l.key, $1::text) AND l.key > $2::text AND l.token <> 0
 ORDER BY l.key
 LIMIT $3::bigint
