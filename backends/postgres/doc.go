@@ -214,8 +214,10 @@
 // only change watches, so that a grant never wakes a waiting Acquire. A
 // release, a hand-off and a forced release wake both. Every change watch
 // is also woken once its key is marked, and whenever the listener listens
-// again after losing its connection. A key with no row cannot be marked:
-// its first grant is seen at the observer's next poll.
+// again after losing its connection. To mark a key that has no row, the
+// mark inserts one that holds nothing (token 0, which Inspect and List do
+// not show, and Sweep removes a retention after the mark lapsed), so that
+// the key's first grant notifies too.
 //
 // # Errors
 //

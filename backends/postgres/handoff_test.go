@@ -427,3 +427,39 @@ func TestHandOffUnsupportedArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchMarksAKeyWithoutARow: a watch of a key that has no row inserts
+// one that holds nothing, so that the key's first grant is announced;
+// Inspect and List do not show it, the first grant counts no transition,
+// and Sweep removes it once its mark lapsed a retention ago.
+func TestWatchMarksAKeyWithoutARow(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{Retention: time.Hour})
+	ctx := ctxT(t)
+	changes, stop, err := s.WatchChanges(ctx, "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	receive(t, "the change watch in place", changes)
+	watch(t, s, "gone")
+	settle(t, s, pool, changes)
+	if rec := inspect(t, s, "fresh"); rec.Token != 0 || rec.Held || rec.Ending != lease.EndUnknown || !rec.AcquiredAt.IsZero() || rec.Transitions != 0 {
+		t.Fatalf("Inspect of a watched key never acquired: %+v", rec)
+	}
+	if recs, _, err := s.List(ctx, "", "", 10); err != nil || len(recs) != 0 {
+		t.Fatalf("List with only watched keys never acquired: %+v, %v", recs, err)
+	}
+	a := acquireAs(t, s, "fresh", "a", "nonce-a")
+	receive(t, "the first grant of a key", changes)
+	if rec := inspect(t, s, "fresh"); !rec.Held || rec.Token != a.Token || rec.Transitions != 0 {
+		t.Fatalf("Inspect after the first grant: %+v", rec)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE `+s.Table()+` SET watched_until = statement_timestamp() - interval '2 hours' WHERE key = 'gone'`); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.Sweep(ctx, lease.SweepOptions{Limit: 100})
+	if err != nil || !slices.Equal(page.Removed, []string{"gone"}) {
+		t.Fatalf("Sweep removed %q, %v; want the row of the key whose mark lapsed", page.Removed, err)
+	}
+}

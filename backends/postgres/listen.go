@@ -137,10 +137,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 // listener listens anew (after it lost its connection), since a change
 // may have gone unseen meanwhile. Expiry is not announced.
 //
-// The mark is set on the key's row, so a key without a row (never
-// acquired, or removed by Sweep) is announced from its first grant on
-// only once the watch is set up again: Client.Observe then sees that
-// grant at its next poll.
+// The mark is set on the key's row; for a key without a row it inserts
+// one that holds nothing (see queries/watch.sql), so that the first grant
+// of a key never acquired is announced too.
 //
 // It returns an error, and Client.Observe then only polls, when
 // WatchReleases would.
