@@ -683,17 +683,30 @@ func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
 }
 
 // TestReleaseWithoutChannelRightsChangesNothing: a user that may use the
-// lease keys but not their release channels (ACL users get no channels by
-// default) cannot release; the refusal is a permission error, the lease
-// stays held, and Check names the problem at start-up.
+// lease keys but not their shard channels (ACL users get no channels by
+// default) can neither acquire (a grant is announced to change watchers)
+// nor release; the refusals are permission errors that change nothing,
+// and Check names the problem at start-up.
 func TestReleaseWithoutChannelRightsChangesNothing(t *testing.T) {
-	s, _, _ := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
+	s, _, admin := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
 	ctx := ctxT(t)
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "release channel") || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Check = %v, want a permission problem with the release channel", err)
 	}
-	a := acquire(t, s, "acl", "o", time.Minute)
-	err := s.Release(ctx, a)
+	_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "acl", Owner: "o", Nonce: rand.Text(), TTL: time.Minute})
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Acquire = %v, want a definite permission error", err)
+	}
+	if r, err := s.Inspect(ctx, "acl"); err != nil || r.Token != 0 {
+		t.Fatalf("after the refused acquire Inspect = %+v, %v; want no record", r, err)
+	}
+	// The administrator, on the same prefix, may.
+	full, err := leasevalkey.New(admin, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acquire(t, full, "acl", "o", time.Minute)
+	err = s.Release(ctx, a)
 	if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Release = %v, want a definite permission error", err)
 	}
