@@ -36,6 +36,13 @@ type Suite struct {
 	// two leaves room for the subtests' round trips.
 	NewRetentionBackend func(t *testing.T) lease.Backend
 	Retention           time.Duration
+
+	// Reconnect, if not nil, breaks every connection of the backend under
+	// test to its server, those of its notifications included, and
+	// returns; the backend must reconnect by itself. The Observe subtests
+	// use it to check that no final state is missed across a
+	// reconnection.
+	Reconnect func(t *testing.T)
 }
 
 // RunBackendSuite runs the conformance suite against the backend that
@@ -88,6 +95,8 @@ func cases() []testCase {
 	all = append(all, setCases()...)
 	all = append(all, historyCases()...)
 	all = append(all, sweepCases()...)
+	all = append(all, handOffCases()...)
+	all = append(all, observeCases()...)
 	return all
 }
 

@@ -63,6 +63,12 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		r.fill(&prev, now)
 	}
 	live := s.live(key, now)
+	if live == nil && r != nil && r.offering(now) && (token == 0 || token == r.token) {
+		// End the standing offer of a hand-off: the key is free.
+		r.handedOff, r.offer, r.forced = false, nil, true
+		s.notify(key, true)
+		return prev, nil
+	}
 	switch {
 	case token != 0 && r != nil && r.token != token:
 		return prev, &lease.LostError{Key: key, Token: token, Reason: lease.Superseded}
@@ -76,7 +82,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		return prev, nil
 	}
 	live.held, live.forced, live.ended = false, true, now
-	s.notify(key)
+	s.notify(key, true)
 	return prev, nil
 }
 

@@ -162,7 +162,7 @@ func (s *Store) ReleaseSet(ctx context.Context, keys []string, a lease.Acquisiti
 			continue
 		}
 		r.held, r.ended = false, now
-		s.notify(k)
+		s.notify(k, true)
 	}
 	return first
 }

@@ -9,6 +9,7 @@ package memory
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,7 +44,8 @@ type Store struct {
 
 	mu       sync.Mutex
 	recs     map[string]*record
-	watchers map[string]map[chan struct{}]struct{}
+	watchers map[string]map[chan struct{}]struct{} // WatchReleases
+	changes  map[string]map[chan struct{}]struct{} // WatchChanges
 	// floor is the highest token of every record forgotten: a key without
 	// a record starts above it.
 	floor lease.Token
@@ -56,8 +58,18 @@ type record struct {
 	token        lease.Token // last token issued; never decreases
 	held         bool
 	forced       bool // ForceRelease ended the last acquisition
-	expires      time.Time
-	ended        time.Time // when Release or ForceRelease ended it
+	// handedOff: HandOff ended the last acquisition (whose owner and
+	// nonce the record keeps) and offered the key to offer until
+	// offerUntil, with token.
+	handedOff  bool
+	offer      []string
+	offerUntil time.Time
+	// pref is the preferred candidate waiting for the key, until
+	// prefUntil.
+	pref      string
+	prefUntil time.Time
+	expires   time.Time
+	ended     time.Time // when Release or ForceRelease ended it
 	// acquired and renewed are when the last acquisition was granted and
 	// last extended; transitions counts the grants after the first.
 	acquired, renewed time.Time
@@ -68,16 +80,39 @@ type record struct {
 // at now. s.mu must be held.
 func (r *record) fill(rec *lease.Record, now time.Time) {
 	rec.Token, rec.AcquiredAt, rec.RenewedAt, rec.Transitions = r.token, r.acquired.Round(0), r.renewed.Round(0), r.transitions
-	if r.held && now.Before(r.expires) {
+	switch {
+	case r.held && now.Before(r.expires):
 		rec.Held, rec.Owner, rec.Remaining = true, r.owner, r.expires.Sub(now)
+	case r.forced:
+		rec.Ending = lease.EndForceReleased
+	case r.handedOff:
+		rec.Ending = lease.EndHandedOff
+		if r.offering(now) {
+			rec.Owner, rec.Remaining, rec.Candidates = r.owner, r.offerUntil.Sub(now), slices.Clone(r.offer)
+		}
+	case r.held:
+		rec.Ending = lease.EndExpired
+	default:
+		rec.Ending = lease.EndReleased
 	}
+	if r.pref != "" && now.Before(r.prefUntil) {
+		rec.Preferred = r.pref
+	}
+}
+
+// offering reports whether a hand-off's offer stands at now.
+func (r *record) offering(now time.Time) bool {
+	return r.handedOff && now.Before(r.offerUntil)
 }
 
 // end returns when r's last acquisition ended, and false if it has not
 // ended at now.
 func (r *record) end(now time.Time) (time.Time, bool) {
-	if r.held {
+	switch {
+	case r.held:
 		return r.expires, !now.Before(r.expires)
+	case r.handedOff:
+		return r.offerUntil, !now.Before(r.offerUntil)
 	}
 	return r.ended, true
 }
@@ -91,7 +126,7 @@ func New(o Options) *Store {
 	if o.Retention == 0 || (o.Retention < 0 && o.Retention != lease.KeepForever) {
 		o.Retention = lease.DefaultRetention
 	}
-	return &Store{clock: o.Clock, retention: o.Retention, recs: make(map[string]*record), watchers: make(map[string]map[chan struct{}]struct{})}
+	return &Store{clock: o.Clock, retention: o.Retention, recs: make(map[string]*record), watchers: make(map[string]map[chan struct{}]struct{}), changes: make(map[string]map[chan struct{}]struct{})}
 }
 
 var (
@@ -100,6 +135,8 @@ var (
 	_ lease.Lister         = (*Store)(nil)
 	_ lease.ForceReleaser  = (*Store)(nil)
 	_ lease.Sweeper        = (*Store)(nil)
+	_ lease.HandOffer      = (*Store)(nil)
+	_ lease.ChangeWatcher  = (*Store)(nil)
 )
 
 // live returns the record of key if it is held and not expired at now.
@@ -124,11 +161,20 @@ func (s *Store) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.To
 			s.extend(r, now, req.TTL)
 			return r.token, nil
 		}
+		if req.Preferred {
+			s.prefer(req, r, now)
+		}
 		return 0, &lease.NotAcquiredError{Key: req.Key, Holder: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
 	}
 	tok := s.floor + 1
 	if r := s.recs[req.Key]; r != nil {
 		tok = r.token + 1
+		if r.offering(now) {
+			if !slices.Contains(r.offer, req.Owner) {
+				return 0, &lease.NotAcquiredError{Key: req.Key, Token: r.token, Remaining: r.offerUntil.Sub(now), Candidates: slices.Clone(r.offer)}
+			}
+			tok = r.token // the token the hand-off issued for the candidate
+		}
 	}
 	s.grant(req.Key, req, tok, now)
 	return tok, nil
@@ -148,7 +194,43 @@ func (s *Store) grant(key string, req lease.AcquireRequest, tok lease.Token, now
 	}
 	r.token = tok
 	r.owner, r.nonce, r.held, r.forced, r.expires = req.Owner, req.Nonce, true, false, now.Add(req.TTL)
+	r.handedOff, r.offer = false, nil
+	if r.pref == req.Owner {
+		r.pref = ""
+	}
 	r.acquired, r.renewed = now, now
+	s.notify(key, false)
+}
+
+// prefer records req.Owner as the preferred candidate for the key of r,
+// which another acquisition holds, and announces it if it is new. s.mu
+// must be held.
+func (s *Store) prefer(req lease.AcquireRequest, r *record, now time.Time) {
+	fresh := r.pref != req.Owner || !now.Before(r.prefUntil)
+	r.pref, r.prefUntil = req.Owner, now.Add(req.TTL)
+	if fresh {
+		s.notify(req.Key, false)
+	}
+}
+
+// HandOff implements lease.HandOffer: it ends a and offers its key to
+// o.Candidates for o.Window, with the next token.
+func (s *Store) HandOff(ctx context.Context, a lease.Acquisition, o lease.Offer) (lease.Token, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	r, err := s.check(a, now)
+	if err != nil {
+		return 0, err
+	}
+	r.token++
+	r.held, r.ended = false, now
+	r.handedOff, r.offer, r.offerUntil = true, slices.Clone(o.Candidates), now.Add(o.Window)
+	s.notify(a.Key, true)
+	return r.token, nil
 }
 
 // extend extends the live acquisition of r to ttl from now. s.mu must be
@@ -166,6 +248,8 @@ func (s *Store) check(a lease.Acquisition, now time.Time) (*record, error) {
 	}
 	mine := r.nonce == a.Nonce && (a.Token == 0 || r.token == a.Token)
 	switch {
+	case r.handedOff && r.nonce == a.Nonce:
+		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.HandedOff}
 	case !mine:
 		return nil, &lease.LostError{Key: a.Key, Token: a.Token, Reason: lease.Superseded}
 	case r.forced:
@@ -204,17 +288,25 @@ func (s *Store) Release(ctx context.Context, a lease.Acquisition) error {
 		return err
 	}
 	r.held, r.ended = false, s.clock.Now()
-	s.notify(a.Key)
+	s.notify(a.Key, true)
 	return nil
 }
 
-// notify wakes the watchers of key. s.mu must be held.
-func (s *Store) notify(key string) {
-	for ch := range s.watchers[key] {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
+// notify wakes the change watchers of key and, if frees (the change freed
+// the key: a release, hand-off or force release), its release watchers.
+// s.mu must be held.
+func (s *Store) notify(key string, frees bool) {
+	wake := func(set map[chan struct{}]struct{}) {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default: // a wake-up is already pending
+			}
 		}
+	}
+	wake(s.changes[key])
+	if frees {
+		wake(s.watchers[key])
 	}
 }
 
@@ -226,28 +318,49 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan struct{}, 1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.watchers[key] == nil {
-		s.watchers[key] = make(map[chan struct{}]struct{})
-	}
-	s.watchers[key][ch] = struct{}{}
+	ch, stop := s.watch(s.watchers, key)
 	if s.live(key, s.clock.Now()) == nil {
 		ch <- struct{}{}
 	}
+	return ch, stop, nil
+}
+
+// WatchChanges implements lease.ChangeWatcher: the channel receives a
+// value at once (the watch is in place) and after every change of key's
+// holder or state (a grant to a new acquisition, a release, a hand-off, a
+// force release, a new preferred candidate).
+func (s *Store) WatchChanges(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, stop := s.watch(s.changes, key)
+	ch <- struct{}{}
+	return ch, stop, nil
+}
+
+// watch adds a watcher of key to set and returns its channel and the
+// function that removes it. s.mu must be held.
+func (s *Store) watch(set map[string]map[chan struct{}]struct{}, key string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	if set[key] == nil {
+		set[key] = make(map[chan struct{}]struct{})
+	}
+	set[key][ch] = struct{}{}
 	var once sync.Once
-	stop := func() {
+	return ch, func() {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			delete(s.watchers[key], ch)
-			if len(s.watchers[key]) == 0 {
-				delete(s.watchers, key)
+			delete(set[key], ch)
+			if len(set[key]) == 0 {
+				delete(set, key)
 			}
 		})
 	}
-	return ch, stop, nil
 }
 
 // Inspect implements lease.Backend.
