@@ -3,7 +3,6 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/golib/lease/internal/valkeyplumbing"
@@ -52,12 +51,12 @@ func (w *watch) wakeLockedFor(payload string) {
 // freesKey reports whether a message on a key's shard channel announces
 // that the key is free (a release, a forced release, a hand-off: the
 // token in decimal, as every version published), rather than a change
-// that leaves it taken (a grant, "acquired:" and the token; a preferred
-// candidate, "preferred:" and the token; see lua/record.lua). A payload
-// of neither kind frees it: waking a release waiter in vain costs one
-// attempt, missing a release a wait.
+// that leaves it taken (a grant, "acquired"; a preferred candidate,
+// "preferred"; see lua/record.lua). A payload of neither kind frees it:
+// waking a release waiter in vain costs one attempt, missing a release a
+// wait.
 func freesKey(payload string) bool {
-	return !strings.HasPrefix(payload, "acquired:") && !strings.HasPrefix(payload, "preferred:")
+	return payload != "acquired" && payload != "preferred"
 }
 
 // subscribeWait is how long WatchReleases waits for the server to confirm

@@ -34,7 +34,7 @@ if left > 0 then
       -- Announce a preferred candidate that is new, or back after its
       -- preference lapsed; a standing one only gets its time extended.
       if r[8] ~= ARGV[1] or (tonumber(r[9]) or 0) <= now then
-        record_changed(ARGV[5], 'preferred', r[1])
+        record_changed(ARGV[5], 'preferred')
       end
       redis.call('HSET', rec, 'pref', ARGV[1], 'pref_until', now + ARGV[3])
     end
@@ -58,7 +58,7 @@ if r[3] == '-2' then
 end
 token = token or record_next_token(last, now)
 redis.call('PERSIST', rec)
-record_changed(ARGV[5], 'acquired', token)
+record_changed(ARGV[5], 'acquired')
 if r[8] == ARGV[1] then
   -- The preferred candidate got the key: it is preferred no more.
   record_grant(rec, r, token, ARGV[1], ARGV[2], now, now + ARGV[3], 'pref_until', 0)

@@ -50,9 +50,9 @@
 -- record's shard channel (in its hash slot, named by the Store): a
 -- release, a forced release and a hand-off, which free the key, publish
 -- the token in decimal, as every version did; a grant to a new
--- acquisition publishes "acquired:" and the token, a newly recorded
--- preferred candidate "preferred:" and the token. Release waiters wake
--- only for the former, change watchers for all.
+-- acquisition publishes "acquired", a newly recorded preferred candidate
+-- "preferred". Release waiters wake only for the former, change watchers
+-- for all.
 --
 -- Numbers are passed to HSET as Lua numbers, which the server writes as
 -- exact decimal integers below 2^53 (tokens and expiry times are).
@@ -154,11 +154,11 @@ local function record_announce(channel, token)
   redis.call('SPUBLISH', channel, token)
 end
 
--- record_changed(channel, what, token) announces on the shard channel of a
+-- record_changed(channel, what) announces on the shard channel of a
 -- record a change that leaves the key taken: what is "acquired" or
 -- "preferred". Release waiters ignore it; change watchers do not.
-local function record_changed(channel, what, token)
-  redis.call('SPUBLISH', channel, what .. ':' .. token)
+local function record_changed(channel, what)
+  redis.call('SPUBLISH', channel, what)
 end
 
 -- record_keep(rec, retention) gives the record of an ended lease the
