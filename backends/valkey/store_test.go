@@ -591,8 +591,9 @@ func TestScriptCommandsRefused(t *testing.T) {
 }
 
 // renewWatchRelease acquires key, renews it, watches for its release and
-// releases it, failing t unless every step works and the release is
-// announced.
+// releases it; then watches its changes, records a preferred candidate
+// and hands the key off to it, which takes and releases it; failing t
+// unless every step works and the release and the changes are announced.
 func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, key string) {
 	t.Helper()
 	a := acquire(t, s, key, "o", time.Minute)
@@ -611,6 +612,28 @@ func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, 
 	case <-ch:
 	case <-ctx.Done():
 		t.Fatal("no release notification")
+	}
+	// A change watch, a preferred candidate and a hand-off to it.
+	changes, stopChanges, err := s.WatchChanges(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopChanges()
+	b := acquire(t, s, key, "o", time.Minute)
+	if _, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "p", Nonce: rand.Text(), TTL: time.Minute, Preferred: true}); err == nil {
+		t.Fatal("the preferred candidate acquired a held key")
+	}
+	if _, err := s.HandOff(ctx, b, lease.Offer{Candidates: []string{"p"}, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	c := acquire(t, s, key, "p", time.Minute)
+	if err := s.Release(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	case <-ctx.Done():
+		t.Fatal("no change notification")
 	}
 }
 
