@@ -47,6 +47,13 @@ type Config struct {
 	// lease.ValidateOwner.
 	Owner string `json:"owner" yaml:"owner"`
 
+	// Preferred makes this process a preferred candidate for the leases it
+	// waits for (lease.ClientOptions.Preferred): a newer version during a
+	// rolling deploy, a replica in the primary's zone. A leader run with
+	// RunOptions.Service.YieldToPreferred hands its lease over at its next
+	// safe point; nothing takes a lease by force. Default false.
+	Preferred bool `json:"preferred" yaml:"preferred"`
+
 	// Backend chooses the store: Valkey, Postgres or Memory. Required.
 	// Valkey needs a valkey.Client in the graph and Postgres a
 	// *pgxpool.Pool; the module uses them and never closes them.

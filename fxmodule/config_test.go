@@ -97,6 +97,7 @@ func TestPolicyDefaults(t *testing.T) {
 func TestConfigFromJSON(t *testing.T) {
 	in := `{
 		"owner": "billing/host-1",
+		"preferred": true,
 		"backend": "postgres",
 		"keyPrefix": "billing/",
 		"releaseTimeout": "2s",
@@ -108,7 +109,7 @@ func TestConfigFromJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := leasefx.Config{
-		Owner: "billing/host-1", Backend: leasefx.Postgres, KeyPrefix: "billing/", ReleaseTimeout: 2 * time.Second,
+		Owner: "billing/host-1", Preferred: true, Backend: leasefx.Postgres, KeyPrefix: "billing/", ReleaseTimeout: 2 * time.Second,
 		Policy:   leasefx.PolicyConfig{TTL: 30 * time.Second, RenewEvery: 5 * time.Second, Retry: time.Second, Poll: 10 * time.Second, Wait: time.Minute, MaxAttempts: 3},
 		Postgres: leasefx.PostgresConfig{Migrate: true, Table: "billing_leases"},
 	}

@@ -161,9 +161,10 @@ func New(p Params) (Result, error) {
 
 	observers := append([]lease.Observer{NewZapObserver(logger)}, p.Observers...)
 	client, err := lease.NewClient(backend, lease.ClientOptions{
-		Owner:    c.Owner,
-		Clock:    p.Clock,
-		Observer: lease.MultiObserver(observers...),
+		Owner:     c.Owner,
+		Clock:     p.Clock,
+		Observer:  lease.MultiObserver(observers...),
+		Preferred: c.Preferred,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("leasefx: %w", err)

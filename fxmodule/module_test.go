@@ -42,6 +42,7 @@ func TestBackends(t *testing.T) {
 	for _, bc := range backends() {
 		t.Run(bc.name, func(t *testing.T) {
 			cfg, deps := bc.setup(t)
+			cfg.Preferred = true
 			logger, recorded := logs()
 			var (
 				leases  *leasefx.Leases
@@ -65,6 +66,9 @@ func TestBackends(t *testing.T) {
 					return err
 				}))
 			a.RequireStart()
+			if !client.Preferred() {
+				t.Error("the client in the graph does not ask to be preferred with Config.Preferred set")
+			}
 			token := within(t, started, "the function to start")
 			if !svc.IsLeader() {
 				t.Error("IsLeader() = false while the function runs")
