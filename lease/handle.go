@@ -310,21 +310,32 @@ func (h *Handle) Release(ctx context.Context) error {
 	if already {
 		return h.wrap("release", h.releasedError())
 	}
+	err := h.end(ctx, "release", func(ctx context.Context) error {
+		if h.keys != nil {
+			return h.c.b.(SetAcquirer).ReleaseSet(ctx, h.keys, h.acquisition())
+		}
+		return h.c.b.Release(ctx, h.acquisition())
+	})
+	if err == nil {
+		h.c.maybeSweep()
+	}
+	return err
+}
+
+// end makes the backend call that ends this acquisition (a release or a
+// hand-off), bounded by ctx and OperationTimeout, wraps its error as op,
+// and emits the Released or ReleaseFailed event.
+func (h *Handle) end(ctx context.Context, op string, call func(context.Context) error) error {
 	// The client's clock is read for the event's latency only.
 	var start time.Time
 	if !h.c.quiet {
 		start = h.c.clock.Now()
 	}
 	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
-	var err error
-	if h.keys != nil {
-		err = h.c.b.(SetAcquirer).ReleaseSet(octx, h.keys, h.acquisition())
-	} else {
-		err = h.c.b.Release(octx, h.acquisition())
-	}
+	err := call(octx)
 	cancel()
 	if err != nil {
-		err = h.wrap("release", err)
+		err = h.wrap(op, err)
 	}
 	if !h.c.quiet {
 		info := h.info()
@@ -334,9 +345,6 @@ func (h *Handle) Release(ctx context.Context) error {
 		} else {
 			h.c.obs.Observe(&Released{info})
 		}
-	}
-	if err == nil {
-		h.c.maybeSweep()
 	}
 	return err
 }

@@ -181,25 +181,10 @@ func (h *Handle) HandOff(ctx context.Context, o Offer) error {
 	if already {
 		return h.wrap("hand off", h.releasedError())
 	}
-	var start time.Time
-	if !h.c.quiet {
-		start = h.c.clock.Now()
-	}
-	octx, cancel := context.WithTimeout(ctx, h.policy.o.OperationTimeout)
-	_, err = ho.HandOff(octx, h.acquisition(), o)
-	cancel()
-	if err != nil {
-		err = h.wrap("hand off", err)
-	}
-	if !h.c.quiet {
-		info := h.info()
-		info.Latency, info.Err = h.c.clock.Now().Sub(start), err
-		if err != nil {
-			h.c.obs.Observe(&ReleaseFailed{info})
-		} else {
-			h.c.obs.Observe(&Released{info})
-		}
-	}
+	err = h.end(ctx, "hand off", func(ctx context.Context) error {
+		_, err := ho.HandOff(ctx, h.acquisition(), o)
+		return err
+	})
 	if err == nil && running {
 		<-m.done
 		m.lose(&LostError{Key: h.key, Token: h.token, Reason: HandedOff})
