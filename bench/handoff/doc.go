@@ -4,7 +4,9 @@
 // leader's lease on the backend and the new leader's Acquire returning,
 // when the stopping leader hands the lease off (Handle.HandOff to the
 // waiting replicas), releases it (Handle.Release, the waiters woken by the
-// release notification), or just stops and lets it expire. It has no code
-// of its own; see docs/performance.md ("Hand-off") for the results and
-// run.sh for the command that produces them.
+// release notification), or just stops and lets it expire; and the ticks
+// of a leasescheduler Elector's 100ms task that no replica runs during such
+// a restart, by hand-off and by release. It has no code of its own; see
+// docs/performance.md ("Hand-off") for the results and run.sh for the
+// command that produces them.
 package handoff
