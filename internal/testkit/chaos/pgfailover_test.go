@@ -72,7 +72,7 @@ func postgresFailoverRow(t *testing.T, o rowOptions) {
 		if f.replica == nil {
 			f.newReplica()
 		}
-		if o.primitives {
+		if o.primitives || o.handOffs {
 			r.pause(ttl/5, ttl/2) // as primitivesRow, to keep the short form within its time
 		} else {
 			r.pause(ttl, 2*ttl)
