@@ -53,7 +53,7 @@
 // AcquireSet). The outcome label takes one of a fixed set of values: ok, not_acquired,
 // lost, stale, not_current, invalidated, unknown (the request may or may
 // not have been applied), canceled, invalid and error. The reason label is
-// expired, superseded, deadline_passed, force_released, record_lost or
+// expired, superseded, deadline_passed, force_released, record_lost, handed_off or
 // unknown; operation is acquire, renew or release; result is ok, failed,
 // lost, unchecked (a plain gocron task: the job's error is not seen),
 // skipped (another replica has the run) or error (the run's lease could

@@ -124,7 +124,7 @@ var Specs = [numMetrics]Spec{
 }
 
 // Reasons are the values of the reason label, LostReason's results.
-var Reasons = []string{"expired", "superseded", "deadline_passed", "force_released", "record_lost", "unknown"}
+var Reasons = []string{"expired", "superseded", "deadline_passed", "force_released", "record_lost", "handed_off", "unknown"}
 
 // Operations are the values of the operation label.
 var Operations = []string{"acquire", "renew", "release"}

@@ -64,7 +64,7 @@ func Outcome(err error) string {
 }
 
 // LostReason names why a lease was lost: "expired", "superseded",
-// "deadline_passed", "force_released", "record_lost", or "unknown" when err
+// "deadline_passed", "force_released", "record_lost", "handed_off", or "unknown" when err
 // carries no *lease.LostError.
 func LostReason(err error) string {
 	if le, ok := errors.AsType[*lease.LostError](err); ok {
@@ -79,6 +79,8 @@ func LostReason(err error) string {
 			return "force_released"
 		case lease.RecordLost:
 			return "record_lost"
+		case lease.HandedOff:
+			return "handed_off"
 		}
 	}
 	return "unknown"
