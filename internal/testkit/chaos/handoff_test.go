@@ -181,7 +181,7 @@ func handOffCounts(t *testing.T, ops []chaos.Op) {
 	t.Logf("%v", h)
 	t.Logf("%v", o)
 	if h.OK == 0 || h.Taken == 0 {
-		t.Errorf("no hand-off was taken by a candidate: %v", h)
+		t.Errorf("no hand-off was taken by a candidate (is the backend a lease.HandOffer?): %v", h)
 	}
 	if o.States == 0 || o.Changes[lease.ChangeHandedOff.String()] == 0 {
 		t.Errorf("the observers saw no hand-off: %v", o)

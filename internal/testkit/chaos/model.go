@@ -189,6 +189,28 @@ type ModelOptions struct {
 // under permits and sets are resource operations like any other: a
 // resource fenced per slot, per semaphore or by a key of a set.
 //
+// # Hand-offs and observations
+//
+// A hand-off (KindHandOff) and an observer's state (KindObserve) belong to
+// the key's partition. The state also keeps the latest acquisition's
+// owner and the offer of a hand-off no grant has taken yet: its token
+// (unknown after an unknown outcome), candidates, and the times by which
+// it certainly still stood (the hand-off's call + window) and certainly
+// had lapsed (its return + window + 1ms).
+//
+//   - hand-off OK by acquisition A with offered token T: A must be the
+//     latest acquisition and not released, and T above every token
+//     before; A is released (ExpLo falls to c) and the offer recorded.
+//     Unknown: either nothing changed, or that, with T unknown.
+//   - acquire OK while an offer is recorded (and no data was lost since):
+//     the offered token only by a candidate and not after the offer
+//     certainly lapsed; any other grant (another owner, or a candidate
+//     with another token) only if its time bound (see grantedBy) is not
+//     before the offer certainly stood until, and above the offered token.
+//   - force release while an offer is recorded: it may have ended the
+//     offer at its call.
+//   - observation: see state.observable.
+//
 // # Porcupine
 //
 // Inputs are Op values whose Return is already set to math.MaxInt64 for

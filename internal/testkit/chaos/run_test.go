@@ -309,6 +309,9 @@ func (r *run) finish(o rowOptions) chaos.Result {
 			t.Error("the faults left no operation with an unknown outcome: the row proved nothing about them")
 		}
 	}
+	if o.handOffs {
+		handOffCounts(t, r.rec.Ops())
+	}
 	if o.deadlines && res.Deadlines == 0 {
 		t.Error("no local deadline was checked against the backend's expiry")
 	}
