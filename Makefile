@@ -80,7 +80,7 @@ test: deps
 
 bench: deps
 	@bash scripts/install-deps.sh bench
-	@for area in postgres leasequeue valkey groups footprint; do \
+	@for area in postgres leasequeue valkey groups handoff footprint; do \
 		echo "==> bench/$$area/run.sh"; sh bench/$$area/run.sh || exit 1; \
 	done
 

@@ -26,7 +26,7 @@ func subscribe(ctx context.Context, client valkey.Client, ch string) (<-chan str
 	}
 	var confirmations atomic.Int64
 	sub := valkeyplumbing.Subscribe(client, ch, valkeyplumbing.Handlers{
-		Message: wake,
+		Message: func(string) { wake() },
 		Ready: func() {
 			if confirmations.Add(1) > 1 {
 				wake()

@@ -57,7 +57,12 @@
 // goroutines. Stop hands everything back in order: it stops taking new
 // leases, cancels the work, waits for the functions within the stop
 // deadline, stops renewing, and releases each lease under
-// context.WithoutCancel with a bounded timeout. Every release that fails
+// context.WithoutCancel with a bounded timeout. The lease of a function
+// run with Go is handed off instead, when a successor is known
+// (RunOptions.Service.Successors, or a preferred candidate waiting for
+// the key), so that the next replica takes over at once; a failed
+// hand-off is logged and followed by the release. [Leases.Observe] and
+// the Service's Observe report a lease's holders and hand-offs. Every release that fails
 // is logged and returned from [Leases.Stop] (Fx logs it and app.Stop
 // fails); none is reported as success. See [Leases] for the details.
 //

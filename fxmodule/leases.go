@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -58,7 +59,10 @@ const (
 //  4. stop renewing;
 //  5. release, under context.WithoutCancel and Config.ReleaseTimeout, so
 //     that the lease is handed back even when the stop deadline has
-//     passed;
+//     passed; the lease of a function run with Go is handed off instead
+//     when a successor is known (RunOptions.Service.Successors, or a
+//     preferred candidate waiting for it: see leaseservice), and released
+//     if the hand-off fails (logged at Warn);
 //  6. log every release that failed, and return it in Stop's error: a
 //     failed release is never reported as success.
 type Leases struct {
@@ -86,6 +90,14 @@ func (l *Leases) Policy() lease.Policy { return l.policy }
 // Key returns the backend key for name: Config.KeyPrefix + name. Use it
 // with Client.Inspect.
 func (l *Leases) Key(name string) string { return l.prefix + name }
+
+// Observe returns the leadership of Key(name) as a sequence of states, as
+// lease.Client.Observe does with default options: who holds it, with which
+// token, hand-offs and the preferred candidate. It ends when ctx ends; it
+// does not end when the app stops.
+func (l *Leases) Observe(ctx context.Context, name string) iter.Seq2[lease.Observation, error] {
+	return l.client.Observe(ctx, l.Key(name), lease.ObserveOptions{})
+}
 
 // Start runs the start-up work of the configured backend (PostgreSQL
 // migrations, the Valkey check), bounded by ctx, then starts the functions

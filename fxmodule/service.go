@@ -200,6 +200,15 @@ func (s *service) transition(t leaseservice.Transition) {
 	switch t.Kind {
 	case leaseservice.Lost:
 		s.lost(t.Err)
+	case leaseservice.HandedOff:
+		s.l.log.Info("lease handed off",
+			zap.String("key", s.key), zap.Uint64("token", uint64(t.Token)), zap.Strings("candidates", t.Candidates))
+	case leaseservice.Released:
+		if t.HandOffErr != nil {
+			s.l.log.Warn("lease not handed off; released instead",
+				zap.String("key", s.key), zap.Uint64("token", uint64(t.Token)), zap.Strings("candidates", t.Candidates),
+				zap.NamedError("handOffError", t.HandOffErr), zap.Error(t.Err))
+		}
 	case leaseservice.Failed:
 		if s.o.ShutdownOnError {
 			s.l.log.Error("function under the lease failed",

@@ -100,6 +100,11 @@ func NewClient(b Backend, o ClientOptions) (*Client, error) {
 // Owner returns the client's owner string.
 func (c *Client) Owner() string { return c.owner }
 
+// Preferred reports whether the client's acquisitions ask to be preferred
+// (ClientOptions.Preferred), so that a package that builds its own Client
+// from this one (leaseservice does) can keep the setting.
+func (c *Client) Preferred() bool { return c.preferred }
+
 // Clock returns the clock the client measures deadlines on, so that code
 // built on the client can compare a Handle's Deadline with the same clock.
 func (c *Client) Clock() Clock { return c.clock }

@@ -153,8 +153,9 @@ func validateOffer(o Offer, ttl time.Duration) (Offer, error) {
 // handed off, or held until its TTL passes); one matching
 // errors.ErrUnsupported if the backend is not a HandOffer or the handle
 // is a permit or a set; or another backend error, after which the lease
-// stays held until its TTL passes. Except for ErrInvalidOffer the handle
-// is released locally either way. Successful hand-offs are observed as a
+// stays held until its TTL passes. Except after ErrInvalidOffer and
+// errors.ErrUnsupported, which send nothing and leave the handle usable
+// (Release it), the handle is released locally either way. Successful hand-offs are observed as a
 // Released event. Errors read lease: hand off "key": <cause>.
 func (h *Handle) HandOff(ctx context.Context, o Offer) error {
 	ho, ok := h.c.b.(HandOffer)

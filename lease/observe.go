@@ -39,7 +39,7 @@ const (
 	ChangeRecordLost
 )
 
-// String returns the change as leasectl prints it: "initial", "acquired",
+// String returns the change in words: "initial", "acquired",
 // "released", "expired", "force-released", "handed off", "preferred" or
 // "record lost".
 func (c Change) String() string {

@@ -23,6 +23,19 @@ type ElectorOptions struct {
 	// leaseprom.Metrics.Jobs and leaseotel.Telemetry.Jobs count them.
 	// Default nil: no events.
 	Observer jobevent.Observer
+	// Successors are the owners of the other replicas: when Run's context
+	// ends while this replica leads, the lease is handed off to the first
+	// of them to ask (or to a preferred candidate waiting for it), so that
+	// during a rolling restart the next leader takes over at once instead
+	// of racing for a free key, as leaseservice.Options.Successors. The
+	// Elector's own owner is left out, so every replica can be given the
+	// same list. Default none: the lease is released.
+	Successors []string
+	// YieldToPreferred hands the lease off to a preferred candidate as
+	// soon as one waits, as leaseservice.Options.YieldToPreferred: the
+	// leader's jobs see their Run's lease context cancelled with cause
+	// leaseservice.ErrYielded. Default false.
+	YieldToPreferred bool
 }
 
 // An Elector campaigns for one lease with package leaseservice, and the
@@ -55,7 +68,11 @@ func NewElector(client *lease.Client, key string, policy lease.Policy, o Elector
 	if client != nil {
 		e.clock = client.Clock()
 	}
-	svc, err := leaseservice.New(client, key, policy, e.lead, leaseservice.Options{OnTransition: o.OnTransition})
+	svc, err := leaseservice.New(client, key, policy, e.lead, leaseservice.Options{
+		OnTransition:     o.OnTransition,
+		Successors:       o.Successors,
+		YieldToPreferred: o.YieldToPreferred,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("leasescheduler: NewElector: %w", err)
 	}
@@ -64,7 +81,8 @@ func NewElector(client *lease.Client, key string, policy lease.Policy, o Elector
 }
 
 // Run campaigns for the lease, holds it while it can and campaigns again
-// after a loss, until ctx ends; then it releases the lease. It returns as
+// after a loss, until ctx ends; then it hands the lease off to a successor
+// (ElectorOptions.Successors) or releases it. It returns as
 // leaseservice.Service.Run does. Start it before the scheduler: until it
 // is elected, IsLeader reports ErrNotLeader and the jobs are skipped.
 func (e *Elector) Run(ctx context.Context) error { return e.svc.Run(ctx) }

@@ -14,8 +14,19 @@
 // # Shutdown and hand-over
 //
 // Cancelling Run's context cancels the function's context; renewal goes on
-// until the function has returned, then the lease is released and Run
-// returns the release's error, if any. A waiting replica campaigns with
+// until the function has returned, then renewal stops and the lease is
+// handed off to a successor if one is known, else released, and Run
+// returns the release's error, if any. A successor is known on a backend
+// that hands leases off (lease.HandOffer: the memory backend, and Valkey
+// and PostgreSQL once they implement it) when the key's record names a
+// preferred candidate other than this replica (a lease.Client with
+// ClientOptions.Preferred waiting for the key), or else when
+// Options.Successors names replicas other than this one: the key is then
+// offered to them alone for Options.HandOffWindow, and the first of them
+// to ask gets it at once, with a higher token, instead of racing every
+// other waiter. A hand-off that fails (the backend is no HandOffer, the
+// lease was already lost, a backend error) is followed by a release, and
+// reported in Transition.HandOffErr. A waiting replica campaigns with
 // one Client.Acquire call that goes on until it gets the lease or Run's
 // context ends, so it waits as any Acquire does: on backends that announce
 // releases (lease.ReleaseWatcher: the Valkey, PostgreSQL and memory
@@ -24,6 +35,28 @@
 // once, so one standby takes over within a round trip or two and an idle
 // standby makes about one backend call per TTL. Without release
 // notifications (leasepostgres with DisableNotify) it asks every Retry.
+//
+// # Preferred candidates
+//
+// With Options.YieldToPreferred the leader watches its own key
+// (Client.Observe) while it leads. When a preferred candidate other than
+// itself appears (a replica whose lease.Client has
+// ClientOptions.Preferred, waiting in Acquire), it cancels the function's
+// context with cause ErrYielded and, once the function has returned,
+// stops renewing and hands the lease off to exactly that candidate, then
+// campaigns again as a follower. Nothing takes the lease by force, and
+// that is all that is guaranteed:
+//
+//   - the hand-off happens only when the function returns after its
+//     context was cancelled; a function that ignores cancellation keeps
+//     the lease for as long as it runs;
+//   - the candidate gets the key only if it asks for it within the offer
+//     window (Options.HandOffWindow); after that the key is free for
+//     anyone, the old leader included;
+//   - a candidate is seen at once on a backend that announces changes
+//     (lease.ChangeWatcher), else within lease.DefaultObservePoll;
+//   - give ClientOptions.Preferred to one replica of a key only: two
+//     preferred replicas would hand the key back and forth.
 //
 // # Failures
 //
@@ -56,6 +89,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -64,9 +98,15 @@ import (
 	"github.com/golib/lease/lease"
 )
 
+// ErrYielded is the cause (see context.Cause) of the function's context
+// when the leader yields its lease to a preferred candidate
+// (Options.YieldToPreferred).
+var ErrYielded = errors.New("leaseservice: yielding the lease to a preferred candidate")
+
 // Func is the work done while holding the lease. ctx is cancelled when the
-// lease is lost (with a cause wrapping lease.ErrLost) or when Run's context
-// ends (with its cause); the lease is renewed until Func returns, so
+// lease is lost (with a cause wrapping lease.ErrLost), when Run's context
+// ends (with its cause) or when the leader yields to a preferred candidate
+// (with cause ErrYielded); the lease is renewed until Func returns, so
 // cleanup after a shutdown still runs under it. h is the term's
 // acquisition, whose token should accompany every protected write.
 type Func func(ctx context.Context, h *lease.Handle) error
@@ -119,10 +159,34 @@ type Options struct {
 	// RestartDelay.
 	MaxRestartDelay time.Duration
 
-	// ReleaseTimeout bounds the release at the end of a term, which runs
-	// under a context detached from Run's. Default the policy's
-	// OperationTimeout.
+	// ReleaseTimeout bounds each backend call at the end of a term (the
+	// wait for the last renewal, the read of the key's preferred
+	// candidate, the hand-off, the release), which run under a context
+	// detached from Run's. Default the policy's OperationTimeout.
 	ReleaseTimeout time.Duration
+
+	// Successors are the owner strings (lease.ClientOptions.Owner) of the
+	// replicas to hand the lease off to when Run's context ends while this
+	// replica leads and the key has no preferred candidate: the first of
+	// them to ask gets the key at once, before anyone else. The service's
+	// own owner is left out, so every replica can be given the same list.
+	// At most lease.MaxCandidates. Default none: the lease is released
+	// (unless a preferred candidate waits). Needs a lease.HandOffer
+	// backend; on another the hand-off fails and the lease is released.
+	Successors []string
+
+	// HandOffWindow is how long a hand-off offers the key to its
+	// candidates before it is free for anyone. Default (zero) the policy's
+	// TTL; at most the TTL.
+	HandOffWindow time.Duration
+
+	// YieldToPreferred makes the leader hand its lease off to a preferred
+	// candidate as soon as one waits for the key: see the package
+	// documentation, Preferred candidates, for what is and is not
+	// guaranteed. Default false: a preferred candidate gets the lease
+	// only at the end of a term (by a hand-off when Run's context ends,
+	// or by racing the others after a release).
+	YieldToPreferred bool
 
 	// HealthGrace is how far past its bound (the policy's
 	// OperationTimeout) a backend call of the campaign, and past the
@@ -153,6 +217,9 @@ const (
 	// is released next; unless Options.StopOnError is set, Run campaigns
 	// again after RestartIn.
 	Failed
+	// HandedOff: the term ended and the lease was handed off to one of
+	// Candidates (at shutdown, or to yield to a preferred candidate).
+	HandedOff
 )
 
 func (k TransitionKind) String() string {
@@ -165,6 +232,8 @@ func (k TransitionKind) String() string {
 		return "released"
 	case Failed:
 		return "failed"
+	case HandedOff:
+		return "handed off"
 	}
 	return fmt.Sprintf("TransitionKind(%d)", int(k))
 }
@@ -183,12 +252,23 @@ type Transition struct {
 	// RestartIn is, for Failed, the pause before Run campaigns again; zero
 	// with Options.StopOnError.
 	RestartIn time.Duration
+	// Candidates are, for HandedOff, the owners the key was offered to;
+	// for Released after a failed hand-off, those it was to be offered
+	// to.
+	Candidates []string
+	// HandOffErr is, for Released, why the hand-off attempted before the
+	// release failed (nil if none was attempted): the backend is no
+	// lease.HandOffer (errors.ErrUnsupported), the lease was already lost,
+	// or a backend error. The lease was released after it, or Err says
+	// why not.
+	HandOffErr error
 }
 
 // A Service campaigns for one lease and runs a function while holding it.
 // Create it with New; its methods are safe for concurrent use.
 type Service struct {
 	client *lease.Client // the caller's owner, clock and observer, over b
+	caller *lease.Client // the caller's, for Observe
 	b      *tracked      // the caller's client's backend, tracked for Check
 	key    string
 	policy lease.Policy // without Wait and MaxAttempts, for campaigning
@@ -257,8 +337,25 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
 	}
+	if len(o.Successors) > lease.MaxCandidates {
+		return nil, fmt.Errorf("leaseservice: %d Successors, more than lease.MaxCandidates (%d)", len(o.Successors), lease.MaxCandidates)
+	}
+	var successors []string
+	for _, c := range o.Successors {
+		if err := lease.ValidateOwner(c); err != nil {
+			return nil, fmt.Errorf("leaseservice: Successors: %w", err)
+		}
+		if c != client.Owner() {
+			successors = append(successors, c)
+		}
+	}
+	o.Successors = successors
+	if o.HandOffWindow < 0 || o.HandOffWindow > po.TTL || (o.HandOffWindow > 0 && o.HandOffWindow < time.Millisecond) {
+		return nil, fmt.Errorf("leaseservice: HandOffWindow (%v) must be between 1ms and the policy's TTL (%v), or zero", o.HandOffWindow, po.TTL)
+	}
+	caller := client
 	b, tb := track(client.Backend(), client.Clock())
-	client, err = lease.NewClient(b, lease.ClientOptions{Owner: client.Owner(), Clock: client.Clock(), Observer: client.Observer()})
+	client, err = lease.NewClient(b, lease.ClientOptions{Owner: client.Owner(), Clock: client.Clock(), Observer: client.Observer(), Preferred: client.Preferred()})
 	if err != nil {
 		return nil, fmt.Errorf("leaseservice: %w", err)
 	}
@@ -274,7 +371,7 @@ func New(client *lease.Client, key string, policy lease.Policy, fn Func, o Optio
 	if o.HealthGrace == 0 {
 		o.HealthGrace = po.TTL
 	}
-	return &Service{client: client, b: tb, key: key, policy: campaign, fn: fn, o: o}, nil
+	return &Service{client: client, caller: caller, b: tb, key: key, policy: campaign, fn: fn, o: o}, nil
 }
 
 // Run is New followed by Service.Run.
@@ -294,6 +391,14 @@ func (s *Service) IsLeader() bool { return s.leader.Load() }
 // Key returns the service's lease key.
 func (s *Service) Key() string { return s.key }
 
+// Observe returns the leadership of the service's key as a sequence of
+// states, as lease.Client.Observe does with default options: who holds it
+// (this replica or another), with which token, whether it was handed off
+// and to whom, and its preferred candidate. It ends when ctx ends.
+func (s *Service) Observe(ctx context.Context) iter.Seq2[lease.Observation, error] {
+	return s.caller.Observe(ctx, s.key, lease.ObserveOptions{})
+}
+
 // Handle returns the current term's handle, or nil between terms.
 func (s *Service) Handle() *lease.Handle {
 	s.mu.Lock()
@@ -309,8 +414,9 @@ func (s *Service) Handle() *lease.Handle {
 // returns an error at once.
 //
 // Run returns only after the function has returned and the lease was
-// released (or the release attempted). It returns nil when ctx ended and
-// the last release succeeded; the release's error if it failed; the
+// handed off or released (or the release attempted). It returns nil when
+// ctx ended and the last hand-off or release succeeded; the release's
+// error if it failed; the
 // function's error with StopOnError; or a campaign error that retrying
 // cannot cure (an error matching lease.ErrInvalidKey or
 // lease.ErrInvalidPolicy). Other campaign errors, such as an unreachable
@@ -409,26 +515,27 @@ func (b *backoff) next(o Options, ran time.Duration) time.Duration {
 	return d - rand.N(d/5+1) // up to 20% shorter
 }
 
-// term runs the function under h and releases h afterwards. It returns the
-// function's error (unless caused by loss or ctx) with the pause before
-// the next term, and the release's error.
+// term runs the function under h and hands h off or releases it
+// afterwards. It returns the function's error (unless caused by loss, ctx
+// or a yield) with the pause before the next term, and the release's
+// error.
 func (s *Service) term(ctx context.Context, h *lease.Handle, b *backoff) (fnErr error, restartIn time.Duration, releaseErr error) {
 	clock := s.client.Clock()
 	s.set(holding, h, nil)
 	defer s.set(holding, nil, nil)
-	releaseCtx := func() (context.Context, context.CancelFunc) {
+	endCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
 	}
 
 	// Renew until the function has returned, also after ctx ended: the
 	// function may still be cleaning up under the lease. Its own context
-	// ends at the loss or when ctx ends, whichever comes first.
+	// ends at the loss, when ctx ends or at a yield, whichever comes first.
 	m, err := h.StartManaged(context.WithoutCancel(ctx))
 	if err != nil {
 		// The lease ended before the term began (the local deadline
 		// passed since the acquire): no term; free the key and campaign
 		// again.
-		rctx, rcancel := releaseCtx()
+		rctx, rcancel := endCtx()
 		defer rcancel()
 		_ = h.Release(rctx)
 		return nil, 0, nil
@@ -441,23 +548,38 @@ func (s *Service) term(ctx context.Context, h *lease.Handle, b *backoff) (fnErr 
 	s.leader.Store(true)
 	s.notify(Transition{Kind: Elected, Key: s.key, Token: h.Token()})
 
+	var preferred <-chan string
+	if s.o.YieldToPreferred {
+		var unwatch func()
+		preferred, unwatch = s.watchPreferred(fctx, h.Token())
+		defer unwatch()
+	}
+
 	began := clock.Now()
 	done := make(chan error, 1)
 	go func() {
 		done <- s.safeCall(fctx, h)
 	}()
 	lostSeen := false
-	select {
-	case err = <-done:
-	case <-m.Lost():
-		s.leader.Store(false)
-		lostSeen = true
-		s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
-		err = <-done
+	lostCh := m.Lost()
+	yieldTo := ""
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-lostCh:
+			lostCh = nil
+			s.leader.Store(false)
+			lostSeen = true
+			s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
+		case yieldTo = <-preferred:
+			preferred = nil
+			cancel(ErrYielded) // the next safe point is when the function returns
+		}
 	}
 	s.leader.Store(false)
 	if fctx.Err() != nil {
-		err = nil // the function stopped because the lease was lost or ctx ended
+		err = nil // the function stopped because the lease was lost, ctx ended or it yielded
 	}
 	if err != nil {
 		if !s.o.StopOnError {
@@ -468,23 +590,115 @@ func (s *Service) term(ctx context.Context, h *lease.Handle, b *backoff) (fnErr 
 		b.failures = 0
 	}
 
-	// Release even after a loss: if the backend was only unreachable, it
-	// may still show this acquisition, and releasing frees the key sooner.
-	rctx, rcancel := releaseCtx()
-	defer rcancel()
-	releaseErr = h.Release(rctx)
-	_ = m.Stop(rctx)
+	// Stop renewing, then hand off or release. Release even after a
+	// loss: if the backend was only unreachable, it may still show this
+	// acquisition, and releasing frees the key sooner.
+	sctx, scancel := endCtx()
+	_ = m.Stop(sctx)
+	scancel()
 	lost := m.Err() != nil
+	var candidates []string
+	switch {
+	case lost:
+	case yieldTo != "":
+		candidates = []string{yieldTo}
+	case ctx.Err() != nil:
+		candidates = s.successors(ctx, h.Token())
+	}
+	var handOffErr error
+	released := false // the hand-off ended the acquisition, or showed it over
+	if len(candidates) > 0 {
+		handOffErr, releaseErr, released = s.handOff(ctx, h, candidates)
+		if handOffErr == nil && releaseErr == nil && released {
+			s.notify(Transition{Kind: HandedOff, Key: s.key, Token: h.Token(), Candidates: candidates})
+			return err, restartIn, nil
+		}
+	}
+	if !released {
+		rctx, rcancel := endCtx()
+		releaseErr = h.Release(rctx)
+		rcancel()
+	}
 	if lost {
 		releaseErr = nil // the acquisition was already over; nothing to report
 		if !lostSeen {   // lost after the function returned, before the release
 			s.notify(Transition{Kind: Lost, Key: s.key, Token: h.Token(), Err: m.Err()})
 		}
+		return err, restartIn, nil
 	}
-	if !lost {
-		s.notify(Transition{Kind: Released, Key: s.key, Token: h.Token(), Err: releaseErr})
-	}
+	s.notify(Transition{Kind: Released, Key: s.key, Token: h.Token(), Err: releaseErr, Candidates: candidates, HandOffErr: handOffErr})
 	return err, restartIn, releaseErr
+}
+
+// successors returns the candidates of a hand-off at shutdown: the key's
+// preferred candidate, if it is not this replica, else Options.Successors.
+// It reads the key only from a backend that can hand it off.
+func (s *Service) successors(ctx context.Context, token lease.Token) []string {
+	if _, ok := s.client.Backend().(lease.HandOffer); ok {
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+		r, err := s.client.Inspect(ictx, s.key)
+		cancel()
+		if err == nil && r.Held && r.Token == token && r.Preferred != "" && r.Preferred != s.client.Owner() {
+			return []string{r.Preferred}
+		}
+	}
+	return s.o.Successors
+}
+
+// handOff hands h off to candidates. done reports that the acquisition is
+// over: handed off (handOffErr and releaseErr nil), or found lost
+// (releaseErr says how). If done is false, the handle is still to be
+// released; handOffErr says why it was not handed off.
+func (s *Service) handOff(ctx context.Context, h *lease.Handle, candidates []string) (handOffErr, releaseErr error, done bool) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+	defer cancel()
+	err := h.HandOff(hctx, lease.Offer{Candidates: candidates, Window: s.o.HandOffWindow})
+	switch {
+	case err == nil:
+		return nil, nil, true
+	case errors.Is(err, errors.ErrUnsupported), errors.Is(err, lease.ErrInvalidOffer):
+		return err, nil, false // nothing was sent: release the handle
+	case errors.Is(err, lease.ErrLost):
+		return err, err, true // as a release would have found
+	}
+	// The outcome is unknown, or the backend failed, and the handle was
+	// released locally: release the acquisition on the backend itself. A
+	// refusal as handed off means the hand-off did happen.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.ReleaseTimeout)
+	defer rcancel()
+	rerr := s.b.Backend.Release(rctx, s.b.lastOffered())
+	var le *lease.LostError
+	if errors.As(rerr, &le) && le.Reason == lease.HandedOff {
+		return nil, nil, true
+	}
+	if rerr != nil {
+		rerr = fmt.Errorf("leaseservice: release after a failed hand-off: %w", rerr)
+	}
+	return err, rerr, true
+}
+
+// watchPreferred observes the key while the term with token lasts, and
+// sends on the channel it returns the first preferred candidate other
+// than this replica that it sees while the term holds the key. The
+// returned func stops it and waits for it to end.
+func (s *Service) watchPreferred(ctx context.Context, token lease.Token) (<-chan string, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	found := make(chan string, 1)
+	ended := make(chan struct{})
+	po := s.policy.Options()
+	go func() {
+		defer close(ended)
+		for o, err := range s.caller.Observe(ctx, s.key, lease.ObserveOptions{OperationTimeout: po.OperationTimeout}) {
+			if err != nil {
+				continue // Observe tries again
+			}
+			if o.Held && o.Token == token && o.Preferred != "" && o.Preferred != s.client.Owner() {
+				found <- o.Preferred
+				return
+			}
+		}
+	}()
+	return found, func() { cancel(); <-ended }
 }
 
 func (s *Service) safeCall(ctx context.Context, h *lease.Handle) (err error) {

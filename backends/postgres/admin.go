@@ -50,12 +50,13 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]l
 			left  int64
 			h     history
 		)
-		if err := rows.Scan(&rec.Key, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions); err != nil {
+		if err := rows.Scan(&rec.Key, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions,
+			&h.candidates, &h.ending, &h.preferred); err != nil {
 			return nil, "", classify(err, s.names.qualified)
 		}
 		rec.Token = lease.Token(token)
-		if held {
-			rec.Held, rec.Owner, rec.Remaining = true, owner, remaining(left)
+		if held || len(h.candidates) > 0 {
+			rec.Held, rec.Owner, rec.Remaining = held, owner, remaining(left)
 		}
 		h.fill(&rec)
 		recs = append(recs, rec)
@@ -93,7 +94,9 @@ var forceLost = map[int32]lease.LostReason{
 // ForceRelease implements lease.ForceReleaser in one statement
 // (queries/forcerelease.sql) that sets the row's expiry to two thousand
 // years before now, long past as Release's thousand years, and notifies
-// waiters if one marked the key. The ended holder's Renew and Release
+// waiters if one marked the key. It also ends a hand-off's standing offer
+// (see HandOff), keeping its token; the record it returns then shows the
+// offer (Held false, Candidates). The ended holder's Renew and Release
 // tell that expiry from Release's, and Sweep reads the time of the forced
 // release from it; a row whose expiry is the Unix epoch, as the previous
 // version of this statement set it, counts as force-released too.
@@ -110,7 +113,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 		h       history
 	)
 	ok, err := s.queryRow(ctx, loadQuery("forcerelease", s.names),
-		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left, &h.acquired, &h.renewed, &h.transitions)
+		[]any{key, int64(token), s.channel}, &outcome, &tok, &held, &owner, &left, &h.acquired, &h.renewed, &h.transitions, &h.candidates)
 	if err != nil {
 		return lease.Record{}, err
 	}
@@ -123,6 +126,9 @@ func (s *Store) ForceRelease(ctx context.Context, key string, token lease.Token)
 	}
 	if held {
 		prev.Held, prev.Owner, prev.Remaining = true, owner, remaining(left)
+	}
+	if len(h.candidates) > 0 { // a standing offer: nobody held the key
+		prev.Held, h.ending = false, int32(lease.EndHandedOff)
 	}
 	h.fill(&prev)
 	switch outcome {

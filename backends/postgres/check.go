@@ -163,6 +163,8 @@ var leaseColumns = map[string]string{
 	"key": "text", "owner": "text", "nonce": "text", "token": "bigint",
 	"expires_at": "timestamp with time zone", "watched_until": "timestamp with time zone",
 	"acquired_at": "timestamp with time zone", "renewed_at": "timestamp with time zone", "transitions": "bigint",
+	"candidates": "text[]", "preferred": "text", "preferred_until": "timestamp with time zone",
+	"preferred_at": "timestamp with time zone",
 }
 
 func (s *Store) checkColumns(ctx context.Context, r *CheckReport) {

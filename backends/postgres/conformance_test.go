@@ -21,14 +21,28 @@ const suiteRetention = time.Second
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	s, _ := freshStore(t, leasepostgres.Options{})
+	s, pool := freshStore(t, leasepostgres.Options{})
 	short, _ := freshStore(t, leasepostgres.Options{Retention: suiteRetention})
 	leasetest.RunBackendSuite(t, leasetest.Suite{
 		NewBackend:          func(*testing.T) lease.Backend { return s },
 		NewRetentionBackend: func(*testing.T) lease.Backend { return short },
 		Retention:           suiteRetention,
 		TTL:                 suiteTTL,
+		Reconnect:           func(t *testing.T) { terminateListener(t, pool) },
 	})
+}
+
+// terminateListener ends the session of the release listener on pool's
+// database, which then connects and listens again by itself. The Store's
+// other connections stay: pgxpool hands out a connection idle for less
+// than a second without checking it, so ending them would fail the
+// statement that gets one next, which is no test of the listener.
+func terminateListener(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(ctxT(t), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestConformanceUnlogged(t *testing.T) {

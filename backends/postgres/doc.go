@@ -32,6 +32,11 @@
 // step of the database's clock cannot bring an ended lease back, and
 // still telling when the lease ended.
 //
+// Migration 006 adds the columns of a hand-off and a preferred candidate
+// (candidates, preferred, preferred_until, preferred_at; no index, so
+// updates stay HOT) and makes the two grant functions of 005 clear a
+// hand-off's candidates.
+//
 // # Retention
 //
 // A row stays for Options.Retention (lease.DefaultRetention, a day, by
@@ -176,6 +181,43 @@
 // remaining time runs out stays the fallback, so a lost notification only
 // costs time. Store.Close gives the listener's
 // connection back. Options.DisableNotify turns all of this off.
+//
+// # Hand-off and preferred candidates
+//
+// The Store implements lease.HandOffer: Store.HandOff ends an acquisition
+// and, in the same statement, offers the key to candidates for a window
+// on the database's clock, with a new, higher token. The row keeps the
+// old holder's owner and nonce, its expiry is the end of the window, and
+// candidates names the candidates: while the window runs only a candidate
+// is granted the key (with the offered token; anyone else is refused with
+// a *lease.NotAcquiredError naming the candidates), and after it anyone
+// is (with a higher token). The old holder's Renew and Release are
+// answered with Reason lease.HandedOff until someone acquired the key,
+// then lease.Superseded; ForceRelease ends a standing offer. Inspect and
+// List report the offer (Record.Candidates, Ending lease.EndHandedOff),
+// also once it lapsed (Ending, without candidates). The row of a standing
+// or lapsed offer is that of an ended lease: Sweep removes it a retention
+// after the window passed, as it removes an expired lease's.
+//
+// An Acquire with lease.AcquireRequest.Preferred runs a variant of the
+// acquire statement that, when another acquisition holds the key, also
+// records its owner as the key's preferred candidate until its TTL ends
+// (Record.Preferred), and clears it when that owner acquires. Plain
+// acquires run the statement without it, so they pay nothing for it.
+//
+// # Change notifications
+//
+// The Store implements lease.ChangeWatcher on the same listener and the
+// same marks as WatchReleases: a grant to a new acquisition and a newly
+// recorded preferred candidate notify too, but only for a marked key, as
+// a release does, and with a payload (the key after a byte 1) that wakes
+// only change watches, so that a grant never wakes a waiting Acquire. A
+// release, a hand-off and a forced release wake both. Every change watch
+// is also woken once its key is marked, and whenever the listener listens
+// again after losing its connection. To mark a key that has no row, the
+// mark inserts one that holds nothing (token 0, which Inspect and List do
+// not show, and Sweep removes a retention after the mark lapsed), so that
+// the key's first grant notifies too.
 //
 // # Errors
 //

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,8 +20,11 @@ const (
 	// rearmEvery is how often the listener marks the watched keys again
 	// (queries/watch.sql marks a key for five minutes).
 	rearmEvery = time.Minute
-	// armTimeout bounds one marking statement.
+	// armTimeout bounds the marking of one key.
 	armTimeout = 2 * time.Second
+	// armAttempts is how many times the marking of a key runs
+	// queries/watch.sql at most while it marks nothing.
+	armAttempts = 3
 	// armBatches is how many batches of keys the marking goroutine marks
 	// at most before it wakes the watches of those it did not find held.
 	armBatches = 4
@@ -57,7 +62,30 @@ type watchers struct {
 	arming  bool
 }
 
-type watch struct{ c chan struct{} }
+// watch is one watch of a key: a release watch (WatchReleases) or, with
+// changes set, a change watch (WatchChanges).
+type watch struct {
+	c       chan struct{}
+	changes bool
+}
+
+// changePrefix begins the payload of a notification that announces a
+// change that does not free the key (a grant to a new acquisition, a new
+// preferred candidate: acquire.sql, acquirepreferred.sql), followed by
+// the key. It wakes change watches only. The payload of a notification
+// that frees the key (a release, a hand-off, a forced release) is the key
+// alone, and wakes every watch of the key. Keys hold no control
+// character (lease.ValidateKey), so the two cannot be confused.
+const changePrefix = "\x01"
+
+// parsePayload returns the key a notification names, and whether it
+// frees the key.
+func parsePayload(payload string) (key string, frees bool) {
+	if key, ok := strings.CutPrefix(payload, changePrefix); ok {
+		return key, false
+	}
+	return payload, true
+}
 
 // wake sends a value on w.c unless one is already pending.
 func (w *watch) wake() {
@@ -94,14 +122,42 @@ func (w *watch) wake() {
 // after Close. It does not block: the listener connects and the mark is
 // set in the background.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return s.watch("WatchReleases", key, false)
+}
+
+// WatchChanges implements lease.ChangeWatcher on the listener of
+// WatchReleases, which see: the same mark of the key, the same one
+// connection for every watch of the Store. The channel receives a value
+// when a release, a hand-off or a forced release of key commits, as for
+// WatchReleases, and also when a grant to a new acquisition (not a
+// renewal, nor an Acquire retried by the holder) or a new preferred
+// candidate commits, which notify with a payload that release watches
+// ignore. It also receives a value each time the watch is in place: once
+// the key is marked when the watch begins, and again whenever the
+// listener listens anew (after it lost its connection), since a change
+// may have gone unseen meanwhile. Expiry is not announced.
+//
+// The mark is set on the key's row; for a key without a row it inserts
+// one that holds nothing (see queries/watch.sql), so that the first grant
+// of a key never acquired is announced too.
+//
+// It returns an error, and Client.Observe then only polls, when
+// WatchReleases would.
+func (s *Store) WatchChanges(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return s.watch("WatchChanges", key, true)
+}
+
+// watch adds a watch of key, a change watch if changes is set, for the
+// method op.
+func (s *Store) watch(op, key string, changes bool) (<-chan struct{}, func(), error) {
 	if s.channel == "" || s.lisPool == nil {
 		return nil, nil, errNoListener
 	}
-	w := &watch{c: make(chan struct{}, 1)}
+	w := &watch{c: make(chan struct{}, 1), changes: changes}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, errors.New("leasepostgres: WatchReleases: the Store is closed")
+		return nil, nil, fmt.Errorf("leasepostgres: %s: the Store is closed", op)
 	}
 	if s.w.byKey == nil {
 		s.w.byKey = make(map[string]map[*watch]struct{})
@@ -165,8 +221,10 @@ type pendingMark struct {
 // armLocked marks keys as waited for, in the background, and then, if
 // wake is set, wakes the watches of each key that the mark did not find
 // held: its release may have committed before the mark, unannounced. A
-// key the mark found held (see queries/watch.sql) needs no wake-up: its
-// release comes after the mark and notifies.
+// key the mark found held (see queries/watch.sql) needs no wake-up for
+// its release watches: its release comes after the mark and notifies.
+// Its change watches are woken all the same: the watch is in place, and
+// a change (a grant) may have come before, unannounced.
 //
 // One goroutine marks the keys of every call in turn, and wakes the
 // watches only once it has no key left to mark: a waiter for a semaphore
@@ -194,7 +252,11 @@ func (s *Store) armLocked(keys []string, wake bool) {
 // wake-up waits for long.
 func (s *Store) armPending() {
 	defer s.w.arms.Done()
-	var wake []string
+	type wakeUp struct {
+		key   string
+		frees bool // not found held: wake every watch, else change watches only
+	}
+	var wake []wakeUp
 	for batches := 1; ; batches++ {
 		s.mu.Lock()
 		batch := s.w.pending
@@ -204,8 +266,8 @@ func (s *Store) armPending() {
 		}
 		s.mu.Unlock()
 		if len(batch) == 0 || batches%armBatches == 0 {
-			for _, key := range wake {
-				s.wakeKey(key)
+			for _, u := range wake {
+				s.wakeKey(u.key, u.frees)
 			}
 			wake = wake[:0]
 		}
@@ -213,8 +275,8 @@ func (s *Store) armPending() {
 			return
 		}
 		for _, m := range dedupe(batch) {
-			if held, err := s.arm(m.key); err == nil && m.wake && !held {
-				wake = append(wake, m.key)
+			if held, err := s.arm(m.key); err == nil && m.wake {
+				wake = append(wake, wakeUp{m.key, !held})
 			}
 		}
 	}
@@ -222,7 +284,10 @@ func (s *Store) armPending() {
 
 // arm runs queries/watch.sql for key, on a connection of the listener's
 // pool, bounded by armTimeout and by Close. It reports whether the key is
-// held by an acquisition whose release will notify.
+// held by an acquisition whose release will notify. It runs the statement
+// again, up to armAttempts times in all, while it marked nothing: its
+// snapshot predates the insert of the key's row by another statement
+// (whose grant went unannounced, and whose release would too).
 func (s *Store) arm(key string) (held bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, armTimeout)
 	defer cancel()
@@ -231,7 +296,12 @@ func (s *Store) arm(key string) (held bool, err error) {
 		return false, err
 	}
 	defer c.Release()
-	err = c.QueryRow(ctx, s.q.watch, key).Scan(&held)
+	marked := false
+	for range armAttempts {
+		if err = c.QueryRow(ctx, s.q.watch, key).Scan(&held, &marked); err != nil || marked {
+			break
+		}
+	}
 	return held, err
 }
 
@@ -255,17 +325,21 @@ func (s *Store) rearm() {
 	s.armLocked(keys, false)
 }
 
-// wakeKey wakes the watches of key.
-func (s *Store) wakeKey(key string) {
+// wakeKey wakes the watches of key: every one if frees is set (the key
+// was freed, or may have been), else the change watches only.
+func (s *Store) wakeKey(key string, frees bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for w := range s.w.byKey[key] {
-		w.wake()
+		if frees || w.changes {
+			w.wake()
+		}
 	}
 }
 
 // startListening records that LISTEN is in effect and marks every watched
-// key, waking the watches of those the marks do not find held.
+// key, waking the watches of those the marks do not find held, and every
+// change watch.
 func (s *Store) startListening() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -369,7 +443,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		cancel()
 		switch {
 		case err == nil:
-			s.wakeKey(n.Payload)
+			s.wakeKey(parsePayload(n.Payload))
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case wctx.Err() != nil && !c.Conn().IsClosed():

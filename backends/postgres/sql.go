@@ -114,18 +114,19 @@ func newNames(schema, table string) (names, error) {
 // queries holds the statements of one Store, rendered for its table.
 // CheckGuard's statement is not here: it takes the table from the guard.
 type queries struct {
-	acquire, renew, release, inspect, watch string
-	sweep, sweepList                        string
+	acquire, acquirePreferred, renew, release, inspect, watch string
+	handOff                                                   string
+	sweep, sweepList                                          string
 	// The calls of the functions of migration 005 (lease groups).
 	permit, setAcquire, setRenew, setRelease string
 	// extra is the number of result columns the writing statements
-	// (acquire, renew, release) have beyond those their files document:
+	// (acquire, renew, release, hand-off) have beyond those their files document:
 	// 1 with asyncCommit, whose value the Store skips.
 	extra int
 }
 
 // asyncCommit ends the RETURNING list of each writing statement
-// (acquire, renew, release): set_config with is_local true lasts until
+// (acquire, renew, release, hand-off): set_config with is_local true lasts until
 // the statement's transaction ends, and a commit reads synchronous_commit
 // before the setting is undone, so the commit does not wait for the WAL
 // flush. It changes nothing on the connection after the transaction. A
@@ -156,20 +157,24 @@ func loadQuery(name string, n names) string { return n.render(queryText(name)) }
 
 func newQueries(n names, async bool) queries {
 	q := queries{
-		acquire:    loadQuery("acquire", n),
-		renew:      loadQuery("renew", n),
-		release:    loadQuery("release", n),
-		inspect:    loadQuery("inspect", n),
-		watch:      loadQuery("watch", n),
-		sweep:      loadQuery("sweep", n),
-		sweepList:  loadQuery("sweeplist", n),
-		permit:     loadQuery("permit", n),
-		setAcquire: loadQuery("setacquire", n),
-		setRenew:   loadQuery("setrenew", n),
-		setRelease: loadQuery("setrelease", n),
+		acquire:          loadQuery("acquire", n),
+		acquirePreferred: loadQuery("acquirepreferred", n),
+		handOff:          loadQuery("handoff", n),
+		renew:            loadQuery("renew", n),
+		release:          loadQuery("release", n),
+		inspect:          loadQuery("inspect", n),
+		watch:            loadQuery("watch", n),
+		sweep:            loadQuery("sweep", n),
+		sweepList:        loadQuery("sweeplist", n),
+		permit:           loadQuery("permit", n),
+		setAcquire:       loadQuery("setacquire", n),
+		setRenew:         loadQuery("setrenew", n),
+		setRelease:       loadQuery("setrelease", n),
 	}
 	if async {
 		q.acquire += asyncCommit
+		q.acquirePreferred += asyncCommit
+		q.handOff += asyncCommit
 		q.renew += asyncCommit
 		q.release += asyncCommit
 		q.extra = 1

@@ -96,6 +96,27 @@ func oneStatementPerOperation(t *testing.T, url string, o leasepostgres.Options)
 			return wantErr(s.Renew(ctx, lease.Acquisition{Key: "none", Nonce: "x", Token: 1}, time.Minute), lease.ErrLost)
 		}},
 		{"inspect (no record)", func() error { _, err := s.Inspect(ctx, "none"); return err }},
+		{"acquire (granted again)", func() (err error) {
+			a.Nonce = "nonce-a2"
+			a.Token, err = s.Acquire(ctx, lease.AcquireRequest{Key: a.Key, Owner: a.Owner, Nonce: a.Nonce, TTL: time.Minute})
+			return err
+		}},
+		{"acquire (preferred, held by another)", func() error {
+			_, err := s.Acquire(ctx, lease.AcquireRequest{Key: b.Key, Owner: b.Owner, Nonce: b.Nonce, TTL: time.Minute, Preferred: true})
+			return wantErr(err, lease.ErrNotAcquired)
+		}},
+		{"hand off (handed off)", func() (err error) {
+			_, err = s.HandOff(ctx, a, lease.Offer{Candidates: []string{b.Owner}, Window: time.Minute})
+			return err
+		}},
+		{"hand off (handed off before)", func() error {
+			_, err := s.HandOff(ctx, a, lease.Offer{Candidates: []string{b.Owner}, Window: time.Minute})
+			return wantErr(err, lease.ErrLost)
+		}},
+		{"acquire (the candidate)", func() error {
+			_, err := s.Acquire(ctx, lease.AcquireRequest{Key: b.Key, Owner: b.Owner, Nonce: b.Nonce, TTL: time.Minute})
+			return err
+		}},
 		{"acquire permit (granted)", func() (err error) {
 			_, p.Token, err = s.AcquirePermit(ctx, lease.AcquireRequest{Key: "sem", Owner: p.Owner, Nonce: p.Nonce, TTL: time.Minute}, 1)
 			return err

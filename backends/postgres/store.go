@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,6 +133,8 @@ type Store struct {
 var (
 	_ lease.Backend        = (*Store)(nil)
 	_ lease.ReleaseWatcher = (*Store)(nil)
+	_ lease.ChangeWatcher  = (*Store)(nil)
+	_ lease.HandOffer      = (*Store)(nil)
 )
 
 // New returns a Store that runs its statements on db, a *pgxpool.Pool, a
@@ -250,21 +253,35 @@ func remaining(us int64) time.Duration {
 // Acquire implements lease.Backend in one statement (queries/acquire.sql):
 // an upsert that takes the key's row over only if it has expired on the
 // database's clock, or extends it if r.Nonce holds it, and otherwise
-// leaves it as it is and returns the holder.
+// leaves it as it is and returns the holder. While a hand-off's offer
+// stands (see HandOff), only a candidate is granted the key, with the
+// offered token; anyone else gets a *lease.NotAcquiredError with the
+// candidates. With r.Preferred it runs queries/acquirepreferred.sql
+// instead, which also records r.Owner as the key's preferred candidate
+// when another acquisition holds it. A grant to a new acquisition, and a
+// new preferred candidate, notify change watchers (WatchChanges) if one
+// marked the key.
 func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Token, error) {
 	if r.TTL <= 0 {
 		return 0, fmt.Errorf("leasepostgres: acquire: TTL %v is not positive", r.TTL)
 	}
-	c := &acquireCall{key: textArg(r.Key), owner: textArg(r.Owner), nonce: textArg(r.Nonce), ttl: ttlInterval(r.TTL)}
-	c.args = [...]any{&c.key, &c.owner, &c.nonce, &c.ttl}
-	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left, nil}
-	ok, err := s.queryRow(ctx, s.q.acquire, c.args[:], c.dest[:4+s.q.extra]...)
+	c := &acquireCall{key: textArg(r.Key), owner: textArg(r.Owner), nonce: textArg(r.Nonce), ttl: ttlInterval(r.TTL), channel: textArg(s.channel)}
+	c.args = [...]any{&c.key, &c.owner, &c.nonce, &c.ttl, &c.channel}
+	c.dest = [...]any{&c.granted, &c.token, &c.holder, &c.left, &c.candidates, nil}
+	sql := s.q.acquire
+	if r.Preferred {
+		sql = s.q.acquirePreferred
+	}
+	ok, err := s.queryRow(ctx, sql, c.args[:], c.dest[:5+s.q.extra]...)
 	granted, token, holder, left := c.granted, c.token, c.holder, c.left
 	switch {
 	case err != nil:
 		return 0, err
 	case !ok:
 		return 0, errors.New("leasepostgres: acquire: the statement returned no row")
+	case !granted && c.candidates.Valid:
+		return 0, &lease.NotAcquiredError{Key: r.Key, Token: lease.Token(token), Remaining: duration(left),
+			Candidates: strings.Split(c.candidates.String, candidateSep)}
 	case !granted:
 		return 0, &lease.NotAcquiredError{Key: r.Key, Holder: holder, Token: lease.Token(token), Remaining: duration(left)}
 	case token <= 0:
@@ -276,15 +293,20 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 // acquireCall holds the arguments and results of one acquire.sql, so that
 // the call allocates once: pgx gets pointers into it (see textArg).
 type acquireCall struct {
-	key, owner, nonce textArg
-	ttl               pgtype.Interval
-	granted           bool
-	token             int64
-	holder            string
-	left              pgtype.Interval
-	args              [4]any
-	dest              [5]any // the last one nil: a column to skip (queries.extra)
+	key, owner, nonce, channel textArg
+	ttl                        pgtype.Interval
+	granted                    bool
+	token                      int64
+	holder                     string
+	left                       pgtype.Interval
+	candidates                 pgtype.Text // of a standing offer that refused the request, joined by candidateSep
+	args                       [5]any
+	dest                       [6]any // the last one nil: a column to skip (queries.extra)
 }
+
+// candidateSep joins the candidates that acquire.sql returns: owner
+// strings hold no control character (lease.ValidateOwner).
+const candidateSep = "\x01"
 
 // outcomeCall is acquireCall for renew.sql ($4 ttl) and release.sql ($4
 // channel).
@@ -303,6 +325,7 @@ const (
 	outcomeExpired       = 1
 	outcomeSuperseded    = 2
 	outcomeForceReleased = 3
+	outcomeHandedOff     = 4
 	outcomeNoRow         = -1 // no row (never acquired, lost, or swept): the statement returned nothing
 )
 
@@ -312,6 +335,7 @@ var lostReasons = map[int32]lease.LostReason{
 	outcomeExpired:       lease.Expired,
 	outcomeSuperseded:    lease.Superseded,
 	outcomeForceReleased: lease.ForceReleased,
+	outcomeHandedOff:     lease.HandedOff,
 	outcomeNoRow:         lease.RecordLost,
 }
 
@@ -374,27 +398,34 @@ func (s *Store) Inspect(ctx context.Context, key string) (lease.Record, error) {
 		h     history
 	)
 	rec := lease.Record{Key: key}
-	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left, &h.acquired, &h.renewed, &h.transitions)
+	ok, err := s.queryRow(ctx, s.q.inspect, []any{key}, &held, &owner, &token, &left,
+		&h.acquired, &h.renewed, &h.transitions, &h.candidates, &h.ending, &h.preferred)
 	if err != nil || !ok {
 		return rec, err
 	}
 	rec.Token = lease.Token(token)
-	if held {
-		rec.Held, rec.Owner, rec.Remaining = true, owner, duration(left)
+	if held || len(h.candidates) > 0 {
+		rec.Held, rec.Owner, rec.Remaining = held, owner, duration(left)
 	}
 	h.fill(&rec)
 	return rec, nil
 }
 
 // history holds the acquired_at, renewed_at and transitions columns of a
-// row, as the admin statements return them: the times are NULL in a row
-// that no acquire has written since migration 004 added them.
+// row, as the admin statements return them (the times are NULL in a row
+// that no acquire has written since migration 004 added them), and the
+// columns of a hand-off and a preferred candidate as inspect.sql and
+// list.sql derive them.
 type history struct {
 	acquired, renewed pgtype.Timestamptz
 	transitions       int64
+	candidates        []string // of a standing offer, else nil
+	ending            int32    // a lease.Ending
+	preferred         *string  // NULL if none
 }
 
-// fill sets rec's history fields.
+// fill sets rec's history fields, and those of a hand-off and a preferred
+// candidate.
 func (h *history) fill(rec *lease.Record) {
 	if h.acquired.Valid {
 		rec.AcquiredAt = h.acquired.Time
@@ -403,6 +434,15 @@ func (h *history) fill(rec *lease.Record) {
 		rec.RenewedAt = h.renewed.Time
 	}
 	rec.Transitions = uint64(max(h.transitions, 0))
+	if len(h.candidates) > 0 {
+		rec.Candidates = h.candidates
+	}
+	if h.ending >= 0 && h.ending <= int32(lease.EndHandedOff) {
+		rec.Ending = lease.Ending(h.ending)
+	}
+	if h.preferred != nil {
+		rec.Preferred = *h.preferred
+	}
 }
 
 // Guard returns the coordinates of the acquisition snap in this Store's

@@ -201,7 +201,7 @@ func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
 	if err != nil {
 		return lease.Record{}, classify(op, err)
 	}
-	if len(vals) != 6 {
+	if len(vals) != 9 {
 		return lease.Record{}, fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals))
 	}
 	rec := lease.Record{Key: key}
@@ -212,7 +212,11 @@ func inspectReply(key string, res valkey.ValkeyResult) (lease.Record, error) {
 // readRecord fills rec from vals, a reply of inspect.lua, or the values of
 // forcerelease.lua after its outcome: token, owner (nil when free),
 // remaining, acquired, renewed and transitions (microseconds since the Unix
-// epoch, 0 when the record lacks them).
+// epoch, 0 when the record lacks them); and in inspect.lua's reply, the
+// ending (lease.Ending's number), the candidates of a standing offer
+// (joined by "\n"; nil if none) and the preferred candidate (nil if
+// none). During a standing offer the owner is the one who handed the key
+// off, and the key is not held.
 func readRecord(rec *lease.Record, vals []valkey.ValkeyMessage) {
 	if tok, err := vals[0].AsInt64(); err == nil {
 		rec.Token = lease.Token(tok)
@@ -224,6 +228,18 @@ func readRecord(rec *lease.Record, vals []valkey.ValkeyMessage) {
 	rec.AcquiredAt, rec.RenewedAt = microsTime(vals[3]), microsTime(vals[4])
 	if n, err := vals[5].AsInt64(); err == nil && n > 0 {
 		rec.Transitions = uint64(n)
+	}
+	if len(vals) < 9 {
+		return
+	}
+	if n, err := vals[6].AsInt64(); err == nil && n > 0 {
+		rec.Ending, rec.Held = lease.Ending(n), false
+	}
+	if offer, err := vals[7].ToString(); err == nil {
+		rec.Candidates = splitCandidates(offer)
+	}
+	if pref, err := vals[8].ToString(); err == nil {
+		rec.Preferred = pref
 	}
 }
 

@@ -72,8 +72,8 @@ func (s *Store) Check(ctx context.Context) error { return s.Diagnose(ctx).Err() 
 //     (Diagnose runs Inspect once, and asks the server, without running
 //     them, whether the user may run HSET, PERSIST and PEXPIRE there; it
 //     changes nothing), or may not publish on its release channels,
-//     without which Release fails (Diagnose publishes one empty message on
-//     the channel of a key no lease uses).
+//     without which Acquire and Release fail (Diagnose publishes one
+//     empty message on the channel of a key no lease uses).
 //
 // The volatile-* policies (volatile-lru, volatile-lfu, volatile-random,
 // volatile-ttl; volatile-lru is the default of several managed services)

@@ -19,7 +19,7 @@
 //
 // # One round trip per operation
 //
-// Acquire, Renew, Release and Inspect are each one Lua script, run with
+// Acquire, Renew, Release, HandOff and Inspect are each one Lua script, run with
 // EVALSHA (falling back to EVAL once after a server restart or failover
 // forgot the script), and so are the operations of semaphores and sets
 // (AcquirePermit, AcquireSet, RenewSet, ReleaseSet). The scripts are
@@ -62,23 +62,58 @@
 // key's record or move it to another slot. Store.HashTag gives a key's
 // tag, Store.RecordKey its record.
 //
-// The shard channel <record>:released, on which Release announces that
-// the key is free, lives in the record's slot. The record holds the
-// fields token (the last token issued), owner, nonce (the holder's
+// The shard channel <record>:released, on which Release, ForceRelease and
+// HandOff announce that the key is free (the token in decimal), and
+// Acquire a grant to a new acquisition ("acquired") or a newly preferred
+// candidate ("preferred"), lives in the record's slot. The record holds
+// the fields token (the last token issued), owner, nonce (the holder's
 // secret), expires (microseconds since the Unix epoch on the server's
-// clock; 0 once released, -1 once force-released), and the history that
+// clock; 0 once released, -1 once force-released, -2 once handed off),
+// offer and offer_until (a hand-off's candidates, one a line, and the end
+// of its window, in microseconds; meaningful while expires is -2), pref
+// and pref_until (the preferred candidate and the end of its preference),
+// and the history that
 // Inspect and List return as lease.Record's AcquiredAt, RenewedAt and
 // Transitions: acquired and renewed (microseconds, set by the scripts
 // that grant and extend leases) and transitions (the grants after the
 // first). A record takes about 230 bytes plus the key and owner strings
 // (MEMORY USAGE, Valkey 8).
 //
+// # Hand-off, preferred candidates and change watches
+//
+// Store implements lease.HandOffer and lease.ChangeWatcher. HandOff is one
+// script (lua/handoff.lua): if the acquisition is current, the record
+// takes a new token and the offer, keeps the old holder's owner and nonce
+// (its Renew and Release then get lease.HandedOff), and is given the
+// window plus the retention as its TTL, so that an offer nobody took ends
+// like a released lease; the hand-off is announced as a release is, and a
+// candidate's waiting Acquire is woken at once. While the offer stands
+// Acquire grants the key to a candidate only, with the offered token;
+// after the window anyone gets the next token. ForceRelease ends a
+// standing offer. A permit's key cannot be handed off.
+//
+// An Acquire with AcquireRequest.Preferred that finds the key held records
+// its owner as the preferred candidate for its TTL, in the same script,
+// announcing it to change watchers when the preferred owner is new; a
+// grant to that owner clears it. Inspect and List report Record.Ending,
+// Candidates and Preferred.
+//
+// WatchChanges shares the subscription of WatchReleases: one SSUBSCRIBE
+// per key and Store, whatever the mix of watches. Release waiters are
+// woken by what frees the key; change watchers by every announcement, and
+// both each time the subscription is confirmed. Grants publish whether
+// anyone listens or not: about a microsecond of server time when nobody
+// does. So a user needs the &channels part of the ACL rule below to
+// acquire, not only to release.
+//
 // # Semaphores and sets
 //
 // Store implements lease.PermitAcquirer and lease.SetAcquirer. A permit
 // of a semaphore and a key of a set are ordinary leases, recorded as
 // above: Renew, Release, Inspect, List, ForceRelease, Sweep and
-// WatchReleases serve them unchanged.
+// WatchReleases serve them unchanged. A set is refused a key under a
+// hand-off's standing offer; the permits of a semaphore honour no offer,
+// which is why a permit's key cannot be handed off.
 //
 // AcquirePermit reads the records of every permit below the number of
 // permits, in one script, and grants the lowest free one; its token is
@@ -109,8 +144,9 @@
 // lease.DefaultRetention, 24 hours), so that the last token and holder are
 // kept across releases and expiries for that long; Inspect reports them
 // for a free key. While the lease is held the record has no TTL. Release
-// and ForceRelease give it the retention as its TTL, in the script that
-// ends the lease, so it ends by itself; Acquire removes that TTL (PERSIST)
+// and ForceRelease give it the retention as its TTL, and HandOff the
+// offer's window plus the retention, in the script that ends the lease,
+// so it ends by itself; Acquire removes that TTL (PERSIST)
 // when it grants the lease again. The record of a lease that expired
 // without a release, because its holder died, has no TTL: Store.Sweep
 // removes it once the retention has passed since the lease's expiry

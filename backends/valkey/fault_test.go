@@ -66,6 +66,9 @@ func warmUp(t *testing.T, s *leasevalkey.Store) {
 	if err := s.ReleaseSet(ctx, keys, set); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.HandOff(ctx, a, lease.Offer{Candidates: []string{"o"}, Window: time.Minute}); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("HandOff of a released lease: %v", err)
+	}
 }
 
 // commandStats returns the calls per command since the last CONFIG RESETSTAT.
@@ -125,6 +128,13 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		}},
 		{"renew set", "evalsha", func() error { return s.RenewSet(ctx, keys, set, ttl) }},
 		{"release set", "evalsha", func() error { return s.ReleaseSet(ctx, keys, set) }},
+		{"hand off", "evalsha", func() error {
+			_, err := s.HandOff(ctx, lease.Acquisition{Key: "k", Owner: "p", Nonce: "n", Token: 1}, lease.Offer{Candidates: []string{"q"}, Window: ttl})
+			if errors.Is(err, lease.ErrLost) {
+				return nil // refused on the server, in one request
+			}
+			return err
+		}},
 	} {
 		if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
 			t.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	valkey "github.com/valkey-io/valkey-go"
 )
 
-// The scripts, one per operation. Each of acquire, renew, release and
-// inspect touches exactly one key, the lease record, which it gets as
+// The scripts, one per operation. Each of acquire, renew, release,
+// hand-off and inspect touches exactly one key, the lease record, which it gets as
 // KEYS[1]; those of semaphores and sets touch the records of the permits
 // or keys, all in one hash slot. lua/record.lua describes the record's
 // fields.
@@ -33,6 +33,8 @@ var (
 	renewSetLua string
 	//go:embed lua/release_set.lua
 	releaseSetLua string
+	//go:embed lua/handoff.lua
+	handOffLua string
 )
 
 // withRecord returns the script src with the helpers of lua/record.lua
@@ -122,15 +124,17 @@ var (
 	acquireSetScript    = valkey.NewLuaScript(withRecord(acquireSetLua), valkey.WithLoadSHA1(true))
 	renewSetScript      = valkey.NewLuaScript(withRecord(renewSetLua), valkey.WithLoadSHA1(true))
 	releaseSetScript    = valkey.NewLuaScript(withRecord(releaseSetLua), valkey.WithLoadSHA1(true))
+	handOffScript       = valkey.NewLuaScript(withRecord(handOffLua), valkey.WithLoadSHA1(true))
 )
 
-// Outcomes returned by the renew and release scripts.
+// Outcomes returned by the renew, release and hand-off scripts.
 const (
 	outcomeDone          = 1
 	outcomeExpired       = 2
 	outcomeSuperseded    = 3
 	outcomeForceReleased = 4
 	outcomeNoRecord      = 5
+	outcomeHandedOff     = 6
 )
 
 // lostReasons maps the outcomes of the renew, release and forcerelease
@@ -140,4 +144,5 @@ var lostReasons = map[int64]lease.LostReason{
 	outcomeSuperseded:    lease.Superseded,
 	outcomeForceReleased: lease.ForceReleased,
 	outcomeNoRecord:      lease.RecordLost,
+	outcomeHandedOff:     lease.HandedOff,
 }

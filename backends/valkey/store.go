@@ -69,6 +69,8 @@ type Store struct {
 var (
 	_ lease.Backend        = (*Store)(nil)
 	_ lease.ReleaseWatcher = (*Store)(nil)
+	_ lease.HandOffer      = (*Store)(nil)
+	_ lease.ChangeWatcher  = (*Store)(nil)
 )
 
 // New returns a Store that keeps leases on the server (or cluster) behind
@@ -160,9 +162,14 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	if ctx.Err() != nil {
 		return 0, beforeSend(ctx, op)
 	}
+	preferred := "0"
+	if r.Preferred {
+		preferred = "1"
+	}
+	rec := recordKey(s.prefix, r.Key)
 	res := acquireScript.Exec(ctx, s.client,
-		[]string{recordKey(s.prefix, r.Key)},
-		[]string{r.Owner, r.Nonce, micros(r.TTL)})
+		[]string{rec},
+		[]string{r.Owner, r.Nonce, micros(r.TTL), preferred, releaseChannel(rec)})
 	msg, err := res.ToMessage()
 	if err != nil {
 		return 0, classify(op, err)
@@ -170,15 +177,83 @@ func (s *Store) Acquire(ctx context.Context, r lease.AcquireRequest) (lease.Toke
 	if tok, err := msg.AsInt64(); err == nil {
 		return lease.Token(tok), nil
 	}
-	// Held by another acquisition: {token, owner, remaining µs}.
+	// Held by another acquisition: {token, owner, remaining µs}; or
+	// offered to others: {token, nil, remaining µs, candidates}.
 	held, err := msg.ToArray()
-	if err != nil || len(held) != 3 {
+	if err != nil || len(held) != 3 && len(held) != 4 {
 		return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply %s", op, msg.String()))
 	}
 	tok, _ := held[0].AsInt64()
 	owner, _ := held[1].ToString()
 	left, _ := held[2].AsInt64()
-	return 0, &lease.NotAcquiredError{Key: r.Key, Holder: owner, Token: lease.Token(tok), Remaining: time.Duration(left) * time.Microsecond}
+	e := &lease.NotAcquiredError{Key: r.Key, Holder: owner, Token: lease.Token(tok), Remaining: time.Duration(left) * time.Microsecond}
+	if len(held) == 4 {
+		offer, _ := held[3].ToString()
+		e.Holder, e.Candidates = "", splitCandidates(offer)
+	}
+	return 0, e
+}
+
+// HandOff implements lease.HandOffer in one script (lua/handoff.lua):
+// if a is current, it ends it and offers the key to o.Candidates for
+// o.Window with a new token, announced as a release is. The record keeps
+// a's owner and nonce until a candidate (or anyone, once the window
+// passed) acquires the key, so that a's Renew and Release get a
+// *lease.LostError with Reason lease.HandedOff; it is given the window
+// plus the retention as its TTL. A permit's key is refused before any
+// I/O with an error matching errors.ErrUnsupported.
+func (s *Store) HandOff(ctx context.Context, a lease.Acquisition, o lease.Offer) (lease.Token, error) {
+	const op = "hand off"
+	if err := validate(op, a.Key); err != nil {
+		return 0, err
+	}
+	if keyspace.IsPermit(a.Key, "") {
+		return 0, fmt.Errorf("leasevalkey: %s %q: %w: the key of a semaphore's permit cannot be handed off", op, a.Key, errors.ErrUnsupported)
+	}
+	if len(o.Candidates) == 0 || len(o.Candidates) > lease.MaxCandidates || o.Window <= 0 {
+		return 0, fmt.Errorf("leasevalkey: %s %q: %w: %d candidates, window %v", op, a.Key, lease.ErrInvalidOffer, len(o.Candidates), o.Window)
+	}
+	for _, c := range o.Candidates {
+		if err := lease.ValidateOwner(c); err != nil {
+			return 0, fmt.Errorf("leasevalkey: %s %q: %w: candidate: %w", op, a.Key, lease.ErrInvalidOffer, err)
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, beforeSend(ctx, op)
+	}
+	rec := recordKey(s.prefix, a.Key)
+	vals, err := handOffScript.Exec(ctx, s.client,
+		[]string{rec},
+		[]string{a.Nonce, a.Token.String(), strings.Join(o.Candidates, "\n"), micros(o.Window), releaseChannel(rec), s.retentionArg}).ToArray()
+	if err != nil {
+		return 0, classify(op, err)
+	}
+	var n, tok int64
+	if len(vals) == 2 {
+		n, err = vals[0].AsInt64()
+		if err == nil {
+			tok, err = vals[1].AsInt64()
+		}
+	}
+	switch {
+	case len(vals) != 2 || err != nil:
+		return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected reply of %d values", op, len(vals)))
+	case n == outcomeDone && tok > 0:
+		return lease.Token(tok), nil
+	}
+	if reason, ok := lostReasons[n]; ok {
+		return 0, &lease.LostError{Key: a.Key, Token: a.Token, Reason: reason}
+	}
+	return 0, lease.Indeterminate(fmt.Errorf("leasevalkey: %s: unexpected outcome %d", op, n))
+}
+
+// splitCandidates splits the candidates of an offer as the scripts keep
+// them, joined by "\n"; nil for none.
+func splitCandidates(offer string) []string {
+	if offer == "" {
+		return nil
+	}
+	return strings.Split(offer, "\n")
 }
 
 // Renew implements lease.Backend.

@@ -591,8 +591,9 @@ func TestScriptCommandsRefused(t *testing.T) {
 }
 
 // renewWatchRelease acquires key, renews it, watches for its release and
-// releases it, failing t unless every step works and the release is
-// announced.
+// releases it; then watches its changes, records a preferred candidate
+// and hands the key off to it, which takes and releases it; failing t
+// unless every step works and the release and the changes are announced.
 func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, key string) {
 	t.Helper()
 	a := acquire(t, s, key, "o", time.Minute)
@@ -611,6 +612,28 @@ func renewWatchRelease(ctx context.Context, t *testing.T, s *leasevalkey.Store, 
 	case <-ch:
 	case <-ctx.Done():
 		t.Fatal("no release notification")
+	}
+	// A change watch, a preferred candidate and a hand-off to it.
+	changes, stopChanges, err := s.WatchChanges(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopChanges()
+	b := acquire(t, s, key, "o", time.Minute)
+	if _, err := s.Acquire(ctx, lease.AcquireRequest{Key: key, Owner: "p", Nonce: rand.Text(), TTL: time.Minute, Preferred: true}); err == nil {
+		t.Fatal("the preferred candidate acquired a held key")
+	}
+	if _, err := s.HandOff(ctx, b, lease.Offer{Candidates: []string{"p"}, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	c := acquire(t, s, key, "p", time.Minute)
+	if err := s.Release(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	case <-ctx.Done():
+		t.Fatal("no change notification")
 	}
 }
 
@@ -683,17 +706,30 @@ func TestDocumentedACLRuleIsEnoughOnACluster(t *testing.T) {
 }
 
 // TestReleaseWithoutChannelRightsChangesNothing: a user that may use the
-// lease keys but not their release channels (ACL users get no channels by
-// default) cannot release; the refusal is a permission error, the lease
-// stays held, and Check names the problem at start-up.
+// lease keys but not their shard channels (ACL users get no channels by
+// default) can neither acquire (a grant is announced to change watchers)
+// nor release; the refusals are permission errors that change nothing,
+// and Check names the problem at start-up.
 func TestReleaseWithoutChannelRightsChangesNothing(t *testing.T) {
-	s, _, _ := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
+	s, _, admin := aclStore(t, "nochannels", strings.Replace(aclRule, "&lease:* ", "resetchannels ", 1))
 	ctx := ctxT(t)
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "release channel") || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Check = %v, want a permission problem with the release channel", err)
 	}
-	a := acquire(t, s, "acl", "o", time.Minute)
-	err := s.Release(ctx, a)
+	_, err := s.Acquire(ctx, lease.AcquireRequest{Key: "acl", Owner: "o", Nonce: rand.Text(), TTL: time.Minute})
+	if err == nil || errors.Is(err, lease.ErrIndeterminate) || !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("Acquire = %v, want a definite permission error", err)
+	}
+	if r, err := s.Inspect(ctx, "acl"); err != nil || r.Token != 0 {
+		t.Fatalf("after the refused acquire Inspect = %+v, %v; want no record", r, err)
+	}
+	// The administrator, on the same prefix, may.
+	full, err := leasevalkey.New(admin, leasevalkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acquire(t, full, "acl", "o", time.Minute)
+	err = s.Release(ctx, a)
 	if err == nil || errors.Is(err, lease.ErrIndeterminate) || errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("Release = %v, want a definite permission error", err)
 	}

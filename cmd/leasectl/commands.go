@@ -17,16 +17,34 @@ import (
 
 // record is a lease record as leasectl prints it in JSON.
 type record struct {
-	Key         string      `json:"key"`
-	State       string      `json:"state"` // "held" or "free"
-	Owner       string      `json:"owner,omitempty"`
-	Token       lease.Token `json:"token"`
-	RemainingMS int64       `json:"remaining_ms"`
+	Key string `json:"key"`
+	// State is "held", "free", or "offered": a hand-off offers the key to
+	// Candidates, and nobody else can take it until the offer's window
+	// has passed.
+	State string      `json:"state"`
+	Owner string      `json:"owner,omitempty"`
+	Token lease.Token `json:"token"`
+	// RemainingMS is the holder's remaining time, or what is left of an
+	// offer's window.
+	RemainingMS int64 `json:"remaining_ms"`
 	// The history (kubectl's acquireTime, renewTime, leaseTransitions),
 	// on the backend's clock; the times are left out when unknown.
 	AcquiredAt  *time.Time `json:"acquired_at,omitempty"`
 	RenewedAt   *time.Time `json:"renewed_at,omitempty"`
 	Transitions uint64     `json:"transitions"`
+	// Ended says how the last acquisition ended, when the key is not
+	// held and the backend knows: released, expired, force_released or
+	// handed_off.
+	Ended string `json:"ended,omitempty"`
+	// Candidates and OfferedBy describe a standing offer (State
+	// "offered"): the owners it is offered to, and the owner who handed
+	// the key off. Token is then the token the first candidate to acquire
+	// gets.
+	Candidates []string `json:"candidates,omitempty"`
+	OfferedBy  string   `json:"offered_by,omitempty"`
+	// Preferred is the owner waiting for the key as its preferred
+	// candidate, if any.
+	Preferred string `json:"preferred,omitempty"`
 	// Semaphore and Slot say which permit the key is, if it has the form
 	// of a permit key (lease.PermitKey).
 	Semaphore string `json:"semaphore,omitempty"`
@@ -37,12 +55,18 @@ type record struct {
 }
 
 func toRecord(r lease.Record) record {
-	out := record{Key: r.Key, State: "free", Token: r.Token, Transitions: r.Transitions}
+	out := record{Key: r.Key, State: state(r), Token: r.Token, Transitions: r.Transitions, Preferred: r.Preferred}
 	if sem, slot, ok := lease.ParsePermitKey(r.Key); ok {
 		out.Semaphore, out.Slot = sem, &slot
 	}
-	if r.Held {
-		out.State, out.Owner, out.RemainingMS = "held", r.Owner, r.Remaining.Milliseconds()
+	switch {
+	case r.Held:
+		out.Owner, out.RemainingMS = r.Owner, r.Remaining.Milliseconds()
+	case offered(r):
+		out.Candidates, out.OfferedBy, out.RemainingMS = r.Candidates, r.Owner, r.Remaining.Milliseconds()
+	}
+	if !r.Held && r.Ending != lease.EndUnknown {
+		out.Ended = strings.ReplaceAll(ending(r.Ending), "-", "_")
 	}
 	if !r.AcquiredAt.IsZero() {
 		at := r.AcquiredAt.UTC()
@@ -55,11 +79,40 @@ func toRecord(r lease.Record) record {
 	return out
 }
 
-// recordHeader and recordRow are the table of list and inspect.
+// offered reports whether r is a standing offer of a hand-off.
+func offered(r lease.Record) bool { return !r.Held && len(r.Candidates) > 0 }
+
+// state is a record's STATE: held, free or offered.
+func state(r lease.Record) string {
+	switch {
+	case r.Held:
+		return "held"
+	case offered(r):
+		return "offered"
+	}
+	return "free"
+}
+
+// ending names how an acquisition ended, as one word for tables and
+// watch lines: released, expired, force-released or handed-off.
+func ending(e lease.Ending) string {
+	return strings.ReplaceAll(e.String(), " ", "-")
+}
+
+// candidates lists the owners an offer is offered to, for tables.
+func candidates(r lease.Record) string {
+	if !offered(r) {
+		return "-"
+	}
+	return strings.Join(r.Candidates, ",")
+}
+
+// recordHeader and recordRow are the table of list and inspect, before
+// the columns that only some listings have (see table).
 const recordHeader = "KEY\tSTATE\tOWNER\tTOKEN\tREMAINING\tACQUIRED\tRENEWED\tCHANGES"
 
 func recordRow(r lease.Record, now time.Time) []string {
-	return []string{r.Key, toRecord(r).State, orDash(r.Owner), r.Token.String(), remaining(r),
+	return []string{r.Key, state(r), orDash(r.Owner), r.Token.String(), remaining(r),
 		ago(r.AcquiredAt, now), ago(r.RenewedAt, now), strconv.FormatUint(r.Transitions, 10)}
 }
 
@@ -79,9 +132,10 @@ func ago(t, now time.Time) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
-// remaining formats a remaining time for tables.
+// remaining formats a remaining time for tables: the holder's, or what
+// is left of an offer's window.
 func remaining(r lease.Record) string {
-	if !r.Held {
+	if !r.Held && !offered(r) {
 		return "-"
 	}
 	return r.Remaining.Round(time.Millisecond).String()
@@ -194,7 +248,8 @@ func (c *cli) inspect(ctx context.Context, t *target, key string) error {
 // watchEvent is one line of watch's output.
 type watchEvent struct {
 	Time time.Time `json:"time"`
-	// Event is held, free, acquired, released, expired, lost, token_down
+	// Event is held, offered or free first; then acquired, released,
+	// expired, force_released, handed_off, preferred, lost, token_down;
 	// or error.
 	Event string `json:"event"`
 	record
@@ -210,14 +265,43 @@ func (c *cli) emit(e watchEvent) {
 		return
 	}
 	ts := e.Time.UTC().Format("2006-01-02T15:04:05.000Z")
+	name := strings.ReplaceAll(e.Event, "_", "-")
 	var line string
 	switch e.Event {
 	case "error":
-		line = fmt.Sprintf("%-10s  %s", e.Event, e.Error)
+		line = e.Error
 	case "held", "acquired":
-		line = fmt.Sprintf("%-10s  owner=%q token=%d remaining=%v", e.Event, e.Owner, e.Token, time.Duration(e.RemainingMS)*time.Millisecond)
+		line = fmt.Sprintf("owner=%q token=%d remaining=%v", e.Owner, e.Token, ms(e.RemainingMS))
+		if e.Preferred != "" {
+			line += fmt.Sprintf(" preferred=%q", e.Preferred)
+		}
+	case "offered", "handed_off":
+		// The offered token is the one the first candidate to acquire gets.
+		p := e.Previous
+		switch {
+		case e.State == "offered":
+			line = fmt.Sprintf("token=%d offered to %s for %v, by owner=%q", e.Token, quoted(e.Candidates), ms(e.RemainingMS), e.OfferedBy)
+			if p != nil && p.State == "held" {
+				line += fmt.Sprintf(" (was token=%d)", p.Token)
+			}
+		default:
+			// Seen only once the offer had lapsed, between two reads.
+			line = fmt.Sprintf("token=%d: its offer lapsed with no candidate taking it; anyone may acquire the key", e.Token)
+			if p != nil && p.State == "held" {
+				line += fmt.Sprintf(" (was owner=%q token=%d)", p.Owner, p.Token)
+			}
+		}
+	case "preferred":
+		if e.Preferred == "" {
+			line = "no preferred candidate now"
+		} else {
+			line = fmt.Sprintf("preferred=%q waits for the key", e.Preferred)
+		}
+		if e.State == "held" {
+			line += fmt.Sprintf(" (held by owner=%q token=%d)", e.Owner, e.Token)
+		}
 	case "lost":
-		line = fmt.Sprintf("%-10s  record lost (was", e.Event)
+		line = "record lost (was"
 		if e.Previous.State == "held" {
 			line += fmt.Sprintf(" owner=%q", e.Previous.Owner)
 		}
@@ -228,97 +312,121 @@ func (c *cli) emit(e watchEvent) {
 			line += ": removed after its retention, or lost by the backend"
 		}
 	case "token_down":
-		line = fmt.Sprintf("%-10s  token went DOWN from %d to %d", "token-down", e.HighestToken, e.Token)
+		line = fmt.Sprintf("token went DOWN from %d to %d", e.HighestToken, e.Token)
 		if e.State == "held" {
 			line += fmt.Sprintf(" (owner=%q)", e.Owner)
 		}
 		line += ": the backend lost data and issued a lower token (a restored backup, a clock that stepped back); fences refuse its holder's writes until a token of at least " + e.HighestToken.String()
-	default:
-		line = fmt.Sprintf("%-10s  token=%d", e.Event, e.Token)
-		if e.Previous != nil && e.Previous.Owner != "" {
-			line += fmt.Sprintf(" (was owner=%q token=%d)", e.Previous.Owner, e.Previous.Token)
+	default: // free, released, expired, force_released
+		line = fmt.Sprintf("token=%d", e.Token)
+		switch p := e.Previous; {
+		case p != nil && p.State == "offered" && e.Event == "expired":
+			line += fmt.Sprintf(" (the offer to %s lapsed: anyone may acquire the key)", quoted(p.Candidates))
+		case p != nil && p.Owner != "":
+			line += fmt.Sprintf(" (was owner=%q token=%d)", p.Owner, p.Token)
 		}
 	}
-	fmt.Fprintf(c.out, "%s  %s\n", ts, line)
+	fmt.Fprintf(c.out, "%s  %-14s  %s\n", ts, name, line)
 }
 
-// watch reads key every interval and prints each change of holder until
-// ctx ends (Ctrl-C), which is a normal end. The first read must succeed:
-// its error is watch's (a bad start); later errors are printed once each,
-// and watching goes on.
-//
-// A key seen held and then free was "expired" if its remaining time had
-// run out by then, and "released" (by its holder or by force) otherwise.
+// ms converts milliseconds of JSON to a duration for text.
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// quoted quotes each of s and joins them with ", ".
+func quoted(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// watch prints the state of key, then one line for each change of holder
+// or state, until ctx ends (Ctrl-C), which is a normal end. It follows the
+// key with lease.Client.Observe: a change is seen at once where the
+// backend announces changes, and at most interval late where it does not.
+// The first read must succeed: its error is watch's (a bad start); later
+// errors are printed once each, and watching goes on.
 func (c *cli) watch(ctx context.Context, t *target, key string, interval time.Duration) error {
 	if err := lease.ValidateKey(key); err != nil {
 		return err
 	}
-	var (
-		last   *lease.Record
-		seenAt time.Time
-		high   lease.Token // the highest token seen
-		failed bool
-	)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		r, err := c.inspectOnce(ctx, t, key)
-		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil && last == nil:
-			return fmt.Errorf("watch %q: %w", key, err)
-		case err != nil:
-			if !failed {
-				c.emit(watchEvent{Time: now, Event: "error", Error: err.Error()})
-			}
-			failed = true
-		default:
-			failed = false
-			if ev, changed := change(last, r, now.Sub(seenAt), high); changed {
-				e := watchEvent{Time: now, Event: ev, record: toRecord(r)}
-				if last != nil {
-					p := toRecord(*last)
-					e.Previous = &p
-				}
-				if ev == "token_down" {
-					e.HighestToken = high
-				}
-				c.emit(e)
-			}
-			last, seenAt, high = &r, now, max(high, r.Token)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	client, err := lease.NewClient(t.backend, lease.ClientOptions{Owner: owner(c.getenv), SweepEvery: -1})
+	if err != nil {
+		return err
 	}
+	var (
+		last    *lease.Record
+		high    lease.Token // the highest token seen
+		lastErr error       // the error of the last read, if it failed
+	)
+	for o, err := range client.Observe(ctx, key, lease.ObserveOptions{Poll: interval, OperationTimeout: c.cfg.timeout}) {
+		switch {
+		case err != nil && last == nil:
+			return watchError(key, err)
+		case err != nil:
+			if lastErr == nil {
+				c.emit(watchEvent{Time: time.Now(), Event: "error", Error: err.Error()})
+			}
+			lastErr = err
+			continue
+		}
+		lastErr = nil
+		e := watchEvent{Time: o.At, Event: event(o, high), record: toRecord(o.Record)}
+		if last != nil {
+			p := toRecord(*last)
+			e.Previous = &p
+		}
+		if e.Event == "token_down" {
+			e.HighestToken = high
+		}
+		c.emit(e)
+		last, high = &o.Record, max(high, o.Token)
+	}
+	if ctx.Err() != nil || lastErr == nil {
+		return nil
+	}
+	// Observe ended by itself after an error no retry can cure (a
+	// misconfiguration, such as a privilege revoked while watching).
+	return watchError(key, lastErr)
 }
 
-// change names the change from prev (nil at first) to r, seen elapsed
-// after prev; high is the highest token seen before r.
-func change(prev *lease.Record, r lease.Record, elapsed time.Duration, high lease.Token) (string, bool) {
-	switch {
-	case prev == nil && r.Held:
-		return "held", true
-	case prev == nil:
-		return "free", true
-	case r.Token == 0 && prev.Token != 0:
-		// A key's record never loses its token while it exists: the
-		// record is gone.
-		return "lost", true
-	case r.Token != 0 && r.Token != prev.Token && r.Token < high:
-		return "token_down", true
-	case r.Held && (!prev.Held || prev.Token != r.Token || prev.Owner != r.Owner):
-		return "acquired", true
-	case !r.Held && prev.Held && elapsed >= prev.Remaining:
-		return "expired", true
-	case !r.Held && prev.Held:
-		return "released", true
+// watchError is watch's error for err, which Observe yielded: it names
+// the key once.
+func watchError(key string, err error) error {
+	if cause := errors.Unwrap(err); cause != nil {
+		err = cause // Observe's error names the key too
 	}
-	return "", false
+	return fmt.Errorf("watch %q: %w", key, err)
+}
+
+// event names the change o reports, high being the highest token seen
+// before: lease.Change as watch prints it, except that a token below one
+// seen before is token_down, whatever Observe made of it (after a lost
+// record, a record with a lower token reads to it as a new one).
+func event(o lease.Observation, high lease.Token) string {
+	if o.Change != lease.ChangeInitial && o.Token != 0 && o.Token < high {
+		return "token_down"
+	}
+	switch o.Change {
+	case lease.ChangeInitial:
+		return state(o.Record)
+	case lease.ChangeAcquired:
+		return "acquired"
+	case lease.ChangeReleased:
+		return "released"
+	case lease.ChangeExpired:
+		return "expired"
+	case lease.ChangeForceReleased:
+		return "force_released"
+	case lease.ChangeHandedOff:
+		return "handed_off"
+	case lease.ChangePreferred:
+		return "preferred"
+	case lease.ChangeRecordLost:
+		return "lost"
+	}
+	return strings.ReplaceAll(o.Change.String(), " ", "_")
 }
 
 func (c *cli) release(ctx context.Context, t *target, key string, token lease.Token, yes bool) error {
@@ -332,7 +440,8 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 	prev, err := t.forcer.ForceRelease(octx, key, token)
 	cancel()
 	var lost *lease.LostError
-	released := err == nil && prev.Held
+	// A standing offer of a hand-off ends as a lease does.
+	released := err == nil && (prev.Held || offered(prev))
 	if err != nil && !errors.As(err, &lost) {
 		return err
 	}
@@ -349,6 +458,9 @@ func (c *cli) release(ctx context.Context, t *target, key string, token lease.To
 		if err := c.printJSON(out); err != nil {
 			return err
 		}
+	} else if released && offered(prev) {
+		fmt.Fprintf(c.out, "ended the offer of %s to %s (token %d, %v of its window left): the key is free now.\n", describe(key), quoted(prev.Candidates), prev.Token, remaining(prev))
+		fmt.Fprintf(c.out, "its token stays %d, so the next holder's token is higher and fences refuse writes below it.\n", prev.Token)
 	} else if released {
 		fmt.Fprintf(c.out, "expired the lease on %s held by %q (token %d, %v left): the key is free now.\n", describe(key), prev.Owner, prev.Token, remaining(prev))
 		fmt.Fprintf(c.out, "its token stays %d, so the next holder's token is higher and fences refuse writes below it;\n", prev.Token)
@@ -368,12 +480,14 @@ func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token le
 	if err != nil {
 		return err
 	}
-	would := r.Held && (token == 0 || r.Token == token)
+	would := (r.Held || offered(r)) && (token == 0 || r.Token == token)
 	reason := ""
 	switch {
 	case would:
 	case r.Held:
 		reason = fmt.Sprintf("nothing would change: %q is held by %q with token %d, not %d", key, r.Owner, r.Token, token)
+	case offered(r):
+		reason = fmt.Sprintf("nothing would change: %q is offered to %s with token %d, not %d", key, quoted(r.Candidates), r.Token, token)
 	case token != 0 && r.Token == token:
 		reason = fmt.Sprintf("nothing would change: the acquisition with token %d of %q has already ended", token, key)
 	default:
@@ -389,6 +503,9 @@ func (c *cli) releaseDryRun(ctx context.Context, t *target, key string, token le
 		}{key, true, would, toRecord(r), reason}); err != nil {
 			return err
 		}
+	} else if would && offered(r) {
+		fmt.Fprintf(c.out, "dry run: would end the offer of %s to %s (token %d, %v of its window left); nothing changed.\n", describe(key), quoted(r.Candidates), r.Token, remaining(r))
+		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
 	} else if would {
 		fmt.Fprintf(c.out, "dry run: would expire the lease on %s held by %q (token %d, %v left); nothing changed.\n", describe(key), r.Owner, r.Token, remaining(r))
 		fmt.Fprintf(c.out, "to do it: leasectl release --force --yes --token %d %s\n", r.Token, strconv.Quote(key))
@@ -405,6 +522,8 @@ func notReleased(key string, token lease.Token, prev lease.Record, lost *lease.L
 	switch {
 	case lost != nil && prev.Held:
 		return fmt.Sprintf("nothing changed: %q is held by %q with token %d, not %d", key, prev.Owner, prev.Token, token)
+	case lost != nil && offered(prev):
+		return fmt.Sprintf("nothing changed: %q is offered to %s with token %d, not %d", key, quoted(prev.Candidates), prev.Token, token)
 	case lost != nil:
 		return fmt.Sprintf("nothing changed: the acquisition with token %d of %q has already ended (last token %d)", token, key, prev.Token)
 	}

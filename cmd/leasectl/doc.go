@@ -21,16 +21,22 @@
 //	                     leaseTransitions); --limit N prints at most N, and
 //	                     the cursor that continues the listing; permits
 //	                     with their SEMAPHORE and SLOT, keys of sets with
-//	                     their SET (see "Semaphores and sets")
+//	                     their SET (see "Semaphores and sets"); how a free
+//	                     key's last lease ended, a hand-off's offer and a
+//	                     preferred candidate (see "Hand-off")
 //	inspect [--permits N] KEY
 //	                     one key; with --permits N, each permit 0 to N-1
 //	                     of the semaphore KEY, and how many are held
 //	watch [--interval D] KEY
-//	                     follow one key until interrupted: held or free,
-//	                     then acquired, released, expired; lost when the
-//	                     record is gone (lost data, or removed after its
-//	                     retention); token-down when a token lower than
-//	                     one seen before appears
+//	                     follow one key until interrupted (with
+//	                     lease.Client.Observe): held, offered or free,
+//	                     then acquired, released, expired, force-released,
+//	                     handed-off, preferred; lost when the record is
+//	                     gone (lost data, or removed after its retention);
+//	                     token-down when a token lower than one seen
+//	                     before appears. Changes are seen at once where
+//	                     the backend announces them, at most --interval
+//	                     (default 250ms) late where it does not
 //	release --force [--yes] [--token T] KEY
 //	                     expire the lease on KEY now, keeping its token;
 //	                     without --yes a dry run that changes nothing;
@@ -146,6 +152,13 @@
 // the outcome of a change is unknown, as after a timeout mid-release) or
 // "negative" (exit 3).
 //
+// Each object of watch has "time", "event" (held, offered or free first;
+// then acquired, released, expired, force_released, handed_off,
+// preferred, lost, token_down; or error, with "error"), the key's record
+// as inspect prints it, and "previous", the record before the change.
+// Text spells the events with a hyphen (force-released, handed-off,
+// token-down), so that each line's second field is one word.
+//
 // # Data loss
 //
 // A record that disappears is not a release: watch prints "lost" (the
@@ -213,6 +226,26 @@
 // a release only for keys whose protected writes are fenced. --token T
 // releases only the acquisition with token T, so that a holder that
 // changed since you looked is left alone.
+//
+// # Hand-off
+//
+// A holder may hand its lease off to candidates (lease.Handle.HandOff):
+// its acquisition ends, and the key is offered to the candidates with a
+// new, higher token for a window, during which only they can acquire it.
+// list and inspect show such a key with STATE "offered", OWNER the owner
+// who handed it off, TOKEN the token the first candidate to acquire gets,
+// REMAINING what is left of the window, and a CANDIDATES column (comma
+// separated); a PREFERRED column names an owner waiting for a held key as
+// its preferred candidate (lease.ClientOptions.Preferred); an ENDED column
+// says how a free key's last lease ended (released, expired,
+// force-released, handed-off). The columns appear when a record needs
+// them, so a backend that records none of it keeps the plain table. With
+// --json, records carry "ended", "candidates", "offered_by" and
+// "preferred", and state "offered". watch prints "handed-off" with the
+// candidates and the offered token, "acquired" when a candidate takes
+// it, "expired" when the window passes with none taking it, and
+// "preferred" with the preferred owner. release --force of an offered
+// key ends the offer; the key is then free for anyone and keeps its token.
 //
 // # Semaphores and sets
 //

@@ -20,10 +20,16 @@ import (
 
 // table is a listing of records as leasectl prints it: the columns of
 // recordHeader, preceded by SLOT for inspect --permits, and followed by
-// SEMAPHORE and SLOT when a record is a permit, and SET when records form
-// a set.
+// ENDED when a free record says how its last acquisition ended,
+// CANDIDATES when a record is a hand-off's standing offer, PREFERRED when
+// a record has a preferred candidate, SEMAPHORE and SLOT when a record is
+// a permit, and SET when records form a set. A listing of a backend that
+// knows none of these keeps the plain columns.
 type table struct {
 	recs    []lease.Record
+	ended   bool        // some record says how it ended
+	offers  bool        // some record is a standing offer
+	prefer  bool        // some record has a preferred candidate
 	permits bool        // some record is a permit
 	sets    []inferred  // the sets the records form, numbered from 1
 	setOf   map[int]int // index in recs → number of its set
@@ -55,6 +61,7 @@ func newTable(recs []lease.Record) *table {
 	members := map[holder][]int{}
 	var order []holder
 	for i, r := range recs {
+		t.note(r)
 		if _, _, ok := lease.ParsePermitKey(r.Key); ok {
 			t.permits = true
 		}
@@ -82,9 +89,25 @@ func newTable(recs []lease.Record) *table {
 	return t
 }
 
+// note sets the optional columns that r needs.
+func (t *table) note(r lease.Record) {
+	t.ended = t.ended || !r.Held && r.Ending != lease.EndUnknown
+	t.offers = t.offers || offered(r)
+	t.prefer = t.prefer || r.Preferred != ""
+}
+
 // header returns the table's header line.
 func (t *table) header() string {
 	h := recordHeader
+	if t.ended {
+		h += "\tENDED"
+	}
+	if t.offers {
+		h += "\tCANDIDATES"
+	}
+	if t.prefer {
+		h += "\tPREFERRED"
+	}
 	switch {
 	case t.bySlot:
 		h = "SLOT\t" + h
@@ -102,6 +125,19 @@ func (t *table) rows(now time.Time) [][]string {
 	rows := make([][]string, 0, len(t.recs))
 	for i, r := range t.recs {
 		row := recordRow(r, now)
+		if t.ended {
+			e := "-"
+			if !r.Held && r.Ending != lease.EndUnknown {
+				e = ending(r.Ending)
+			}
+			row = append(row, e)
+		}
+		if t.offers {
+			row = append(row, candidates(r))
+		}
+		if t.prefer {
+			row = append(row, orDash(r.Preferred))
+		}
 		sem, slot, ok := lease.ParsePermitKey(r.Key)
 		switch {
 		case t.bySlot:
@@ -198,6 +234,9 @@ func (c *cli) inspectPermits(ctx context.Context, t *target, sem string, permits
 	} else {
 		// Slots in order, not keys in byte order ("10" before "2").
 		tab := &table{recs: recs, setOf: map[int]int{}, bySlot: true}
+		for _, r := range recs {
+			tab.note(r)
+		}
 		if err := c.printTable(tab); err != nil {
 			return err
 		}

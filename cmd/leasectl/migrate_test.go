@@ -63,7 +63,7 @@ func TestMigrate(t *testing.T) {
 	ctl("check").want(t, 3, `lease table "public"."leases" not found: run `+"`leasectl migrate`", `fences table "public"."lease_fences" not found`)
 	ctl("inspect", "k").want(t, 1, "run `leasectl migrate`, or leasepostgres.Migrate")
 
-	ctl("migrate", "--only", "lease").want(t, 0, "005_lease_groups", "applied 5 migration(s)")
+	ctl("migrate", "--only", "lease").want(t, 0, "006_lease_handoff", "applied 6 migration(s)")
 	r = ctl("migrate")
 	r.want(t, 0, "lease_fences", "leasequeue_jobs")
 	if strings.Contains(r.stdout, "001_lease\t") || strings.Contains(r.stdout, "lease \t") {

@@ -116,20 +116,27 @@ not read: leasectl list --prefix 'KEY/permit/' shows every slot.`,
 		name:    "watch",
 		args:    "[--interval D] KEY",
 		summary: "follow one key until interrupted",
-		about: `Reads KEY every --interval and prints one line per change: held or free
-first, then acquired, released, expired; lost when the backend's record of
-the key is gone (lost data: a restart without persistence, a failover, an
-eviction; or removed after its retention), and token-down when a token
-lower than one seen before appears (lost data, a restored backup, a clock
-that stepped back: fences refuse that holder's writes). An error after the
-start is printed as a line, once, and watching goes on; the first read
-must succeed. Ctrl-C (SIGINT) or SIGTERM ends it.`,
+		about: `Follows KEY (lease.Client.Observe) and prints its state, then one line per
+change: held, offered or free first; then acquired, released, expired,
+force-released, handed-off (with the candidates the key is offered to and
+the token the first of them gets), preferred (with the owner waiting as
+the preferred candidate); lost when the backend's record of the key is
+gone (lost data: a restart without persistence, a failover, an eviction;
+or removed after its retention), and token-down when a token lower than
+one seen before appears (lost data, a restored backup, a clock that
+stepped back: fences refuse that holder's writes). A change is seen at
+once where the backend announces changes (Valkey's shard channels,
+PostgreSQL's LISTEN); --interval bounds how late one is seen without
+them, and an expiry is seen when the holder's time runs out. Renewals
+print nothing. An error after the start is printed as a line, once, and
+watching goes on; the first read must succeed. Ctrl-C (SIGINT) or
+SIGTERM ends it.`,
 		exits: []exitStatus{
 			{exitOK, "ended by Ctrl-C or SIGTERM"},
 			{exitError, "a bad start: the first read failed (backend unreachable, the lease table missing, refused)"},
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-			interval := fs.Duration("interval", 250*time.Millisecond, "how often to read the key")
+			interval := fs.Duration("interval", 250*time.Millisecond, "read the key at least every `D`: how late a change is seen without the backend's notifications")
 			return func(ctx context.Context, c *cli, pos []string) error {
 				key, err := oneKey("watch", pos)
 				if err != nil {
@@ -157,7 +164,9 @@ KEY may be one permit of a semaphore, SEM/permit/SLOT (leasectl inspect
 --permits N SEM shows them): that slot is free at once, the semaphore's
 other permits are left alone. KEY may be one key of a set: its holder
 loses the whole set at its next renewal, and its other keys stay held
-until it releases them or they expire.`,
+until it releases them or they expire. A key that a hand-off offers to
+its candidates (inspect shows it "offered") is released the same way:
+the offer ends, and the key is free for anyone, keeping its token.`,
 		exits: []exitStatus{
 			{exitOK, "released; or, in a dry run, would release"},
 			{exitNegative, "nothing to release, or another holder than --token (also in a dry run)"},

@@ -44,8 +44,8 @@ type Handlers struct {
 	// subscription was interrupted were not seen, so a caller that waits
 	// for one should look again when Ready is called.
 	Ready func()
-	// Message is called for every message.
-	Message func()
+	// Message is called for every message, with its payload.
+	Message func(payload string)
 	// Interrupted is called when the server ended the confirmed
 	// subscription while it was still wanted: it removed the channel's
 	// hash slot from the node (a cluster failover or a slot migration), or
@@ -92,9 +92,9 @@ func Subscribe(client valkey.Client, ch string, h Handlers) *Subscription {
 		defer close(s.done)
 		wait, seen := resubscribeFirst, int64(0)
 		for {
-			err := client.Receive(ctx, client.B().Ssubscribe().Channel(ch).Build(), func(valkey.PubSubMessage) {
+			err := client.Receive(ctx, client.B().Ssubscribe().Channel(ch).Build(), func(m valkey.PubSubMessage) {
 				if h.Message != nil {
-					h.Message()
+					h.Message(m.Message)
 				}
 			})
 			n := confirmed.Load()

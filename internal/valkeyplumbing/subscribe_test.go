@@ -16,18 +16,18 @@ import (
 )
 
 // TestSubscribe: Handlers.Ready has run when Wait returns; a message
-// published then reaches Handlers.Message; Stop ends the subscription on
+// published then reaches Handlers.Message, with its payload; Stop ends the subscription on
 // the server too, and Handlers.End runs before Done closes.
 func TestSubscribe(t *testing.T) {
 	c := faults.ValkeyClient(t, testserver.Valkey(t).Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ch := fmt.Sprintf("valkeyplumbing-test:{%d}", time.Now().UnixNano())
-	got := make(chan struct{}, 1)
+	got := make(chan string, 1)
 	ready, ended := make(chan struct{}), make(chan struct{})
 	sub := valkeyplumbing.Subscribe(c, ch, valkeyplumbing.Handlers{
 		Ready:   func() { close(ready) },
-		Message: func() { got <- struct{}{} },
+		Message: func(m string) { got <- m },
 		End:     func() { close(ended) },
 	})
 	if err := sub.Wait(ctx); err != nil {
@@ -42,7 +42,10 @@ func TestSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-got:
+	case m := <-got:
+		if m != "m" {
+			t.Errorf("Handlers.Message got payload %q, want %q", m, "m")
+		}
 	case <-ctx.Done():
 		t.Fatal("the message published after Wait was not received")
 	}
@@ -87,7 +90,7 @@ func subscribeCounting(t *testing.T, c valkey.Client, ch string) (s *valkeyplumb
 	ready, interrupted, got = new(atomic.Int64), new(atomic.Int64), make(chan struct{}, 16)
 	s = valkeyplumbing.Subscribe(c, ch, valkeyplumbing.Handlers{
 		Ready:       func() { ready.Add(1) },
-		Message:     func() { got <- struct{}{} },
+		Message:     func(string) { got <- struct{}{} },
 		Interrupted: func() { interrupted.Add(1) },
 	})
 	t.Cleanup(s.Stop)

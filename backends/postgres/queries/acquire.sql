@@ -2,9 +2,34 @@
 -- acquired, released, or expired on the database's clock), or extend it
 -- if $3 already holds it; otherwise leave the holder as it is.
 --
--- $1 key, $2 owner, $3 nonce, $4 TTL (an interval).
+-- $1 key, $2 owner, $3 nonce, $4 TTL (an interval), $5 notification
+-- channel or ''.
 -- One row: whether $3 holds the key now, and the holder's token, owner and
--- remaining time as an interval (those of $3 when granted).
+-- remaining time as an interval (those of $3 when granted), and the
+-- candidates of a standing offer that refused $3, joined by a byte 1
+-- (owners hold no control character), else NULL.
+--
+-- A hand-off (handoff.sql) leaves an offer: a row with candidates whose
+-- expiry, the end of the offer's window, is ahead. The key is then free
+-- for a candidate ($2 among the candidates), who gets the offered token
+-- (the token column's ELSE), and held for anyone else, whom the statement
+-- refuses as for a holder. Once the window passed the key is free for
+-- anyone, and the token rises above the offered one. Every grant clears
+-- candidates, so they are NULL on a held row and the test for a
+-- candidate, evaluated only when the expiry is ahead, is false there. The
+-- holder's own nonce extends its lease only if the row is no offer: the
+-- acquisition that handed the key off has that nonce, and must not take
+-- the offer back with a retried Acquire.
+--
+-- A grant to a new acquisition (acquired_at set to now) of a row that a
+-- waiter marked (watch.sql) notifies channel $5, with the key after a
+-- byte 1 as the payload: a change, which wakes change watchers but not
+-- release waiters (see listen.go). The call sits in the last column,
+-- in a THEN as in release.sql (AND goes on past a NULL term, CASE does
+-- not), and its void result IS NULL, so the column is the candidates
+-- either way. Candidates and notification share one text column because
+-- each result column, and a text[] to scan, cost the client allocations
+-- on every acquire.
 --
 -- A grant sets acquired_at and renewed_at to now and counts one more
 -- transition on a row that existed (a new row starts at 0); an extension
@@ -35,14 +60,27 @@ VALUES ($1::text, $2::text, $3::text,
         (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
         statement_timestamp() + $4::interval, statement_timestamp(), statement_timestamp())
 ON CONFLICT (key) DO UPDATE SET
-    owner = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.owner ELSE l.owner END,
-    nonce = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.nonce ELSE l.nonce END,
+    owner = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                 THEN excluded.owner ELSE l.owner END,
+    nonce = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                 THEN excluded.nonce ELSE l.nonce END,
     token = CASE WHEN l.expires_at <= statement_timestamp()
                  THEN greatest(l.token + 1, excluded.token) ELSE l.token END,
-    expires_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
+    expires_at = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                           OR (l.nonce = excluded.nonce AND l.candidates IS NULL)
                       THEN excluded.expires_at ELSE l.expires_at END,
-    acquired_at = CASE WHEN l.expires_at <= statement_timestamp() THEN excluded.acquired_at ELSE l.acquired_at END,
-    renewed_at = CASE WHEN l.expires_at <= statement_timestamp() OR l.nonce = excluded.nonce
+    acquired_at = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                       THEN excluded.acquired_at ELSE l.acquired_at END,
+    renewed_at = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                           OR (l.nonce = excluded.nonce AND l.candidates IS NULL)
                       THEN excluded.renewed_at ELSE l.renewed_at END,
-    transitions = CASE WHEN l.expires_at <= statement_timestamp() THEN l.transitions + 1 ELSE l.transitions END
-RETURNING l.nonce = $3::text, l.token, l.owner, l.expires_at - statement_timestamp()
+    transitions = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                       THEN l.transitions + 1 ELSE l.transitions END,
+    candidates = CASE WHEN l.expires_at <= statement_timestamp() OR $2::text = ANY (l.candidates)
+                      THEN NULL ELSE l.candidates END
+RETURNING l.nonce = $3::text AND l.candidates IS NULL, l.token, l.owner, l.expires_at - statement_timestamp(),
+          CASE WHEN l.watched_until > statement_timestamp() AND $5::text <> ''
+                    AND l.acquired_at = statement_timestamp()
+               THEN CASE WHEN pg_notify($5::text, E'\x01' || $1::text) IS NULL
+                         THEN array_to_string(l.candidates, E'\x01') END
+               ELSE array_to_string(l.candidates, E'\x01') END

@@ -15,8 +15,12 @@
 --
 -- $1 key, $2 token or 0, $3 notification channel or ''.
 -- One row (outcome, token, held, owner, remaining microseconds,
--- acquired_at, renewed_at, transitions: the row's history, as it was
--- before when this statement released it, as it is now otherwise). Outcome
+-- acquired_at, renewed_at, transitions: the row's history, and
+-- candidates, as it was before when this statement released it, as it is
+-- now otherwise). A standing offer (handoff.sql) is held here: this
+-- statement ends it (the key is free; the row keeps its candidates, and
+-- the expiry tells that a forced release ended it), and its candidates
+-- tell the caller that it was an offer. Outcome
 -- 1 released: the row as it was before, the holder this statement ended.
 -- Outcome 0 ($2 = 0) nothing held: held is false, whatever the row shows
 -- by the time the statement reads it again (below). Outcome 2 the
@@ -44,9 +48,9 @@ WITH before AS (
     RETURNING l.token, l.owner,
               floor(extract(epoch FROM b.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us,
               coalesce(l.watched_until > statement_timestamp(), false) AS watched,
-              l.acquired_at, l.renewed_at, l.transitions
+              l.acquired_at, l.renewed_at, l.transitions, l.candidates
 ), announced AS (
-    SELECT r.token, r.owner, r.left_us, r.acquired_at, r.renewed_at, r.transitions,
+    SELECT r.token, r.owner, r.left_us, r.acquired_at, r.renewed_at, r.transitions, r.candidates,
            CASE WHEN r.watched AND $3::text <> ''
                 THEN (SELECT 1 FROM pg_notify($3::text, $1::text)) ELSE 0 END AS notified
     FROM released AS r
@@ -65,13 +69,14 @@ SELECT coalesce(CASE WHEN r.token IS NOT NULL THEN 1 END,
             WHEN $2::bigint <> 0 AND f.held THEN f.left_us ELSE 0 END,
        CASE WHEN r.token IS NOT NULL THEN r.acquired_at ELSE f.acquired_at END,
        CASE WHEN r.token IS NOT NULL THEN r.renewed_at ELSE f.renewed_at END,
-       coalesce(r.transitions, f.transitions, 0)
+       coalesce(r.transitions, f.transitions, 0),
+       CASE WHEN r.token IS NOT NULL THEN r.candidates WHEN $2::bigint <> 0 AND f.held THEN f.candidates END
 FROM (SELECT 1) AS one
 LEFT JOIN announced AS r ON true
 LEFT JOIN LATERAL (
     SELECT l.token, l.expires_at, l.expires_at > statement_timestamp() AS held, l.owner,
            floor(extract(epoch FROM l.expires_at - statement_timestamp()) * 1000000)::bigint AS left_us,
-           l.acquired_at, l.renewed_at, l.transitions
+           l.acquired_at, l.renewed_at, l.transitions, l.candidates
     FROM public.leases AS l
     WHERE l.key = $1::text AND NOT EXISTS (SELECT FROM released)
     FOR SHARE

@@ -18,8 +18,11 @@
 -- a forced release (the row shows this acquisition with the expiry
 -- forcerelease.sql sets, more than 1500 years before now, or the Unix
 -- epoch that its previous version set; this statement's expiry is a
--- thousand years before now); no row if the key has none (it was never
--- acquired, was lost, or sweep.sql removed it).
+-- thousand years before now), 4 handed off (the row shows this nonce
+-- with candidates, as in renew.sql); no row if the key has none (it was
+-- never acquired, was lost, or sweep.sql removed it). A release never
+-- ends or alters an offer, also not by nonce alone (token 0), which the
+-- client's cleanup sends.
 --
 -- The update matches the key's row whatever it shows, and sets expires_at
 -- to its own value unless ($2, $3) holds it: a refused release writes the
@@ -41,11 +44,13 @@
 -- does not.
 UPDATE public.leases AS l
 SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
-                           AND l.expires_at > statement_timestamp()
+                           AND l.expires_at > statement_timestamp() AND l.candidates IS NULL
                       THEN statement_timestamp() - interval '8760000 hours'
                       ELSE l.expires_at END
 WHERE l.key = $1::text
-RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
+RETURNING CASE WHEN l.nonce <> $2::text THEN 2
+               WHEN l.candidates IS NOT NULL THEN 4
+               WHEN $3::bigint <> 0 AND l.token <> $3::bigint THEN 2
                WHEN l.expires_at = statement_timestamp() - interval '8760000 hours'
                THEN CASE WHEN l.watched_until > statement_timestamp() AND $4::text <> ''
                          THEN CASE WHEN pg_notify($4::text, $1::text) IS NULL THEN 0 ELSE 0 END

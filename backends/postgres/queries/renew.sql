@@ -6,8 +6,12 @@
 -- acquisition), 2 superseded (the row shows another one), 3 ended by a
 -- forced release (the row shows this acquisition with the expiry
 -- forcerelease.sql sets, more than 1500 years before now, or the Unix
--- epoch that its previous version set); no row if the key has none (it
--- was never acquired, was lost, or sweep.sql removed it).
+-- epoch that its previous version set), 4 handed off (the row shows this
+-- nonce with candidates: handoff.sql ended this acquisition, whether its
+-- offer stands, lapsed or was force-released; with any token, as a hand-off
+-- changes it); no row if the key has none (it was never acquired, was
+-- lost, or sweep.sql removed it). A standing offer is never extended,
+-- also not by nonce alone (token 0).
 --
 -- Shaped as release.sql is: the update matches the key's row whatever it
 -- shows and changes the expiry only if ($2, $3) holds it, so a refused
@@ -24,15 +28,17 @@
 -- to now; a refused one writes it back unchanged.
 UPDATE public.leases AS l
 SET expires_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
-                           AND l.expires_at > statement_timestamp()
+                           AND l.expires_at > statement_timestamp() AND l.candidates IS NULL
                       THEN statement_timestamp() + $4::interval
                       ELSE l.expires_at END,
     renewed_at = CASE WHEN l.nonce = $2::text AND ($3::bigint = 0 OR l.token = $3::bigint)
-                           AND l.expires_at > statement_timestamp()
+                           AND l.expires_at > statement_timestamp() AND l.candidates IS NULL
                       THEN statement_timestamp()
                       ELSE l.renewed_at END
 WHERE l.key = $1::text
-RETURNING CASE WHEN l.nonce <> $2::text OR ($3::bigint <> 0 AND l.token <> $3::bigint) THEN 2
+RETURNING CASE WHEN l.nonce <> $2::text THEN 2
+               WHEN l.candidates IS NOT NULL THEN 4
+               WHEN $3::bigint <> 0 AND l.token <> $3::bigint THEN 2
                WHEN l.expires_at = statement_timestamp() + $4::interval THEN 0
                WHEN l.expires_at = to_timestamp(0)
                     OR l.expires_at < statement_timestamp() - interval '13140000 hours' THEN 3

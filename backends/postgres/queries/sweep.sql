@@ -23,6 +23,9 @@
 --     next token above it (tokens are seeded from the clock);
 --   - otherwise the expiry itself: the lease expired then, or is live.
 --
+--   - a placeholder of watch.sql (token 0, holding nothing): when its
+--     mark lapsed.
+--
 -- The bands are 500 years wide, so a backward step of the clock cannot move
 -- a row from one to another. A live lease's expiry is after now, so its row
 -- is never removed.
@@ -50,7 +53,9 @@
 -- checks), so that the dry run lists what this statement would remove.
 WITH page AS MATERIALIZED (
     SELECT l.key, l.token, l.expires_at,
-           CASE WHEN l.expires_at = to_timestamp(0)
+           CASE WHEN l.token = 0
+                THEN coalesce(l.watched_until <= statement_timestamp() - $3::interval, true)
+                WHEN l.expires_at = to_timestamp(0)
                 THEN l.token <= (extract(epoch FROM statement_timestamp() - $3::interval) * 1000000)::bigint
                 WHEN l.expires_at < statement_timestamp() - interval '13140000 hours'
                 THEN l.expires_at + interval '17520000 hours' <= statement_timestamp() - $3::interval

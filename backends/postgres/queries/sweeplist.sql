@@ -9,7 +9,9 @@
 -- the keys that sweep.sql would remove, in key order.
 WITH page AS MATERIALIZED (
     SELECT l.key, l.token, l.expires_at,
-           CASE WHEN l.expires_at = to_timestamp(0)
+           CASE WHEN l.token = 0
+                THEN coalesce(l.watched_until <= statement_timestamp() - $3::interval, true)
+                WHEN l.expires_at = to_timestamp(0)
                 THEN l.token <= (extract(epoch FROM statement_timestamp() - $3::interval) * 1000000)::bigint
                 WHEN l.expires_at < statement_timestamp() - interval '13140000 hours'
                 THEN l.expires_at + interval '17520000 hours' <= statement_timestamp() - $3::interval

@@ -20,7 +20,9 @@
 -- from release.lua or forcerelease.lua; one without a TTL was released by
 -- a version of this library that kept records forever, and gets the
 -- retention as its TTL now (NX: a TTL it has is kept). Either way it ends
--- by itself and is not counted as removed.
+-- by itself and is not counted as removed. So does a handed-off record
+-- (expires -2), standing offer or lapsed: handoff.lua gave it the offer's
+-- window plus the retention as its TTL.
 local rec = KEYS[1]
 local r = redis.call('HMGET', rec, 'token', 'expires')
 if not r[1] then
