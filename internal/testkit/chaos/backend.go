@@ -74,7 +74,8 @@ func errText(err error) string {
 // Acquire implements lease.Backend.
 func (r *RecordingBackend) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Token, error) {
 	lane := laneOf(ctx, r.fallback)
-	op := Op{Lane: lane.ID(), Kind: KindAcquire, Key: req.Key, Owner: req.Owner, Acq: AcqID(req.Nonce), TTL: micros(req.TTL), Call: r.rec.Now()}
+	op := Op{Lane: lane.ID(), Kind: KindAcquire, Key: req.Key, Owner: req.Owner, Acq: AcqID(req.Nonce), TTL: micros(req.TTL),
+		Preferred: req.Preferred, Call: r.rec.Now()}
 	tok, err := r.b.Acquire(ctx, req)
 	op.Return = r.rec.Now()
 	op.Outcome, op.Out = outcomeOf(err)

@@ -65,7 +65,13 @@ type Options struct {
 	// (not a permit or a set) with Handle.HandOff instead of Release: to
 	// one to three owner strings of the other clients (first those
 	// acquiring the same key at the time, then those they will use next),
-	// or now and then to Nobody, for a window of 50ms to the TTL.
+	// or now and then to Nobody, for a window of 50ms to the TTL. A
+	// holder that hands off first offers the key to its preferred
+	// candidate (lease.Record.Preferred), if any, as leaseservice does.
+	// With HandOffs, every other goroutine client (chaos-p1, chaos-p3, …)
+	// asks to be preferred in its Acquire calls
+	// (lease.ClientOptions.Preferred); the attempts record it
+	// (Op.Preferred).
 	HandOffs bool
 	// Observers is the number of observer lanes on each of Keys: each
 	// ranges over Client.Observe on the key from Start until
@@ -134,7 +140,7 @@ func (h *Harness) Start(ctx context.Context) error {
 	for i := range h.o.Clients {
 		w, closeFn, err := newWorker(ctx, workerOptions{
 			Name: fmt.Sprintf("chaos-p%d", i), Lanes: h.lanes, Rec: h.rec, Options: h.o, Seed: h.o.Seed*1000 + uint64(i),
-			roster: h.roster,
+			roster: h.roster, preferred: h.o.HandOffs && i%2 == 1,
 		})
 		if err != nil {
 			h.cancel()
@@ -243,6 +249,9 @@ type workerOptions struct {
 	// roster is where the client says which owner string it acquires
 	// with, and finds candidates for its hand-offs (with HandOffs).
 	roster *roster
+	// preferred makes the client ask to be preferred
+	// (lease.ClientOptions.Preferred).
+	preferred bool
 }
 
 // worker is one client: its lanes, backend, store and random choices.
@@ -386,7 +395,13 @@ func (w *worker) once(ctx context.Context) error {
 	}
 	if m.Err() == nil && w.o.HandOffs && w.o.roster != nil && plan[0].fence == "" && w.rng.IntN(2) == 0 {
 		ms := int(p.TTL / time.Millisecond)
-		o := lease.Offer{Candidates: w.o.roster.candidates(w.o.Name, h.Key(), w.rng),
+		cands := w.o.roster.candidates(w.o.Name, h.Key(), w.rng)
+		ictx, icancel := context.WithTimeout(stopCtx, 2*p.OperationTimeout)
+		if r, err := w.rb.Inspect(ictx, h.Key()); err == nil && r.Preferred != "" && !slices.Contains(cands, r.Preferred) {
+			cands = append([]string{r.Preferred}, cands[:min(len(cands), 2)]...) // the preferred first, as leaseservice does
+		}
+		icancel()
+		o := lease.Offer{Candidates: cands,
 			Window: time.Duration(min(50, ms)+w.rng.IntN(max(ms-50, 0)+1)) * time.Millisecond}
 		_ = h.HandOff(WithLane(stopCtx, w.main), o)
 		return nil
@@ -469,7 +484,7 @@ func (w *worker) acquireLease(ctx context.Context, key string, p lease.Policy) (
 func (w *worker) acquire(ctx context.Context, name string, take func(context.Context, *lease.Client) (*lease.Handle, error)) (*lease.Handle, error) {
 	w.calls++
 	owner := fmt.Sprintf("%s.r%d", w.o.Name, w.calls)
-	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock})
+	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock, Preferred: w.o.preferred})
 	if err != nil {
 		return nil, err
 	}

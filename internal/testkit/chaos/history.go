@@ -127,6 +127,12 @@ type Op struct {
 	// and how the state came to be (lease.Change's String).
 	Held   bool   `json:"held,omitempty"`
 	Change string `json:"change,omitempty"`
+	// Preferred marks an acquire that asked to be preferred
+	// (lease.AcquireRequest.Preferred).
+	Preferred bool `json:"preferred,omitempty"`
+	// PreferredOwner is, for an observation, the key's preferred
+	// candidate it reported (lease.Record.Preferred).
+	PreferredOwner string `json:"preferred_owner,omitempty"`
 	// Holder is the owner string of the holder a NotAcquired answer named.
 	Holder string `json:"holder,omitempty"`
 	// Token is the token presented (renew, release, write) or granted

@@ -209,7 +209,10 @@ type ModelOptions struct {
 //     before the offer certainly stood until, and above the offered token.
 //   - force release while an offer is recorded: it may have ended the
 //     offer at its call.
-//   - observation: see state.observable.
+//   - observation: see state.observable; or, failing that, see
+//     state.unseen: a grant the history does not show (an acquire whose
+//     outcome is unknown was applied, perhaps late, on the backend),
+//     which the observation reveals and the state then takes in.
 //
 // # Porcupine
 //
@@ -260,6 +263,13 @@ func step(o ModelOptions, s state, op Op) []any {
 		case OK:
 			if s.current(op) {
 				s.ExpLo = op.Call + op.TTL
+				return one(true, s)
+			}
+			if s.Acq == unseenAcq && op.Token == s.Holder && !s.Released && (op.Owner == "" || op.Owner == s.Owner) {
+				// The grant an observer revealed was this acquisition's,
+				// answered at last (an idempotent retry of an acquire
+				// whose outcome was unknown).
+				s.Acq, s.ExpLo = op.Acq, op.Call+op.TTL
 				return one(true, s)
 			}
 			next := state{Max: max(s.Max, op.Token), Holder: op.Token, Acq: op.Acq, Owner: op.Owner, ExpLo: op.Call + op.TTL}
@@ -362,7 +372,11 @@ func step(o ModelOptions, s state, op Op) []any {
 		}
 	case KindObserve:
 		if op.Outcome == OK {
-			return one(s.observable(op), s)
+			if s.observable(op) {
+				return []any{s}
+			}
+			next, ok := s.unseen(op)
+			return one(ok, next)
 		}
 	case KindFault:
 		switch {
@@ -447,6 +461,47 @@ func (s state) observable(op Op) bool {
 		return op.Out == s.OfferTok || s.OfferTok == 0 && op.Out > s.Holder
 	}
 	return op.Out == s.Holder
+}
+
+// unseenAcq is the acquisition id of the latest acquisition when only an
+// observation showed its grant (see state.unseen).
+const unseenAcq = "(unseen)"
+
+// unseen reports whether an observation op that s cannot show (see
+// observable) reveals a grant the history does not show: an acquire
+// whose outcome is unknown may have been applied at any time after its
+// call, and only an observer (or a refused acquire, which the model
+// takes as is) reads its token. It returns the state with that grant in
+// it. Such a grant obeys the rules of any other: its token is above
+// every earlier one (the offered token itself only for a candidate while
+// the offer may stand), and it was made before the read returned, while
+// the latest acquisition was not certainly holding the key and no offer
+// to others certainly stood. A free state means the grant has ended
+// since; its end is not known.
+func (s state) unseen(op Op) (state, bool) {
+	if s.Lossy || op.Out == 0 || len(op.Candidates) > 0 || s.Holder != 0 && !s.Released && s.ExpLo > op.Return {
+		return s, false
+	}
+	switch cand := slices.Contains(strings.Split(s.Cands, ","), op.Owner); {
+	case !s.Offered:
+		if op.Out <= s.Max {
+			return s, false
+		}
+	case s.OfferTok != 0 && op.Out == s.OfferTok:
+		if !op.Held || !cand || op.Call > s.OfferHi {
+			return s, false
+		}
+	case op.Out <= s.Max:
+		return s, false
+	case s.OfferTok == 0 && op.Held && cand:
+	case s.OfferLo > op.Return:
+		return s, false // anyone else only after the window
+	}
+	next := state{Max: max(s.Max, op.Out), Holder: op.Out, Acq: unseenAcq, Owner: op.Owner, ExpLo: op.Call}
+	if !op.Held {
+		next.Owner, next.Released, next.ExpLo = "", true, 0
+	}
+	return next, true
 }
 
 // grantedBy returns a time no earlier than the backend time of the grant
@@ -544,6 +599,9 @@ func describeOp(op Op) string {
 		case OK:
 			return fmt.Sprintf("acquire %s → token %d", op.Acq, op.Token)
 		case NotAcquired:
+			if op.Preferred {
+				return fmt.Sprintf("acquire %s (preferred) → held by %d", op.Acq, op.Out)
+			}
 			return fmt.Sprintf("acquire %s → held by %d", op.Acq, op.Out)
 		}
 	case KindRenew, KindRelease:
@@ -576,6 +634,8 @@ func describeOp(op Op) string {
 		switch {
 		case op.Outcome != OK:
 			return "observe → " + string(op.Outcome)
+		case op.Held && op.PreferredOwner != "":
+			return fmt.Sprintf("observe %s: held by %s/%d, preferred %s", op.Change, op.Owner, op.Out, op.PreferredOwner)
 		case op.Held:
 			return fmt.Sprintf("observe %s: held by %s/%d", op.Change, op.Owner, op.Out)
 		case len(op.Candidates) > 0:

@@ -56,7 +56,7 @@ func observation(lane *Lane, key string, b *timedBackend, o lease.Observation, e
 		return op
 	}
 	op.Held, op.Owner, op.Out, op.Change = o.Held, o.Owner, uint64(o.Token), o.Change.String()
-	op.Candidates = slices.Clone(o.Candidates)
+	op.Candidates, op.PreferredOwner = slices.Clone(o.Candidates), o.Preferred
 	return op
 }
 
@@ -251,6 +251,9 @@ type HandOffCounts struct {
 	// offered token); Refused the acquisitions refused because of an
 	// offer (a NotAcquired with no holder named, during a window).
 	Taken, Refused int
+	// Preferred counts the acquire attempts that asked to be preferred
+	// and found the key held (so asked the backend to mark them).
+	Preferred int
 }
 
 // CountHandOffs counts the hand-offs of history.
@@ -279,24 +282,30 @@ func CountHandOffs(history []Op) HandOffCounts {
 		case op.Kind == KindAcquire && op.Outcome == NotAcquired && strings.Contains(op.Err, "offered to"):
 			c.Refused++
 		}
+		if op.Kind == KindAcquire && op.Preferred && op.Outcome == NotAcquired && op.Holder != "" {
+			c.Preferred++
+		}
 	}
 	return c
 }
 
 func (c HandOffCounts) String() string {
-	return fmt.Sprintf("hand-offs: %d ok, %d lost, %d unknown; %d offers taken by a candidate, %d acquisitions refused during a window",
-		c.OK, c.Lost, c.Unknown, c.Taken, c.Refused)
+	return fmt.Sprintf("hand-offs: %d ok, %d lost, %d unknown; %d offers taken by a candidate, %d acquisitions refused during a window; %d preferred attempts found the key held",
+		c.OK, c.Lost, c.Unknown, c.Taken, c.Refused, c.Preferred)
 }
 
 // checkObservations checks what each observer lane reported, beside the
 // model (which checks each state against the key's history): in the
 // order of the reads, the token never goes down, unless a fault that lost
-// data overlapped the two reads. It returns the violations and the number
-// of states checked.
+// data overlapped the two reads; and a preferred candidate reported is an
+// owner that asked to be preferred for the key (an acquire with
+// Preferred) before the read returned. It returns the violations and the
+// number of states checked.
 func checkObservations(history []Op) ([]string, int) {
 	var lossy [][2]int64
 	byLane := map[string][]Op{}
 	var lanes []string
+	asked := map[string]int64{} // key NUL owner: the earliest call of a preferred attempt
 	for _, op := range history {
 		switch {
 		case op.Kind == KindFault && op.LostData:
@@ -306,6 +315,11 @@ func checkObservations(history []Op) ([]string, int) {
 				lanes = append(lanes, op.Lane)
 			}
 			byLane[op.Lane] = append(byLane[op.Lane], op)
+		case op.Kind == KindAcquire && op.Preferred:
+			k := op.Key + "\x00" + op.Owner
+			if t, ok := asked[k]; !ok || op.Call < t {
+				asked[k] = op.Call
+			}
 		}
 	}
 	var (
@@ -316,6 +330,15 @@ func checkObservations(history []Op) ([]string, int) {
 		ops := byLane[lane]
 		slices.SortStableFunc(ops, func(a, b Op) int { return cmp.Compare(a.Call, b.Call) })
 		n += len(ops)
+		for _, op := range ops {
+			if op.PreferredOwner == "" {
+				continue
+			}
+			if t, ok := asked[op.Key+"\x00"+op.PreferredOwner]; !ok || t > op.Return {
+				problems = append(problems, fmt.Sprintf("lease %s: observer %s saw %q as the preferred candidate at %s, but no acquire of that owner had asked to be preferred",
+					op.Key, lane, op.PreferredOwner, fmtMicros(op.Call)))
+			}
+		}
 		for i := 1; i < len(ops); i++ {
 			prev, cur := ops[i-1], ops[i]
 			if cur.Out >= prev.Out {

@@ -68,7 +68,7 @@ func postgresFailoverRow(t *testing.T, o rowOptions) {
 		fastest       = time.Duration(math.MaxInt64)
 		slowest       time.Duration
 	)
-	for n := 0; n < minFailovers || r.running(); n++ {
+	for n := 0; n < minFailovers || r.running() || o.handOffs && r.runningForHandOffs(); n++ {
 		if f.replica == nil {
 			f.newReplica()
 		}
