@@ -38,6 +38,12 @@ func observed(held bool, owner string, token uint64, cands []string, call, ret i
 		Outcome: chaos.OK, Call: t0 + call*ms, Return: t0 + ret*ms}
 }
 
+// lossy is a fault that lost the lease store's data.
+func lossy(call, ret int64) chaos.Op {
+	return chaos.Op{Lane: "nemesis", Kind: chaos.KindFault, Fault: "kill -9", LostData: true, Outcome: chaos.OK,
+		Call: t0 + call*ms, Return: t0 + ret*ms}
+}
+
 // preferredBy is an acquire by owner, asking to be preferred, refused
 // because the acquisition with token holder holds the key.
 func preferredBy(lane, acq, owner string, holder uint64, call, ret int64) chaos.Op {
@@ -185,6 +191,19 @@ func TestModelHandOff(t *testing.T) {
 			owned("a/0", "A", "a", 1, 0, 10, ttl),
 			preferredBy("b/0", "B", "b", 1, 20, 30),
 			owned("b/0", "B2", "b", 2, 100, 110, ttl),
+		}, false, "lease k: not linearizable"},
+		{"a candidate takes the offered token after a fault that lost data", []chaos.Op{
+			owned("a/0", "A", "a", 1, 0, 10, ttl),
+			lossy(20, 30),
+			leaseOp(chaos.KindRenew, "a/1", "A", 1, chaos.OK, 40, 50, ttl),
+			handOff("a/0", "A", 1, b, 500, chaos.OK, 2, 100, 110),
+			owned("b/0", "B", "b", 2, 200, 210, ttl),
+		}, true, ""},
+		{"a non-candidate granted during the window after a fault that lost data", []chaos.Op{
+			owned("a/0", "A", "a", 1, 0, 10, ttl),
+			lossy(20, 30),
+			handOff("a/0", "A", 1, b, 500, chaos.OK, 2, 100, 110),
+			owned("c/0", "C", "c", 2, 200, 210, ttl),
 		}, false, "lease k: not linearizable"},
 		{"an observer reveals a grant whose acquire's outcome is unknown", []chaos.Op{
 			owned("a/0", "A", "a", 1, 0, 10, 100*ms),

@@ -67,7 +67,9 @@ type Options struct {
 	// acquiring the same key at the time, then those they will use next),
 	// or now and then to Nobody, for a window of 50ms to the TTL. A
 	// holder that hands off first offers the key to its preferred
-	// candidate (lease.Record.Preferred), if any, as leaseservice does.
+	// candidate (lease.Record.Preferred), if any, as leaseservice does;
+	// a client whose next owner string was offered a key goes for that
+	// key, as a successor waiting for it would.
 	// With HandOffs, every other goroutine client (chaos-p1, chaos-p3, …)
 	// asks to be preferred in its Acquire calls
 	// (lease.ClientOptions.Preferred); the attempts record it
@@ -403,6 +405,7 @@ func (w *worker) once(ctx context.Context) error {
 		icancel()
 		o := lease.Offer{Candidates: cands,
 			Window: time.Duration(min(50, ms)+w.rng.IntN(max(ms-50, 0)+1)) * time.Millisecond}
+		w.o.roster.offer(h.Key(), cands)
 		_ = h.HandOff(WithLane(stopCtx, w.main), o)
 		return nil
 	}
@@ -460,6 +463,9 @@ func (w *worker) take(ctx context.Context, p lease.Policy) (*lease.Handle, []fen
 		return h, plan, nil
 	}
 	key := w.o.Keys[w.rng.IntN(len(w.o.Keys))]
+	if k, ok := w.o.roster.offeredTo(fmt.Sprintf("%s.r%d", w.o.Name, w.calls+1)); ok {
+		key = k // the owner string of this call was offered k: go for it
+	}
 	h, err := w.acquireLease(ctx, key, p)
 	if err != nil {
 		return nil, nil, err

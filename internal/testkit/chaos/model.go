@@ -202,11 +202,12 @@ type ModelOptions struct {
 //     latest acquisition and not released, and T above every token
 //     before; A is released (ExpLo falls to c) and the offer recorded.
 //     Unknown: either nothing changed, or that, with T unknown.
-//   - acquire OK while an offer is recorded (and no data was lost since):
-//     the offered token only by a candidate and not after the offer
-//     certainly lapsed; any other grant (another owner, or a candidate
-//     with another token) only if its time bound (see grantedBy) is not
-//     before the offer certainly stood until, and above the offered token.
+//   - acquire OK while an offer is recorded: the offered token only by a
+//     candidate and not after the offer certainly lapsed; any other grant
+//     (another owner, or a candidate with another token) only above the
+//     offered token and, unless a fault lost data since the latest grant
+//     (the offer may be gone with it), only if its time bound (see
+//     grantedBy) is not before the offer certainly stood until.
 //   - force release while an offer is recorded: it may have ended the
 //     offer at its call.
 //   - observation: see state.observable; or, failing that, see
@@ -273,15 +274,19 @@ func step(o ModelOptions, s state, op Op) []any {
 				return one(true, s)
 			}
 			next := state{Max: max(s.Max, op.Token), Holder: op.Token, Acq: op.Acq, Owner: op.Owner, ExpLo: op.Call + op.TTL}
-			if s.Offered && !s.Lossy {
+			if s.Offered {
 				cand := slices.Contains(strings.Split(s.Cands, ","), op.Owner)
 				switch {
 				case s.OfferTok != 0 && op.Token == s.OfferTok:
 					// The offered token: only a candidate, only while the
-					// offer may still stand.
+					// offer may still stand (also after a fault that lost
+					// data: the offer may have survived it).
 					return one(cand && op.Call <= s.OfferHi, next)
 				case op.Token <= s.Max:
 					return nil
+				case s.Lossy:
+					// The offer may have been lost with the data: anyone,
+					// above it.
 				case s.OfferTok == 0 && cand:
 					// The token of an offer whose outcome is unknown, or
 					// one after its window.

@@ -153,8 +153,9 @@ func (h *Harness) stopObservers() {
 // which key that call is for ("" for a permit or a set, or between
 // calls), so that a holder can hand its lease off to them.
 type roster struct {
-	mu   sync.Mutex
-	want map[string]wanting // by client name
+	mu      sync.Mutex
+	want    map[string]wanting // by client name
+	offered map[string]string  // the key last handed off to each owner string
 }
 
 type wanting struct{ owner, key string }
@@ -169,6 +170,33 @@ func (r *roster) set(name, owner, key string) {
 		r.want = map[string]wanting{}
 	}
 	r.want[name] = wanting{owner, key}
+}
+
+// offer notes that key was handed off to the owner strings cands, so
+// that a client about to acquire with one of them goes for key (see
+// offeredTo), as a successor waiting for the key would.
+func (r *roster) offer(key string, cands []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.offered == nil {
+		r.offered = map[string]string{}
+	}
+	for _, c := range cands {
+		r.offered[c] = key
+	}
+}
+
+// offeredTo returns the key last handed off to owner, if any, and forgets
+// it.
+func (r *roster) offeredTo(owner string) (string, bool) {
+	if r == nil {
+		return "", false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key, ok := r.offered[owner]
+	delete(r.offered, owner)
+	return key, ok
 }
 
 // Nobody is an owner string that no client ever uses: an offer to it

@@ -317,7 +317,9 @@ func readDB(t *testing.T, dbURL string) dbState {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	each(`SELECT key, nonce, token, (extract(epoch FROM expires_at) * 1000000)::bigint FROM public.leases`,
+	// A watched key's placeholder row (token 0, nothing held) expires at
+	// -infinity: read as -1, like a released row.
+	each(`SELECT key, nonce, token, CASE WHEN isfinite(expires_at) THEN (extract(epoch FROM expires_at) * 1000000)::bigint ELSE -1 END FROM public.leases`,
 		[]any{&key, &nonce, &token, &expires}, func() {
 			s.leases[key] = leaseRow{acq: chaos.AcqID(nonce), token: uint64(token), expires: expires}
 		})
