@@ -28,6 +28,8 @@ var (
 	_ lease.ReleaseWatcher = (*RecordingBackend)(nil)
 	_ lease.PermitAcquirer = (*RecordingBackend)(nil)
 	_ lease.SetAcquirer    = (*RecordingBackend)(nil)
+	_ lease.HandOffer      = (*RecordingBackend)(nil)
+	_ lease.ChangeWatcher  = (*RecordingBackend)(nil)
 )
 
 // NewRecordingBackend returns b recording into rec.
@@ -72,7 +74,8 @@ func errText(err error) string {
 // Acquire implements lease.Backend.
 func (r *RecordingBackend) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Token, error) {
 	lane := laneOf(ctx, r.fallback)
-	op := Op{Lane: lane.ID(), Kind: KindAcquire, Key: req.Key, Owner: req.Owner, Acq: AcqID(req.Nonce), TTL: micros(req.TTL), Call: r.rec.Now()}
+	op := Op{Lane: lane.ID(), Kind: KindAcquire, Key: req.Key, Owner: req.Owner, Acq: AcqID(req.Nonce), TTL: micros(req.TTL),
+		Preferred: req.Preferred, Call: r.rec.Now()}
 	tok, err := r.b.Acquire(ctx, req)
 	op.Return = r.rec.Now()
 	op.Outcome, op.Out = outcomeOf(err)
@@ -124,6 +127,41 @@ func (r *RecordingBackend) WatchReleases(ctx context.Context, key string) (<-cha
 		return w.WatchReleases(ctx, key)
 	}
 	return nil, nil, errors.New("chaos: the backend does not watch releases")
+}
+
+// HandOff records a call of the wrapped backend's lease.HandOffer, which
+// it must implement, as a KindHandOff.
+func (r *RecordingBackend) HandOff(ctx context.Context, a lease.Acquisition, o lease.Offer) (lease.Token, error) {
+	ho, ok := r.b.(lease.HandOffer)
+	if !ok {
+		return 0, lease.Misconfigured(fmt.Errorf("%w: chaos: backend %T does not implement lease.HandOffer", errors.ErrUnsupported, r.b))
+	}
+	lane := laneOf(ctx, r.fallback)
+	op := Op{Lane: lane.ID(), Kind: KindHandOff, Key: a.Key, Owner: a.Owner, Acq: AcqID(a.Nonce), Token: uint64(a.Token),
+		Candidates: slices.Clone(o.Candidates), TTL: micros(o.Window), Call: r.rec.Now()}
+	tok, err := ho.HandOff(ctx, a, o)
+	op.Return = r.rec.Now()
+	op.Outcome, _ = outcomeOf(err)
+	op.Err = errText(err)
+	if err == nil {
+		op.Out = uint64(tok)
+	}
+	lane.record(r.rec, op)
+	return tok, err
+}
+
+// WatchChanges implements lease.ChangeWatcher when the wrapped backend
+// does; otherwise it fails, and an observer polls.
+func (r *RecordingBackend) WatchChanges(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return watchChanges(ctx, r.b, key)
+}
+
+// watchChanges calls b's WatchChanges, or fails if b has none.
+func watchChanges(ctx context.Context, b lease.Backend, key string) (<-chan struct{}, func(), error) {
+	if w, ok := b.(lease.ChangeWatcher); ok {
+		return w.WatchChanges(ctx, key)
+	}
+	return nil, nil, errors.New("chaos: the backend does not watch changes")
 }
 
 // ForceRelease records a call of the wrapped backend's

@@ -54,6 +54,9 @@ type Result struct {
 	// Permits is the number of permit acquisitions checked against their
 	// semaphore's bound (see checkPermits).
 	Permits int
+	// Observed is the number of states observers reported that were
+	// checked beside the model (see checkObservations).
+	Observed int
 	// Counts are the recorded operations per primitive.
 	Counts Counts
 	// Verdict is porcupine's: Ok, Illegal, or Unknown when the search ran
@@ -74,6 +77,9 @@ func (r Result) OK() bool { return len(r.Problems) == 0 }
 func (r Result) String() string {
 	s := fmt.Sprintf("%d operations recorded, %d checked by the model (%s), %d local deadlines checked, %d client outcomes checked",
 		r.Recorded, r.Checked, r.Verdict, r.Deadlines, r.Clients)
+	if r.Observed > 0 {
+		s += fmt.Sprintf(", %d observed states checked", r.Observed)
+	}
 	if r.Counts.Permits.Acquires+r.Counts.Sets.Acquires > 0 {
 		s += fmt.Sprintf(", %d permit acquisitions checked against their bound; %v", r.Permits, r.Counts)
 	}
@@ -113,6 +119,9 @@ func Check(history []Op, o CheckOptions) Result {
 	res.Permits = held
 	res.Problems = append(res.Problems, permits...)
 	res.Problems = append(res.Problems, checkSemaphoreTokens(history)...)
+	observed, n := checkObservations(history)
+	res.Observed = n
+	res.Problems = append(res.Problems, observed...)
 	outcomes, clients := checkClientOutcomes(history)
 	res.Clients = clients
 	res.Problems = append(res.Problems, outcomes...)

@@ -12,8 +12,12 @@
 // release it (or, now and then, let it expire). With Options.Semaphore and
 // Options.SetSize, a round may take a permit of a semaphore or a set of keys
 // instead, and write through the fence per slot, per semaphore or by each
-// key of the set. A nemesis injects one kind of fault at random times and
-// heals it at the end.
+// key of the set. With Options.HandOffs a client ends some rounds with
+// Handle.HandOff to other clients' owner strings instead of Release (its
+// preferred candidate first, if any: every other client asks to be
+// preferred), and with Options.Observers observer lanes record every state
+// Client.Observe reports. A nemesis injects one kind of fault at random times and heals
+// it at the end.
 //
 // Every backend call (from Client.Acquire's attempts, Managed's renewals,
 // Release) goes through a recording lease.Backend, and every fenced write and

@@ -60,6 +60,25 @@ type Options struct {
 	// With Semaphore or SetSize set, each round picks one of the
 	// primitives at random: a lease on one of Keys, a permit, or a set.
 	SetSize int
+
+	// HandOffs makes the goroutine clients end some rounds on a lease
+	// (not a permit or a set) with Handle.HandOff instead of Release: to
+	// one to three owner strings of the other clients (first those
+	// acquiring the same key at the time, then those they will use next),
+	// or now and then to Nobody, for a window of 50ms to the TTL. A
+	// holder that hands off first offers the key to its preferred
+	// candidate (lease.Record.Preferred), if any, as leaseservice does;
+	// a client whose next owner string was offered a key goes for that
+	// key, as a successor waiting for it would.
+	// With HandOffs, every other goroutine client (chaos-p1, chaos-p3, …)
+	// asks to be preferred in its Acquire calls
+	// (lease.ClientOptions.Preferred); the attempts record it
+	// (Op.Preferred).
+	HandOffs bool
+	// Observers is the number of observer lanes on each of Keys: each
+	// ranges over Client.Observe on the key from Start until
+	// StopObservers, and records every state it reports (KindObserve).
+	Observers int
 }
 
 // Resource returns the name of the resource that lease key fences.
@@ -76,6 +95,12 @@ type Harness struct {
 	closes []func()
 	errs   []error
 	mu     sync.Mutex
+	roster *roster // with HandOffs
+
+	obsCancel context.CancelFunc
+	obsWG     sync.WaitGroup
+	obsCloses []func()
+	observers []*observer
 }
 
 // NewHarness returns a harness recording into rec under the lane prefix
@@ -97,18 +122,27 @@ func NewHarness(rec *Recorder, o Options) *Harness {
 		o.Permits = 2
 	}
 	o.SetSize = min(o.SetSize, len(o.Keys))
-	return &Harness{o: o, rec: rec, lanes: NewLanes("p")}
+	h := &Harness{o: o, rec: rec, lanes: NewLanes("p")}
+	if o.HandOffs {
+		h.roster = &roster{}
+	}
+	return h
 }
 
 // Recorder returns the harness's recorder.
 func (h *Harness) Recorder() *Recorder { return h.rec }
 
-// Start opens the clients and starts their loops.
+// Start opens the clients and starts their loops, and the observers.
 func (h *Harness) Start(ctx context.Context) error {
+	if err := h.startObservers(ctx); err != nil {
+		h.stopObservers()
+		return err
+	}
 	ctx, h.cancel = context.WithCancel(ctx)
 	for i := range h.o.Clients {
 		w, closeFn, err := newWorker(ctx, workerOptions{
 			Name: fmt.Sprintf("chaos-p%d", i), Lanes: h.lanes, Rec: h.rec, Options: h.o, Seed: h.o.Seed*1000 + uint64(i),
+			roster: h.roster, preferred: h.o.HandOffs && i%2 == 1,
 		})
 		if err != nil {
 			h.cancel()
@@ -131,7 +165,8 @@ func (h *Harness) Start(ctx context.Context) error {
 
 // Stop stops the clients, waits for their loops and closes their
 // connections. It returns an error a client could not handle (an error
-// that breaks the backend contract), if any.
+// that breaks the backend contract), if any. The observers go on until
+// StopObservers.
 func (h *Harness) Stop() error {
 	if h.cancel != nil {
 		h.cancel()
@@ -213,6 +248,12 @@ type workerOptions struct {
 	// held before the pause, without checking the lease: the write a
 	// process makes when it resumes after a GC pause or SIGSTOP.
 	LateWrites bool
+	// roster is where the client says which owner string it acquires
+	// with, and finds candidates for its hand-offs (with HandOffs).
+	roster *roster
+	// preferred makes the client ask to be preferred
+	// (lease.ClientOptions.Preferred).
+	preferred bool
 }
 
 // worker is one client: its lanes, backend, store and random choices.
@@ -281,8 +322,8 @@ func (w *worker) randDur(d time.Duration) time.Duration {
 type fenced struct{ key, fence string }
 
 // once makes one round: acquire a key (or a permit, or a set), claim its
-// resources, write and read while holding it, then release it or let it
-// expire.
+// resources, write and read while holding it, then release it, let it
+// expire or (with HandOffs, a lease only) hand it off.
 func (w *worker) once(ctx context.Context) error {
 	p := w.o.Policy.Options()
 	h, plan, err := w.take(ctx, w.o.Policy)
@@ -354,6 +395,20 @@ func (w *worker) once(ctx context.Context) error {
 			return fmt.Errorf("%s: Managed.Err does not match lease.ErrLost: %w", w.o.Name, err)
 		}
 	}
+	if m.Err() == nil && w.o.HandOffs && w.o.roster != nil && plan[0].fence == "" && w.rng.IntN(2) == 0 {
+		ms := int(p.TTL / time.Millisecond)
+		cands := w.o.roster.candidates(w.o.Name, h.Key(), w.rng)
+		ictx, icancel := context.WithTimeout(stopCtx, 2*p.OperationTimeout)
+		if r, err := w.rb.Inspect(ictx, h.Key()); err == nil && r.Preferred != "" && !slices.Contains(cands, r.Preferred) {
+			cands = append([]string{r.Preferred}, cands[:min(len(cands), 2)]...) // the preferred first, as leaseservice does
+		}
+		icancel()
+		o := lease.Offer{Candidates: cands,
+			Window: time.Duration(min(50, ms)+w.rng.IntN(max(ms-50, 0)+1)) * time.Millisecond}
+		w.o.roster.offer(h.Key(), cands)
+		_ = h.HandOff(WithLane(stopCtx, w.main), o)
+		return nil
+	}
 	if m.Err() == nil && w.rng.IntN(5) != 0 {
 		_ = h.Release(WithLane(stopCtx, w.main))
 	}
@@ -408,6 +463,9 @@ func (w *worker) take(ctx context.Context, p lease.Policy) (*lease.Handle, []fen
 		return h, plan, nil
 	}
 	key := w.o.Keys[w.rng.IntN(len(w.o.Keys))]
+	if k, ok := w.o.roster.offeredTo(fmt.Sprintf("%s.r%d", w.o.Name, w.calls+1)); ok {
+		key = k // the owner string of this call was offered k: go for it
+	}
 	h, err := w.acquireLease(ctx, key, p)
 	if err != nil {
 		return nil, nil, err
@@ -432,10 +490,16 @@ func (w *worker) acquireLease(ctx context.Context, key string, p lease.Policy) (
 func (w *worker) acquire(ctx context.Context, name string, take func(context.Context, *lease.Client) (*lease.Handle, error)) (*lease.Handle, error) {
 	w.calls++
 	owner := fmt.Sprintf("%s.r%d", w.o.Name, w.calls)
-	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock})
+	c, err := lease.NewClient(w.rb, lease.ClientOptions{Owner: owner, Clock: w.o.Clock, Preferred: w.o.preferred})
 	if err != nil {
 		return nil, err
 	}
+	key := name
+	if strings.Contains(name, ",") || name == w.o.Semaphore {
+		key = "" // a set's or a permit's: no hand-off is for it
+	}
+	w.o.roster.set(w.o.Name, owner, key)
+	defer w.o.roster.set(w.o.Name, fmt.Sprintf("%s.r%d", w.o.Name, w.calls+1), "")
 	op := Op{Lane: w.main.ID(), Kind: KindClient, Key: name, Owner: owner, Call: w.o.Rec.Now()}
 	h, err := take(WithLane(ctx, w.main), c)
 	op.Return = w.o.Rec.Now()

@@ -54,6 +54,16 @@ const (
 	// replica had replayed up to it. A later fault with LostFences can take
 	// each resource back to a state it had since then, not before.
 	KindReplicated Kind = "replicated"
+	// KindHandOff is one HandOffer.HandOff call: Acq and Token name the
+	// acquisition handed off, Candidates the owners it was offered to,
+	// TTL the offer's window (µs), and Out the offered token when OK.
+	KindHandOff Kind = "hand-off"
+	// KindObserve is one state a Client.Observe sequence reported: Held,
+	// Owner, Out (the record's token), Candidates and Change are the
+	// Observation's, and Call and Return bracket the read (the backend's
+	// Inspect) that produced it. Outcome is OK, or Failed for a read that
+	// failed (Err).
+	KindObserve Kind = "observe"
 )
 
 // Outcome is what an operation returned.
@@ -107,8 +117,22 @@ type Op struct {
 	// Acq identifies the acquisition: a digest of its secret, never the
 	// secret itself.
 	Acq string `json:"acq,omitempty"`
-	// Owner is the owner string of an acquire (and of a KindClient call).
+	// Owner is the owner string of an acquire (and of a KindClient call),
+	// or the owner an observation reported.
 	Owner string `json:"owner,omitempty"`
+	// Candidates are the owners a hand-off offered the key to (KindHandOff),
+	// or those of the standing offer an observation reported (KindObserve).
+	Candidates []string `json:"candidates,omitempty"`
+	// Held and Change are, for an observation, whether the key was held
+	// and how the state came to be (lease.Change's String).
+	Held   bool   `json:"held,omitempty"`
+	Change string `json:"change,omitempty"`
+	// Preferred marks an acquire that asked to be preferred
+	// (lease.AcquireRequest.Preferred).
+	Preferred bool `json:"preferred,omitempty"`
+	// PreferredOwner is, for an observation, the key's preferred
+	// candidate it reported (lease.Record.Preferred).
+	PreferredOwner string `json:"preferred_owner,omitempty"`
 	// Holder is the owner string of the holder a NotAcquired answer named.
 	Holder string `json:"holder,omitempty"`
 	// Token is the token presented (renew, release, write) or granted

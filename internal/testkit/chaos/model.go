@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -15,7 +16,7 @@ import (
 // that takes no part in the model.
 func partition(op Op) string {
 	switch op.Kind {
-	case KindAcquire, KindRenew, KindRelease, KindForceRelease:
+	case KindAcquire, KindRenew, KindRelease, KindForceRelease, KindHandOff, KindObserve:
 		return "lease " + op.Key
 	case KindWrite, KindRead:
 		return "resource " + op.Resource
@@ -44,6 +45,15 @@ type state struct {
 	Released bool   // the latest acquisition was released
 	ExpLo    int64  // the latest acquisition ends no earlier than this (µs)
 	Lossy    bool   // a fault lost data since the latest grant
+	Owner    string // owner of the latest acquisition, "" if not known
+
+	// Offer of a hand-off of the latest acquisition that no grant has
+	// taken yet (it may stand or have lapsed).
+	Offered  bool
+	OfferTok uint64 // the offered token; 0 if not known (an unknown outcome)
+	Cands    string // the candidates, joined by "," (owners hold no ",")
+	OfferLo  int64  // the offer certainly stands until this time (µs)
+	OfferHi  int64  // the offer certainly lapsed by this time (µs)
 
 	// Resource partition.
 	Mark  uint64 // highest token the fence accepted
@@ -179,6 +189,32 @@ type ModelOptions struct {
 // under permits and sets are resource operations like any other: a
 // resource fenced per slot, per semaphore or by a key of a set.
 //
+// # Hand-offs and observations
+//
+// A hand-off (KindHandOff) and an observer's state (KindObserve) belong to
+// the key's partition. The state also keeps the latest acquisition's
+// owner and the offer of a hand-off no grant has taken yet: its token
+// (unknown after an unknown outcome), candidates, and the times by which
+// it certainly still stood (the hand-off's call + window) and certainly
+// had lapsed (its return + window + 1ms).
+//
+//   - hand-off OK by acquisition A with offered token T: A must be the
+//     latest acquisition and not released, and T above every token
+//     before; A is released (ExpLo falls to c) and the offer recorded.
+//     Unknown: either nothing changed, or that, with T unknown.
+//   - acquire OK while an offer is recorded: the offered token only by a
+//     candidate and not after the offer certainly lapsed; any other grant
+//     (another owner, or a candidate with another token) only above the
+//     offered token and, unless a fault lost data since the latest grant
+//     (the offer may be gone with it), only if its time bound (see
+//     grantedBy) is not before the offer certainly stood until.
+//   - force release while an offer is recorded: it may have ended the
+//     offer at its call.
+//   - observation: see state.observable; or, failing that, see
+//     state.unseen: a grant the history does not show (an acquire whose
+//     outcome is unknown was applied, perhaps late, on the backend),
+//     which the observation reveals and the state then takes in.
+//
 // # Porcupine
 //
 // Inputs are Op values whose Return is already set to math.MaxInt64 for
@@ -230,13 +266,42 @@ func step(o ModelOptions, s state, op Op) []any {
 				s.ExpLo = op.Call + op.TTL
 				return one(true, s)
 			}
+			if s.Acq == unseenAcq && op.Token == s.Holder && !s.Released && (op.Owner == "" || op.Owner == s.Owner) {
+				// The grant an observer revealed was this acquisition's,
+				// answered at last (an idempotent retry of an acquire
+				// whose outcome was unknown).
+				s.Acq, s.ExpLo = op.Acq, op.Call+op.TTL
+				return one(true, s)
+			}
+			next := state{Max: max(s.Max, op.Token), Holder: op.Token, Acq: op.Acq, Owner: op.Owner, ExpLo: op.Call + op.TTL}
+			if s.Offered {
+				cand := slices.Contains(strings.Split(s.Cands, ","), op.Owner)
+				switch {
+				case s.OfferTok != 0 && op.Token == s.OfferTok:
+					// The offered token: only a candidate, only while the
+					// offer may still stand (also after a fault that lost
+					// data: the offer may have survived it).
+					return one(cand && op.Call <= s.OfferHi, next)
+				case op.Token <= s.Max:
+					return nil
+				case s.Lossy:
+					// The offer may have been lost with the data: anyone,
+					// above it.
+				case s.OfferTok == 0 && cand:
+					// The token of an offer whose outcome is unknown, or
+					// one after its window.
+				case grantedBy(o, op) < s.OfferLo:
+					// Anyone else, or another token, only after the window.
+					return nil
+				}
+			}
 			if op.Token <= s.Max {
 				return nil
 			}
 			if s.Holder != 0 && op.Acq != s.Acq && grantedBy(o, op) < s.ExpLo {
 				return nil
 			}
-			return one(true, state{Max: op.Token, Holder: op.Token, Acq: op.Acq, ExpLo: op.Call + op.TTL})
+			return one(true, next)
 		case NotAcquired:
 			if op.Out == 0 || s.Lossy {
 				// After a fault that lost data, the store may show any
@@ -270,6 +335,9 @@ func step(o ModelOptions, s state, op Op) []any {
 	case KindForceRelease:
 		ended := s
 		ended.Released, ended.ExpLo = true, min(s.ExpLo, op.Call)
+		if s.Offered { // a forced release ends a standing offer
+			ended.OfferLo = min(s.OfferLo, op.Call)
+		}
 		held := s.Holder != 0 && !s.Released && s.ExpLo > op.Return && !s.Lossy
 		switch op.Outcome {
 		case OK:
@@ -280,13 +348,40 @@ func step(o ModelOptions, s state, op Op) []any {
 			if op.Out != 0 {
 				return one(op.Out == s.Holder && !s.Released && (op.Token == 0 || op.Token == op.Out), ended)
 			}
+			if s.Offered { // it ended the offer, if it still stood
+				s.OfferLo = min(s.OfferLo, op.Call)
+			}
 			return one(op.Token == 0 && !held, s)
 		case Lost:
 			return one(op.Token != 0 && !(held && op.Token == s.Holder), s)
 		case Unknown:
-			if s.Holder != 0 && !s.Released && (op.Token == 0 || op.Token == s.Holder) {
+			if s.Holder != 0 && !s.Released && (op.Token == 0 || op.Token == s.Holder) || s.Offered && op.Token == 0 {
 				return []any{s, ended}
 			}
+		}
+	case KindHandOff:
+		handed := s
+		handed.Released, handed.ExpLo = true, min(s.ExpLo, op.Call)
+		handed.Offered, handed.OfferTok, handed.Cands = true, op.Out, strings.Join(op.Candidates, ",")
+		handed.Max = max(s.Max, op.Out)
+		handed.OfferLo, handed.OfferHi = op.Call+op.TTL, math.MaxInt64
+		switch op.Outcome {
+		case OK:
+			handed.OfferHi = op.Return + op.TTL + int64(time.Millisecond/time.Microsecond)
+			return one(s.current(op) && op.Out > s.Max, handed)
+		case Unknown:
+			if s.current(op) {
+				handed.OfferTok = 0
+				return []any{s, handed}
+			}
+		}
+	case KindObserve:
+		if op.Outcome == OK {
+			if s.observable(op) {
+				return []any{s}
+			}
+			next, ok := s.unseen(op)
+			return one(ok, next)
 		}
 	case KindFault:
 		switch {
@@ -297,9 +392,11 @@ func step(o ModelOptions, s state, op Op) []any {
 			return sinceStates(s.Since)
 		case op.LostData:
 			s.ExpLo = min(s.ExpLo, op.Call)
+			s.OfferLo = min(s.OfferLo, op.Call)
 			s.Lossy = true
 		case op.EndsLeases:
 			s.ExpLo = min(s.ExpLo, op.Call)
+			s.OfferLo = min(s.OfferLo, op.Call)
 		}
 	case KindReplicated:
 		s.Since = sinceWith("", s.Mark, s.Value)
@@ -340,6 +437,78 @@ func (s state) current(op Op) bool {
 	return s.Holder != 0 && (op.Token == s.Holder || op.Token == 0) && op.Acq == s.Acq && !s.Released
 }
 
+// observable reports whether an observation op (KindObserve, OK) could
+// have been read in s: a holder must be the latest acquisition, not
+// released, with its owner; a standing offer must be the latest hand-off's
+// while it may stand; a free key must not be certainly held (the latest
+// acquisition not released and not yet possibly expired) nor certainly
+// offered, and its token must be the last one issued. After a fault that
+// lost data, until the next grant, anything goes: the store may show any
+// state it had before.
+func (s state) observable(op Op) bool {
+	if s.Lossy {
+		return true
+	}
+	switch {
+	case op.Held:
+		return op.Out == s.Holder && !s.Released && (s.Owner == "" || op.Owner == s.Owner)
+	case len(op.Candidates) > 0:
+		return s.Offered && (op.Out == s.OfferTok || s.OfferTok == 0 && op.Out > s.Holder) &&
+			strings.Join(op.Candidates, ",") == s.Cands && op.Call <= s.OfferHi
+	}
+	if s.Holder != 0 && !s.Released && s.ExpLo > op.Return || s.Offered && s.OfferLo > op.Return {
+		return false // certainly held, or certainly offered
+	}
+	switch {
+	case op.Out == 0:
+		return s.Max == 0 // no record: never granted (the retention outlasts a row)
+	case s.Offered:
+		return op.Out == s.OfferTok || s.OfferTok == 0 && op.Out > s.Holder
+	}
+	return op.Out == s.Holder
+}
+
+// unseenAcq is the acquisition id of the latest acquisition when only an
+// observation showed its grant (see state.unseen).
+const unseenAcq = "(unseen)"
+
+// unseen reports whether an observation op that s cannot show (see
+// observable) reveals a grant the history does not show: an acquire
+// whose outcome is unknown may have been applied at any time after its
+// call, and only an observer (or a refused acquire, which the model
+// takes as is) reads its token. It returns the state with that grant in
+// it. Such a grant obeys the rules of any other: its token is above
+// every earlier one (the offered token itself only for a candidate while
+// the offer may stand), and it was made before the read returned, while
+// the latest acquisition was not certainly holding the key and no offer
+// to others certainly stood. A free state means the grant has ended
+// since; its end is not known.
+func (s state) unseen(op Op) (state, bool) {
+	if s.Lossy || op.Out == 0 || len(op.Candidates) > 0 || s.Holder != 0 && !s.Released && s.ExpLo > op.Return {
+		return s, false
+	}
+	switch cand := slices.Contains(strings.Split(s.Cands, ","), op.Owner); {
+	case !s.Offered:
+		if op.Out <= s.Max {
+			return s, false
+		}
+	case s.OfferTok != 0 && op.Out == s.OfferTok:
+		if !op.Held || !cand || op.Call > s.OfferHi {
+			return s, false
+		}
+	case op.Out <= s.Max:
+		return s, false
+	case s.OfferTok == 0 && op.Held && cand:
+	case s.OfferLo > op.Return:
+		return s, false // anyone else only after the window
+	}
+	next := state{Max: max(s.Max, op.Out), Holder: op.Out, Acq: unseenAcq, Owner: op.Owner, ExpLo: op.Call}
+	if !op.Held {
+		next.Owner, next.Released, next.ExpLo = "", true, 0
+	}
+	return next, true
+}
+
 // grantedBy returns a time no earlier than the backend time of the grant
 // op: its return time and, with clock tokens, its token + 1µs.
 func grantedBy(o ModelOptions, op Op) int64 {
@@ -372,6 +541,10 @@ func relevant(op Op) bool {
 		return op.Outcome == OK
 	case KindForceRelease:
 		return op.Outcome == OK || op.Outcome == Unknown || op.Outcome == Lost && op.Token != 0
+	case KindHandOff:
+		return op.Outcome == OK || op.Outcome == Unknown
+	case KindObserve:
+		return op.Outcome == OK
 	case KindFault:
 		return op.LostData || op.EndsLeases
 	case KindReplicated:
@@ -431,6 +604,9 @@ func describeOp(op Op) string {
 		case OK:
 			return fmt.Sprintf("acquire %s → token %d", op.Acq, op.Token)
 		case NotAcquired:
+			if op.Preferred {
+				return fmt.Sprintf("acquire %s (preferred) → held by %d", op.Acq, op.Out)
+			}
 			return fmt.Sprintf("acquire %s → held by %d", op.Acq, op.Out)
 		}
 	case KindRenew, KindRelease:
@@ -454,6 +630,23 @@ func describeOp(op Op) string {
 		return fmt.Sprintf("%s @%d → %s", what, op.Token, op.Outcome)
 	case KindRead:
 		return fmt.Sprintf("read → mark %d, %q", op.Out, op.Value)
+	case KindHandOff:
+		if op.Outcome == OK {
+			return fmt.Sprintf("hand off %s/%d to %s for %dms → token %d", op.Acq, op.Token, strings.Join(op.Candidates, ","), op.TTL/1000, op.Out)
+		}
+		return fmt.Sprintf("hand off %s/%d to %s → %s", op.Acq, op.Token, strings.Join(op.Candidates, ","), op.Outcome)
+	case KindObserve:
+		switch {
+		case op.Outcome != OK:
+			return "observe → " + string(op.Outcome)
+		case op.Held && op.PreferredOwner != "":
+			return fmt.Sprintf("observe %s: held by %s/%d, preferred %s", op.Change, op.Owner, op.Out, op.PreferredOwner)
+		case op.Held:
+			return fmt.Sprintf("observe %s: held by %s/%d", op.Change, op.Owner, op.Out)
+		case len(op.Candidates) > 0:
+			return fmt.Sprintf("observe %s: offered to %s/%d", op.Change, strings.Join(op.Candidates, ","), op.Out)
+		}
+		return fmt.Sprintf("observe %s: free after %d", op.Change, op.Out)
 	case KindFault:
 		return "fault: " + op.Fault
 	case KindReplicated:
@@ -471,7 +664,11 @@ func describeState(s state) string {
 		if s.Released {
 			rel = ", released"
 		}
-		return fmt.Sprintf("holder %s/%d%s, ends ≥ %d µs", s.Acq, s.Holder, rel, s.ExpLo)
+		offer := ""
+		if s.Offered {
+			offer = fmt.Sprintf(", offered to %s with token %d from ≥ %d µs to ≤ %d µs", s.Cands, s.OfferTok, s.OfferLo, s.OfferHi)
+		}
+		return fmt.Sprintf("holder %s/%d%s, ends ≥ %d µs%s", s.Acq, s.Holder, rel, s.ExpLo, offer)
 	case s.Mark != 0 || s.Value != "" || s.Since != "":
 		since := ""
 		if s.Since != "" {

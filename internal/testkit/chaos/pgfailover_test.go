@@ -68,11 +68,11 @@ func postgresFailoverRow(t *testing.T, o rowOptions) {
 		fastest       = time.Duration(math.MaxInt64)
 		slowest       time.Duration
 	)
-	for n := 0; n < minFailovers || r.running(); n++ {
+	for n := 0; n < minFailovers || r.running() || o.handOffs && r.runningForHandOffs(); n++ {
 		if f.replica == nil {
 			f.newReplica()
 		}
-		if o.primitives {
+		if o.primitives || o.handOffs {
 			r.pause(ttl/5, ttl/2) // as primitivesRow, to keep the short form within its time
 		} else {
 			r.pause(ttl, 2*ttl)
@@ -317,7 +317,9 @@ func readDB(t *testing.T, dbURL string) dbState {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	each(`SELECT key, nonce, token, (extract(epoch FROM expires_at) * 1000000)::bigint FROM public.leases`,
+	// A watched key's placeholder row (token 0, nothing held) expires at
+	// -infinity: read as -1, like a released row.
+	each(`SELECT key, nonce, token, CASE WHEN isfinite(expires_at) THEN (extract(epoch FROM expires_at) * 1000000)::bigint ELSE -1 END FROM public.leases`,
 		[]any{&key, &nonce, &token, &expires}, func() {
 			s.leases[key] = leaseRow{acq: chaos.AcqID(nonce), token: uint64(token), expires: expires}
 		})

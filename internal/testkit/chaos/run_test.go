@@ -27,7 +27,7 @@ const EnvDuration = "LEASE_CHAOS_DURATION"
 // rows is the number of fault rows that share LEASE_CHAOS_DURATION: the
 // tests that call rowDuration, counting the parallel subtests of one test
 // once.
-const rows = 27
+const rows = 28
 
 const shortRow = 3 * time.Second
 
@@ -163,6 +163,10 @@ type rowOptions struct {
 	// permits is the semaphore's number of permits with primitives;
 	// default the constant permits.
 	permits int
+	// handOffs makes the goroutine clients hand leases off (see
+	// chaos.Options.HandOffs) and adds an observer lane on each key;
+	// finish checks the observers' last states and logs what they saw.
+	handOffs bool
 }
 
 // The workload of the rows with primitives: a semaphore of two permits
@@ -190,6 +194,9 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 		ho.Semaphore, ho.Permits, ho.SetSize = semaphore, n, setSize
 		cfg.Semaphore, cfg.Permits, cfg.SetSize = semaphore, n, setSize
 	}
+	if o.handOffs {
+		ho.HandOffs, ho.Observers = true, 1
+	}
 	if o.wrap != nil {
 		ho.Open = func(ctx context.Context, name string) (lease.Backend, chaos.Store, func(), error) {
 			b, s, closeFn, err := target.Open(ctx, name)
@@ -203,7 +210,10 @@ func startRun(t *testing.T, target chaos.Target, o rowOptions) *run {
 	if err := r.h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.h.Stop() })
+	t.Cleanup(func() {
+		_ = r.h.Stop()
+		_ = r.h.StopObservers(context.Background(), -1)
+	})
 	childTarget := target
 	if o.childTarget != nil {
 		childTarget = *o.childTarget
@@ -278,6 +288,11 @@ func (r *run) finish(o rowOptions) chaos.Result {
 	if err := r.h.Converge(ctxT(t), o.converge); err != nil {
 		t.Errorf("after the faults healed, not every key could be had again: %v", err)
 	}
+	if o.handOffs {
+		if err := r.h.StopObservers(ctxT(t), 10*time.Second); err != nil {
+			t.Errorf("once quiet, an observer's last state is not the final state: %v", err)
+		}
+	}
 	o.model.ClockTokens = r.target.Kind != "" && !o.steppedClock
 	res := chaos.Check(r.rec.Ops(), chaos.CheckOptions{Name: t.Name(), ModelOptions: o.model})
 	t.Logf("chaos-summary %s: %v (ran %v)", t.Name(), res, rowDuration(t))
@@ -293,6 +308,9 @@ func (r *run) finish(o rowOptions) chaos.Result {
 		if n == 0 {
 			t.Error("the faults left no operation with an unknown outcome: the row proved nothing about them")
 		}
+	}
+	if o.handOffs {
+		handOffCounts(t, r.rec.Ops())
 	}
 	if o.deadlines && res.Deadlines == 0 {
 		t.Error("no local deadline was checked against the backend's expiry")
