@@ -88,24 +88,6 @@ func (e Ending) String() string {
 	return "Ending(" + strconv.Itoa(int(e)) + ")"
 }
 
-// ChangeWatcher is an optional Backend capability, found by type
-// assertion: it tells an observer (Client.Observe) that a key's record
-// changed, so that it reads the record at once instead of at its next
-// poll.
-type ChangeWatcher interface {
-	// WatchChanges returns a channel that receives a value (at least once,
-	// possibly more) after the record of key changed holder or state: a
-	// grant to a new acquisition, a release, a hand-off, a force release,
-	// a preferred candidate recorded. Renewals, and Acquire retried with
-	// the holder's nonce, need not be announced, nor expiry (the observer
-	// knows the holder's remaining time). The channel also receives a
-	// value each time the watch is in place, the first time and again
-	// after a reconnection, since a change may have gone unseen before.
-	// The second result stops the watch and frees its resources; the
-	// channel is never closed. ctx bounds the setup only.
-	WatchChanges(ctx context.Context, key string) (<-chan struct{}, func(), error)
-}
-
 // validateOffer checks o for a handle whose policy TTL is ttl and returns
 // it with its defaults.
 func validateOffer(o Offer, ttl time.Duration) (Offer, error) {
