@@ -66,7 +66,7 @@ func CheckGuard(ctx context.Context, tx DB, g guard.Guard) error {
 		return &guard.NotCurrentError{Key: g.Key(), Token: g.Token(),
 			Detail: fmt.Sprintf("the record shows token %d of %q", token, owner)}
 	case !held:
-		return &guard.NotCurrentError{Key: g.Key(), Token: g.Token(), Detail: "expired or released"}
+		return &guard.NotCurrentError{Key: g.Key(), Token: g.Token(), Detail: "expired, released or handed off"}
 	}
 	return &guard.NotCurrentError{Key: g.Key(), Token: g.Token()}
 }

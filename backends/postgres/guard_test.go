@@ -121,3 +121,45 @@ func TestCheckGuardRejectsForeignRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardDuringAnOffer: while a hand-off's offer stands, the row shows the
+// old owner, the offered token and an expiry ahead (the window's end), but
+// nobody holds the key: no guard passes, not even one with the offered
+// token; the candidate's guard passes once it acquired.
+func TestGuardDuringAnOffer(t *testing.T) {
+	t.Parallel()
+	s, pool := freshStore(t, leasepostgres.Options{})
+	ctx := ctxT(t)
+	p := policy(t, lease.PolicyOptions{TTL: time.Minute})
+	h, err := newClient(t, s, "writer").TryAcquire(ctx, "report", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Guard(h.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandOff(ctx, lease.Offer{Candidates: []string{"writer"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Inspect(ctx, "report")
+	if err != nil || len(r.Candidates) == 0 {
+		t.Fatalf("Inspect after HandOff = %+v, %v; want an offer", r, err)
+	}
+	offered, err := s.Guard(lease.Snapshot{Key: "report", Owner: "writer", Token: r.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range map[string]guard.Guard{"the old acquisition": old, "the offered token": offered} {
+		if err := checkGuardTx(ctx, pool, g); !errors.Is(err, guard.ErrNotCurrent) {
+			t.Fatalf("CheckGuard of %s during the offer = %v, want ErrNotCurrent", name, err)
+		}
+	}
+	next, err := newClient(t, s, "writer").TryAcquire(ctx, "report", p)
+	if err != nil || next.Token() != r.Token {
+		t.Fatalf("the candidate's TryAcquire = %v, %v; want the offered token %d", next, err, r.Token)
+	}
+	if err := checkGuardTx(ctx, pool, offered); err != nil {
+		t.Fatalf("CheckGuard of the candidate's acquisition: %v", err)
+	}
+}
