@@ -389,3 +389,32 @@ func TestImplausibleTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestHandedOffWriter: A writes, hands its lease off to B, and B writes
+// with the higher token the hand-off issued; A's late write is refused by
+// every wrapper, and B's successor claim fences A out before B's first
+// write too.
+func TestHandedOffWriter(t *testing.T) {
+	for name, newResource := range wrappers() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r, h := newResource(t), newHolders(t)
+			a := h.acquire(t, h.a)
+			mustWrite(t, r, a.Snapshot(), "by A")
+			if err := a.HandOff(t.Context(), lease.Offer{Candidates: []string{h.b.Owner()}}); err != nil {
+				t.Fatalf("HandOff: %v", err)
+			}
+			b := h.acquire(t, h.b)
+			if b.Token() <= a.Token() {
+				t.Fatalf("B's token %d after the hand-off is not above A's %d", b.Token(), a.Token())
+			}
+			if err := r.claim(t.Context(), b.Snapshot()); err != nil {
+				t.Fatalf("claim: %v", err)
+			}
+			wantStale(t, r.write(t.Context(), a.Snapshot(), "late, by A"), a.Token(), b.Token())
+			mustWrite(t, r, b.Snapshot(), "by B")
+			wantStale(t, r.write(t.Context(), a.Snapshot(), "later, by A"), a.Token(), b.Token())
+			wantValue(t, r, "by B")
+		})
+	}
+}
