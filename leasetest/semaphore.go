@@ -547,16 +547,21 @@ func (e *env) quietWaiter(acquire func(context.Context, *lease.Client, lease.Pol
 	} else {
 		time.Sleep(500 * time.Millisecond)
 	}
-	n := b.attempts.Load()
+	n, watches := b.attempts.Load(), b.watches.Load()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		e.t.Fatalf("the waiter's call = %v, want it cancelled", err)
 	}
-	if n > 3 || n == 0 {
-		e.t.Fatalf("a waiter made %d acquire attempts over 25 Retry periods of 20ms with every key held for 30s, want 1 to 3: it polls instead of waiting for a release", n)
-	}
-	if b.watches.Load() == 0 {
+	if watches == 0 {
 		e.t.Fatal("the waiter set up no release watch")
+	}
+	// Each watch may wake the waiter up to twice as it is set up (see
+	// lease.ReleaseWatcher; PostgreSQL wakes it when its LISTEN is in
+	// place and when the key is marked, and on a loaded machine the marks
+	// of a set's or a semaphore's keys may come one by one), so the bound
+	// is one attempt plus two per watch: well below the 25 of a poller.
+	if limit := 1 + 2*min(watches, 5); n > limit || n == 0 {
+		e.t.Fatalf("a waiter made %d acquire attempts over 25 Retry periods of 20ms with every key held for 30s and %d watches, want 1 to %d: it polls instead of waiting for a release", n, watches, limit)
 	}
 }
 
