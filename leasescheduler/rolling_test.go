@@ -145,31 +145,32 @@ func TestRollingRestartHandsOff(t *testing.T) {
 		stop := stops[leader]
 		mu.Unlock()
 		stop()
-		handedOff := false
-		for {
+		// The old leader's HandedOff and the successor's Elected come from
+		// two goroutines: the successor may report its election before
+		// the old leader's HandOff call has returned to report the
+		// hand-off. Wait for both, in either order.
+		handedOff, successor := false, ""
+		var elected leaseservice.Transition
+		for !handedOff || successor == "" {
 			owner, tr := next()
 			switch {
-			case owner == leader && tr.Kind == leaseservice.HandedOff:
+			case owner == leader && tr.Kind == leaseservice.HandedOff && !handedOff:
 				want := slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return o == leader })
 				if tr.Token != token || !slices.Equal(tr.Candidates, want) {
 					t.Fatalf("round %d: %s handed off %+v, want token %d offered to %v", round, leader, tr, token, want)
 				}
 				handedOff = true
-				continue
-			case owner != leader && tr.Kind == leaseservice.Elected:
+			case owner != leader && tr.Kind == leaseservice.Elected && successor == "":
+				successor, elected = owner, tr
 			default:
-				t.Fatalf("round %d: %s: transition %v (%v), want %s to hand off and another to be elected", round, owner, tr.Kind, tr.Err, leader)
+				t.Fatalf("round %d: %s: transition %v (%v), want %s to hand off and one other to be elected", round, owner, tr.Kind, tr.Err, leader)
 			}
-			if !handedOff {
-				t.Fatalf("round %d: %s elected before %s handed off", round, owner, leader)
-			}
-			if tr.Token <= token {
-				t.Fatalf("round %d: %s elected with token %d, want above %d", round, owner, tr.Token, token)
-			}
-			startReplica(leader) // the restarted replica comes back as a follower
-			leader, token = owner, tr.Token
-			break
 		}
+		if elected.Token <= token {
+			t.Fatalf("round %d: %s elected with token %d, want above %d", round, successor, elected.Token, token)
+		}
+		startReplica(leader) // the restarted replica comes back as a follower
+		leader, token = successor, elected.Token
 	}
 	waitTicks(3)
 	close(quit)
