@@ -17,8 +17,8 @@
 // until the function has returned, then renewal stops and the lease is
 // handed off to a successor if one is known, else released, and Run
 // returns the release's error, if any. A successor is known on a backend
-// that hands leases off (lease.HandOffer: the memory backend, and Valkey
-// and PostgreSQL once they implement it) when the key's record names a
+// that hands leases off (lease.HandOffer: the memory, Valkey and
+// PostgreSQL backends) when the key's record names a
 // preferred candidate other than this replica (a lease.Client with
 // ClientOptions.Preferred waiting for the key), or else when
 // Options.Successors names replicas other than this one: the key is then

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/golib/lease/lease"
@@ -29,17 +28,20 @@ import (
 // does and changes nothing. A lost reply is indeterminate
 // (lease.ErrIndeterminate), as for Release.
 func (s *Store) HandOff(ctx context.Context, a lease.Acquisition, o lease.Offer) (lease.Token, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("leasepostgres: hand off %q: %w: %s", a.Key, lease.ErrInvalidOffer, fmt.Sprintf(format, args...))
+	}
 	switch {
 	case len(o.Candidates) == 0:
-		return 0, errors.New("leasepostgres: hand off: no candidates")
+		return 0, bad("no candidates")
 	case len(o.Candidates) > lease.MaxCandidates:
-		return 0, fmt.Errorf("leasepostgres: hand off: %d candidates, more than %d", len(o.Candidates), lease.MaxCandidates)
+		return 0, bad("%d candidates, more than %d", len(o.Candidates), lease.MaxCandidates)
 	case o.Window <= 0:
-		return 0, fmt.Errorf("leasepostgres: hand off: window %v is not positive", o.Window)
+		return 0, bad("window %v is not positive", o.Window)
 	}
 	for _, c := range o.Candidates {
 		if err := lease.ValidateOwner(c); err != nil { // acquire.sql joins them by a control character
-			return 0, fmt.Errorf("leasepostgres: hand off: candidate: %w", err)
+			return 0, bad("candidate: %v", err)
 		}
 	}
 	var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -422,8 +423,8 @@ func TestHandOffUnsupportedArgs(t *testing.T) {
 	cancel()
 	a := lease.Acquisition{Key: "k", Nonce: "n", Token: 1}
 	for _, o := range []lease.Offer{{Window: time.Second}, {Candidates: []string{"b"}}, {Candidates: []string{"b\x01c"}, Window: time.Second}} {
-		if _, err := s.HandOff(ctx, a, o); err == nil || errors.Is(err, context.Canceled) {
-			t.Fatalf("HandOff(%+v): %v, want refused before anything is sent", o, err)
+		if _, err := s.HandOff(ctx, a, o); !errors.Is(err, lease.ErrInvalidOffer) || !strings.Contains(err.Error(), `hand off "k"`) {
+			t.Fatalf("HandOff(%+v): %v, want ErrInvalidOffer naming the key, before anything is sent", o, err)
 		}
 	}
 }
